@@ -1,0 +1,82 @@
+#include "cli/args.h"
+
+#include "core/error.h"
+
+namespace loom::cli {
+
+std::optional<std::string> Args::option(const std::string& name) const {
+  auto it = options.find(name);
+  if (it == options.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Args::option_or(const std::string& name, const std::string& fallback) const {
+  return option(name).value_or(fallback);
+}
+
+int64_t Args::int_option(const std::string& name, int64_t fallback) const {
+  auto v = option(name);
+  if (!v) return fallback;
+  size_t used = 0;
+  int64_t out = 0;
+  try {
+    out = std::stoll(*v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v->size()) throw ConfigError("--" + name + ": expected an integer, got '" + *v + "'");
+  return out;
+}
+
+double Args::double_option(const std::string& name, double fallback) const {
+  auto v = option(name);
+  if (!v) return fallback;
+  size_t used = 0;
+  double out = 0;
+  try {
+    out = std::stod(*v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v->size()) throw ConfigError("--" + name + ": expected a number, got '" + *v + "'");
+  return out;
+}
+
+Args parse_args(const std::vector<std::string>& argv, const std::set<std::string>& value_options,
+                const std::set<std::string>& flag_options, size_t positional_count, const std::string& usage) {
+  Args args;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      args.positional.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    const auto eq = name.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (flag_options.count(name)) {
+      args.flags.insert(name);
+      continue;
+    }
+    if (name != "set" && !value_options.count(name)) throw ConfigError("unknown option --" + name + "\nusage: " + usage);
+    if (!inline_value) {
+      if (i + 1 >= argv.size()) throw ConfigError("--" + name + " needs a value\nusage: " + usage);
+      value = argv[++i];
+    }
+    if (name == "set") {
+      args.sets.push_back(value);
+    } else {
+      args.options[name] = value;
+    }
+  }
+  if (args.positional.size() != positional_count)
+    throw ConfigError("expected " + std::to_string(positional_count) + " argument(s), got " +
+                      std::to_string(args.positional.size()) + "\nusage: " + usage);
+  return args;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,20 @@
+#include <spdlog/spdlog.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/signals.h"
+#include "train/trainer.h"
+
+namespace loom::cli {
+
+int train_command(const Argv& argv) {
+  const auto args = parse_args(argv, {}, {}, 1, "loom train CONFIG [--set key.path=value ...]");
+  Config config = load_config(args.positional[0], args.sets);
+  install_stop_signal_handlers();
+  Trainer trainer(std::move(config));
+  const auto state = trainer.run();
+  spdlog::info("done: step {}, {} tokens, run dir {}", state.step, state.tokens, trainer.config().run.dir);
+  return 0;
+}
+
+}  // namespace loom::cli

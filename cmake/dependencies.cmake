@@ -1,0 +1,40 @@
+# Finds loom's fixed stack and exposes it as one interface target, loom_deps.
+# LibTorch: any install through Torch_DIR, else the one inside the python3 `torch` wheel.
+if(NOT Torch_DIR)
+  execute_process(
+    COMMAND python3 -c "import torch; print(torch.utils.cmake_prefix_path)"
+    OUTPUT_VARIABLE torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+    RESULT_VARIABLE torch_found)
+  if(NOT torch_found EQUAL 0)
+    message(FATAL_ERROR "LibTorch not found: run scripts/setup.sh (installs the pinned torch wheel) "
+                        "or pass -DTorch_DIR=/path/to/libtorch/share/cmake/Torch")
+  endif()
+  list(APPEND CMAKE_PREFIX_PATH "${torch_prefix}")
+endif()
+# The wheel is a CUDA build: its CMake config looks for the CUDA toolkit (present here, no GPU needed).
+set(TORCH_CUDA_ARCH_LIST "9.0" CACHE STRING "CUDA arches for LibTorch's CMake config")
+find_package(Torch REQUIRED)
+find_package(MPI REQUIRED COMPONENTS C)
+find_package(yaml-cpp REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+
+add_library(loom_deps INTERFACE)
+target_link_libraries(loom_deps INTERFACE
+  ${TORCH_LIBRARIES} MPI::MPI_C yaml-cpp spdlog::spdlog nlohmann_json::nlohmann_json PkgConfig::SENTENCEPIECE)
+# LibTorch's include dir carries its own (newer) fmt, which spdlog (built against Debian's fmt) cannot use.
+# A directory holding only a link to the system fmt goes first on the include path, so <fmt/...> is
+# Debian's everywhere; LibTorch's public headers that loom includes do not need fmt.
+find_package(fmt REQUIRED)
+get_target_property(fmt_include_dir fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/fmt-first)
+file(CREATE_LINK ${fmt_include_dir}/fmt ${CMAKE_BINARY_DIR}/fmt-first/fmt SYMBOLIC)
+target_include_directories(loom_deps SYSTEM BEFORE INTERFACE ${CMAKE_BINARY_DIR}/fmt-first)
+# LibTorch's headers are not ours: keep -Wall -Wextra for loom's code only.
+target_include_directories(loom_deps SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
+  set(LOOM_CUDA ON)
+  target_compile_definitions(loom_deps INTERFACE LOOM_CUDA=1)
+endif()

@@ -1,0 +1,227 @@
+// YAML -> Config: typed conversion, unknown-key detection, --set overrides, validation and dumping.
+#include "core/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "core/config_fields.h"
+#include "core/error.h"
+
+namespace loom {
+namespace {
+
+std::string describe(const YAML::Node& node) {
+  if (!node || node.IsNull()) return "nothing";
+  if (node.IsScalar()) return "'" + node.Scalar() + "'";
+  return node.IsSequence() ? "a list" : "a mapping";
+}
+
+[[noreturn]] void type_error(const std::string& where, const std::string& key, const std::string& expected,
+                             const YAML::Node& node) {
+  throw ConfigError(where + ": " + key + ": expected " + expected + ", got " + describe(node));
+}
+
+// One overload per field type; `where` and `key` only serve the error message.
+void assign(const YAML::Node& node, int64_t& out, const std::string& where, const std::string& key) {
+  if (!node.IsScalar()) type_error(where, key, "an integer", node);
+  const std::string& s = node.Scalar();
+  size_t used = 0;
+  try {
+    out = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != s.size()) type_error(where, key, "an integer", node);
+}
+
+void assign(const YAML::Node& node, double& out, const std::string& where, const std::string& key) {
+  if (!node.IsScalar()) type_error(where, key, "a number", node);
+  const std::string& s = node.Scalar();
+  size_t used = 0;
+  try {
+    out = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != s.size() || !std::isfinite(out)) type_error(where, key, "a finite number", node);
+}
+
+void assign(const YAML::Node& node, bool& out, const std::string& where, const std::string& key) {
+  if (!node.IsScalar()) type_error(where, key, "true or false", node);
+  const std::string& s = node.Scalar();
+  if (s == "true" || s == "True" || s == "yes") {
+    out = true;
+  } else if (s == "false" || s == "False" || s == "no") {
+    out = false;
+  } else {
+    type_error(where, key, "true or false", node);
+  }
+}
+
+void assign(const YAML::Node& node, std::string& out, const std::string& where, const std::string& key) {
+  if (!node.IsScalar()) type_error(where, key, "a string", node);
+  out = node.Scalar();
+}
+
+void assign(const YAML::Node& node, std::vector<double>& out, const std::string& where, const std::string& key) {
+  if (!node.IsSequence()) type_error(where, key, "a list of numbers", node);
+  std::vector<double> values;
+  for (const auto& item : node) {
+    double v = 0;
+    assign(item, v, where, key + "[" + std::to_string(values.size()) + "]");
+    values.push_back(v);
+  }
+  out = values;
+}
+
+YAML::Node to_node(int64_t v) { return YAML::Node(v); }
+YAML::Node to_node(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  return YAML::Node(s.str());
+}
+YAML::Node to_node(bool v) { return YAML::Node(v); }
+YAML::Node to_node(const std::string& v) { return YAML::Node(v); }
+YAML::Node to_node(const std::vector<double>& v) {
+  YAML::Node seq(YAML::NodeType::Sequence);
+  for (double x : v) seq.push_back(to_node(x));
+  seq.SetStyle(YAML::EmitterStyle::Flow);
+  return seq;
+}
+
+using Setter = std::function<void(const YAML::Node&, const std::string& where)>;
+
+std::map<std::string, Setter> setters(Config& config) {
+  std::map<std::string, Setter> out;
+  visit_fields(config, [&](const char* key, auto& member, const char*) {
+    out[key] = [&member, key](const YAML::Node& node, const std::string& where) { assign(node, member, where, key); };
+  });
+  return out;
+}
+
+std::string line_of(const std::string& name, const YAML::Node& node) {
+  return name + ":" + std::to_string(node.Mark().line + 1);
+}
+
+// Keys the user may have meant, for "unknown key" messages.
+std::string suggestion(const std::map<std::string, Setter>& known, const std::string& key) {
+  const std::string section = key.substr(0, key.find('.') + 1);
+  std::string keys;
+  for (const auto& [k, _] : known)
+    if (k.rfind(section, 0) == 0) keys += (keys.empty() ? "" : ", ") + k;
+  return keys.empty() ? "" : " (known keys: " + keys + ")";
+}
+
+void apply_yaml(Config& config, const YAML::Node& root, const std::string& name) {
+  if (!root || root.IsNull()) return;
+  if (!root.IsMap()) throw ConfigError(line_of(name, root) + ": the config must be a mapping of sections");
+  auto known = setters(config);
+  for (const auto& section : root) {
+    const std::string section_name = section.first.as<std::string>();
+    if (!section.second.IsMap()) {
+      bool is_section = false;
+      for (const auto& [k, _] : known) is_section |= k.rfind(section_name + ".", 0) == 0;
+      throw ConfigError(line_of(name, section.first) + ": " + section_name +
+                        (is_section ? ": expected a mapping of keys, got " + describe(section.second)
+                                    : ": unknown section (sections: run, model, data, tokenizer, optim, schedule, "
+                                      "train, precision, parallel, checkpoint, runtime)"));
+    }
+    for (const auto& entry : section.second) {
+      const std::string key = section_name + "." + entry.first.as<std::string>();
+      const std::string where = line_of(name, entry.first);
+      auto it = known.find(key);
+      if (it == known.end()) throw ConfigError(where + ": " + key + ": unknown key" + suggestion(known, key));
+      it->second(entry.second, where);
+      config.origin[key] = where;
+    }
+  }
+}
+
+void apply_override(Config& config, const std::string& assignment) {
+  const std::string where = "--set " + assignment;
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) throw ConfigError(where + ": expected --set key.path=value");
+  const std::string key = assignment.substr(0, eq);
+  auto known = setters(config);
+  auto it = known.find(key);
+  if (it == known.end()) throw ConfigError(where + ": " + key + ": unknown key" + suggestion(known, key));
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(where + ": " + key + ": cannot parse the value: " + e.msg);
+  }
+  it->second(value, where);
+  config.origin[key] = where;
+}
+
+}  // namespace
+
+std::string Config::where(const std::string& key_path) const {
+  auto it = origin.find(key_path);
+  return it == origin.end() ? "(default)" : it->second;
+}
+
+int64_t Config::micro_batch_size(int64_t dp) const {
+  return train.micro_batch_size > 0 ? train.micro_batch_size : train.batch_size / dp;
+}
+
+int64_t Config::accumulation_steps(int64_t dp) const { return train.batch_size / (micro_batch_size(dp) * dp); }
+
+int64_t Config::schedule_total_steps() const {
+  return schedule.total_steps > 0 ? schedule.total_steps : train.max_steps;
+}
+
+Config parse_config(const std::string& yaml_text, const std::string& name, const std::vector<std::string>& overrides) {
+  Config config;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(name + ":" + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg);
+  }
+  apply_yaml(config, root, name);
+  for (const auto& o : overrides) apply_override(config, o);
+  validate(config);
+  return config;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open the config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path, overrides);
+}
+
+std::string to_yaml(const Config& config) {
+  YAML::Node root(YAML::NodeType::Map);
+  visit_fields(const_cast<Config&>(config), [&](const char* key, auto& member, const char*) {
+    const std::string k = key;
+    const auto dot = k.find('.');
+    root[k.substr(0, dot)][k.substr(dot + 1)] = to_node(member);
+  });
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string config_reference_markdown() {
+  Config defaults;
+  std::ostringstream out;
+  out << "| key | default | meaning |\n|---|---|---|\n";
+  visit_fields(defaults, [&](const char* key, auto& member, const char* doc) {
+    YAML::Emitter e;
+    e << to_node(member);
+    std::string value = e.c_str();
+    if (value.empty() || value == "\"\"" || value == "''") value = "(empty)";
+    out << "| `" << key << "` | `" << value << "` | " << doc << " |\n";
+  });
+  return out.str();
+}
+
+}  // namespace loom

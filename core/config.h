@@ -1,0 +1,126 @@
+// The run configuration: typed structs parsed once from YAML (+ `--set key.path=value` overrides) and
+// validated. Only core/config* reads YAML; everything else takes these structs. Every key, its default
+// and its meaning is declared once, in visit_fields() (config_fields.h), which drives parsing, dumping,
+// overrides and the README's config reference alike.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+struct RunConfig {
+  std::string dir = "runs/default";
+  int64_t seed = 1234;
+};
+
+struct ModelConfig {
+  std::string arch = "gpt";
+  int64_t vocab_size = 0;  // 0: taken from the tokenizer
+  int64_t d_model = 256;
+  int64_t n_layers = 4;
+  int64_t n_heads = 4;
+  int64_t d_ff = 0;  // 0: 4 * d_model
+  int64_t max_seq_len = 256;
+  double dropout = 0.1;
+  bool tie_embeddings = true;
+  double init_std = 0.02;
+
+  int64_t ffn_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
+};
+
+struct DataConfig {
+  std::string train;
+  std::string valid;
+  int64_t seq_len = 128;
+};
+
+struct TokenizerConfig {
+  std::string model;
+};
+
+struct OptimConfig {
+  double lr = 3e-4;
+  std::vector<double> betas = {0.9, 0.95};
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  double label_smoothing = 0.0;
+};
+
+struct ScheduleConfig {
+  std::string name = "warmup_cosine";
+  int64_t warmup_steps = 100;
+  double min_lr = 0.0;
+  int64_t total_steps = 0;  // 0: train.max_steps
+  double decay_fraction = 0.2;
+};
+
+struct TrainConfig {
+  int64_t max_steps = 1000;
+  int64_t batch_size = 32;
+  int64_t micro_batch_size = 0;  // 0: batch_size / dp
+  int64_t log_every = 10;
+  int64_t eval_every = 100;
+  int64_t eval_batches = 20;
+};
+
+struct PrecisionConfig {
+  std::string dtype = "fp32";
+};
+
+struct ParallelConfig {
+  int64_t dp = 1;  // -1: world / (tp * pp)
+  int64_t tp = 1;
+  int64_t pp = 1;
+};
+
+struct CheckpointConfig {
+  int64_t every = 100;
+  int64_t keep = 3;
+};
+
+struct RuntimeConfig {
+  int64_t threads = 0;  // 0: all cores of this rank
+  std::string device = "cpu";
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  TokenizerConfig tokenizer;
+  OptimConfig optim;
+  ScheduleConfig schedule;
+  TrainConfig train;
+  PrecisionConfig precision;
+  ParallelConfig parallel;
+  CheckpointConfig checkpoint;
+  RuntimeConfig runtime;
+
+  // Where each key that was set came from ("configs/x.yaml:12" or "--set"), for error messages.
+  std::map<std::string, std::string> origin;
+  std::string where(const std::string& key_path) const;
+
+  int64_t micro_batch_size(int64_t dp) const;
+  int64_t accumulation_steps(int64_t dp) const;
+  int64_t schedule_total_steps() const;
+};
+
+// Parses YAML text (name is used in messages) and applies overrides ("a.b=value"), then validates.
+// Throws ConfigError naming file:line (or the --set) and the key path.
+Config parse_config(const std::string& yaml_text, const std::string& name,
+                    const std::vector<std::string>& overrides = {});
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Checks ranges and cross-key constraints; parse_config calls it. Throws ConfigError.
+void validate(const Config& config);
+
+// The resolved config as YAML, every key present: what RUN_DIR/config.yaml holds.
+std::string to_yaml(const Config& config);
+
+// Markdown table of every key, its default and its meaning (the README's reference).
+std::string config_reference_markdown();
+
+}  // namespace loom

@@ -1,0 +1,63 @@
+// The single declaration of every config key: its path, the member it binds to and what it means.
+// Parsing, dumping, --set overrides and the reference table are all driven by this one list.
+#pragma once
+#include "core/config.h"
+
+namespace loom {
+
+template <class Visitor>
+void visit_fields(Config& c, Visitor&& v) {
+  v("run.dir", c.run.dir, "Run directory: resolved config, metrics.jsonl, checkpoints/. Training again with the same dir resumes.");
+  v("run.seed", c.run.seed, "Seed for initialization, data sampling and dropout.");
+
+  v("model.arch", c.model.arch, "Model family: `gpt` (decoder-only, pre-LN, learned positions, GELU MLP).");
+  v("model.vocab_size", c.model.vocab_size, "Vocabulary size; 0 takes the tokenizer's.");
+  v("model.d_model", c.model.d_model, "Hidden size.");
+  v("model.n_layers", c.model.n_layers, "Number of Transformer blocks.");
+  v("model.n_heads", c.model.n_heads, "Attention heads; must divide d_model.");
+  v("model.d_ff", c.model.d_ff, "MLP inner size; 0 means 4 * d_model.");
+  v("model.max_seq_len", c.model.max_seq_len, "Longest sequence the position table holds (training and generation).");
+  v("model.dropout", c.model.dropout, "Dropout on embeddings, attention probabilities and residual branches.");
+  v("model.tie_embeddings", c.model.tie_embeddings, "Share the token embedding with the output projection.");
+  v("model.init_std", c.model.init_std, "Std of the normal weight init; residual projections use init_std / sqrt(2 * n_layers).");
+
+  v("data.train", c.data.train, "Training token file (made by scripts/prepare_kjv.sh or `loom tokenize`).");
+  v("data.valid", c.data.valid, "Validation token file; empty disables evaluation.");
+  v("data.seq_len", c.data.seq_len, "Tokens per training sequence (windows of seq_len + 1).");
+
+  v("tokenizer.model", c.tokenizer.model, "SentencePiece model the token files were made with (checked by checksum).");
+
+  v("optim.lr", c.optim.lr, "Peak learning rate (for inverse_sqrt: the scale of the Noam formula).");
+  v("optim.betas", c.optim.betas, "AdamW betas [beta1, beta2].");
+  v("optim.eps", c.optim.eps, "AdamW epsilon.");
+  v("optim.weight_decay", c.optim.weight_decay, "Decoupled weight decay on matrices and embeddings (never on biases or norm gains).");
+  v("optim.grad_clip", c.optim.grad_clip, "Global gradient-norm clipping threshold; 0 disables.");
+  v("optim.label_smoothing", c.optim.label_smoothing, "Label smoothing of the cross-entropy loss.");
+
+  v("schedule.name", c.schedule.name, "`warmup_cosine`, `inverse_sqrt`, `constant`, `linear` or `wsd` (warmup-stable-decay).");
+  v("schedule.warmup_steps", c.schedule.warmup_steps, "Linear warmup steps.");
+  v("schedule.min_lr", c.schedule.min_lr, "Final learning rate of cosine, linear and wsd decay.");
+  v("schedule.total_steps", c.schedule.total_steps, "Horizon of the decay; 0 means train.max_steps.");
+  v("schedule.decay_fraction", c.schedule.decay_fraction, "wsd: fraction of total_steps spent decaying at the end.");
+
+  v("train.max_steps", c.train.max_steps, "Optimizer steps to train for (raise it to extend a finished run).");
+  v("train.batch_size", c.train.batch_size, "Global sequences per optimizer step.");
+  v("train.micro_batch_size", c.train.micro_batch_size, "Sequences per forward/backward; batch_size / (micro_batch_size * dp) micro-batches are accumulated. 0: batch_size / dp.");
+  v("train.log_every", c.train.log_every, "Steps between progress lines and metrics rows.");
+  v("train.eval_every", c.train.eval_every, "Steps between validation passes; 0 evaluates only at the end.");
+  v("train.eval_batches", c.train.eval_batches, "Micro-batches per validation pass.");
+
+  v("precision.dtype", c.precision.dtype, "`fp32`, or `bf16` autocast (fp32 master weights). `fp16` needs loss scaling and is not available yet.");
+
+  v("parallel.dp", c.parallel.dp, "Data-parallel size; -1 means world / (tp * pp).");
+  v("parallel.tp", c.parallel.tp, "Tensor-parallel size.");
+  v("parallel.pp", c.parallel.pp, "Pipeline-parallel size.");
+
+  v("checkpoint.every", c.checkpoint.every, "Steps between checkpoints (one is always written at the end); 0: only at the end.");
+  v("checkpoint.keep", c.checkpoint.keep, "Newest checkpoints kept on disk.");
+
+  v("runtime.threads", c.runtime.threads, "CPU threads for this rank; 0 means all cores (divided among local ranks).");
+  v("runtime.device", c.runtime.device, "`cpu` or `cuda`.");
+}
+
+}  // namespace loom

@@ -1,0 +1,118 @@
+// Range and cross-key checks of a parsed Config. Every message names the key, and where it was set.
+#include <set>
+#include <sstream>
+
+#include "core/config.h"
+#include "core/error.h"
+
+namespace loom {
+namespace {
+
+class Checker {
+ public:
+  explicit Checker(const Config& c) : c_(c) {}
+
+  template <class... Args>
+  void require(bool ok, const std::string& key, const Args&... what) {
+    if (ok) return;
+    std::ostringstream line;
+    line << c_.where(key) << ": " << key << ": ";
+    (line << ... << what);
+    problems_.push_back(line.str());
+  }
+
+  void finish() const {
+    if (problems_.empty()) return;
+    std::string all;
+    for (const auto& p : problems_) all += (all.empty() ? "" : "\n") + p;
+    throw ConfigError(all);
+  }
+
+ private:
+  const Config& c_;
+  std::vector<std::string> problems_;
+};
+
+bool one_of(const std::string& value, const std::set<std::string>& choices) { return choices.count(value) > 0; }
+
+}  // namespace
+
+void validate(const Config& c) {
+  Checker check(c);
+  const auto& m = c.model;
+  check.require(!c.run.dir.empty(), "run.dir", "must not be empty");
+  check.require(c.run.seed >= 0, "run.seed", c.run.seed, " must be >= 0");
+
+  check.require(m.arch == "gpt", "model.arch", "'", m.arch, "' is not a model family loom knows (gpt)");
+  check.require(m.vocab_size >= 0, "model.vocab_size", m.vocab_size, " must be >= 0 (0: the tokenizer's)");
+  check.require(m.d_model > 0, "model.d_model", m.d_model, " must be > 0");
+  check.require(m.n_layers > 0, "model.n_layers", m.n_layers, " must be > 0");
+  check.require(m.n_heads > 0, "model.n_heads", m.n_heads, " must be > 0");
+  if (m.n_heads > 0 && m.d_model > 0)
+    check.require(m.d_model % m.n_heads == 0, "model.n_heads", m.n_heads, " does not divide model.d_model=", m.d_model);
+  check.require(m.d_ff >= 0, "model.d_ff", m.d_ff, " must be >= 0 (0: 4 * d_model)");
+  check.require(m.max_seq_len > 0, "model.max_seq_len", m.max_seq_len, " must be > 0");
+  check.require(m.dropout >= 0 && m.dropout < 1, "model.dropout", m.dropout, " must be in [0, 1)");
+  check.require(m.init_std > 0, "model.init_std", m.init_std, " must be > 0");
+  const int64_t sizes[] = {m.vocab_size, m.d_model, m.n_layers, m.d_ff, m.max_seq_len};
+  for (int64_t s : sizes) check.require(s <= (int64_t{1} << 24), "model", "a size of ", s, " is beyond what loom builds");
+
+  check.require(c.data.seq_len > 0, "data.seq_len", c.data.seq_len, " must be > 0");
+  check.require(c.data.seq_len <= m.max_seq_len, "data.seq_len", c.data.seq_len,
+                " exceeds model.max_seq_len=", m.max_seq_len);
+
+  const auto& o = c.optim;
+  check.require(o.lr > 0, "optim.lr", o.lr, " must be > 0");
+  check.require(o.betas.size() == 2, "optim.betas", "expected two values [beta1, beta2], got ", o.betas.size());
+  for (double b : o.betas) check.require(b >= 0 && b < 1, "optim.betas", b, " must be in [0, 1)");
+  check.require(o.eps > 0, "optim.eps", o.eps, " must be > 0");
+  check.require(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, " must be >= 0");
+  check.require(o.grad_clip >= 0, "optim.grad_clip", o.grad_clip, " must be >= 0 (0 disables clipping)");
+  check.require(o.label_smoothing >= 0 && o.label_smoothing < 1, "optim.label_smoothing", o.label_smoothing,
+                " must be in [0, 1)");
+
+  const auto& s = c.schedule;
+  check.require(one_of(s.name, {"warmup_cosine", "inverse_sqrt", "constant", "linear", "wsd"}), "schedule.name", "'",
+                s.name, "' is not one of warmup_cosine, inverse_sqrt, constant, linear, wsd");
+  check.require(s.warmup_steps >= 0, "schedule.warmup_steps", s.warmup_steps, " must be >= 0");
+  check.require(s.name != "inverse_sqrt" || s.warmup_steps > 0, "schedule.warmup_steps",
+                "inverse_sqrt needs warmup_steps > 0");
+  check.require(s.min_lr >= 0 && s.min_lr <= o.lr, "schedule.min_lr", s.min_lr, " must be in [0, optim.lr=", o.lr, "]");
+  check.require(s.total_steps >= 0, "schedule.total_steps", s.total_steps, " must be >= 0 (0: train.max_steps)");
+  check.require(s.decay_fraction > 0 && s.decay_fraction <= 1, "schedule.decay_fraction", s.decay_fraction,
+                " must be in (0, 1]");
+
+  const auto& t = c.train;
+  const auto& p = c.parallel;
+  check.require(t.max_steps > 0, "train.max_steps", t.max_steps, " must be > 0");
+  check.require(t.batch_size > 0, "train.batch_size", t.batch_size, " must be > 0");
+  check.require(t.micro_batch_size >= 0, "train.micro_batch_size", t.micro_batch_size, " must be >= 0");
+  check.require(t.log_every > 0, "train.log_every", t.log_every, " must be > 0");
+  check.require(t.eval_every >= 0, "train.eval_every", t.eval_every, " must be >= 0");
+  check.require(t.eval_batches >= 0, "train.eval_batches", t.eval_batches, " must be >= 0");
+  check.require(p.dp >= 1 || p.dp == -1, "parallel.dp", p.dp, " must be >= 1, or -1 for world / (tp * pp)");
+  check.require(p.tp >= 1, "parallel.tp", p.tp, " must be >= 1");
+  check.require(p.pp >= 1, "parallel.pp", p.pp, " must be >= 1");
+  if (p.tp >= 1 && m.n_heads > 0)
+    check.require(m.n_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_heads=", m.n_heads);
+  if (p.pp >= 1 && m.n_layers > 0)
+    check.require(p.pp <= m.n_layers, "parallel.pp", p.pp, " exceeds model.n_layers=", m.n_layers);
+  if (p.dp >= 1 && t.batch_size > 0 && t.micro_batch_size >= 0) {
+    const int64_t micro = c.micro_batch_size(p.dp);
+    check.require(micro > 0 && t.batch_size % (micro * p.dp) == 0, "train.batch_size", t.batch_size,
+                  " must be a multiple of train.micro_batch_size * parallel.dp = ", micro, " * ", p.dp);
+  }
+
+  check.require(one_of(c.precision.dtype, {"fp32", "bf16", "fp16"}), "precision.dtype", "'", c.precision.dtype,
+                "' is not one of fp32, bf16, fp16");
+  check.require(c.precision.dtype != "fp16", "precision.dtype",
+                "fp16 training needs dynamic loss scaling, which loom does not have yet: use bf16");
+  check.require(c.checkpoint.every >= 0, "checkpoint.every", c.checkpoint.every, " must be >= 0");
+  check.require(c.checkpoint.keep >= 1, "checkpoint.keep", c.checkpoint.keep, " must be >= 1");
+  check.require(c.runtime.threads >= 0, "runtime.threads", c.runtime.threads, " must be >= 0 (0: all cores)");
+  check.require(one_of(c.runtime.device, {"cpu", "cuda"}), "runtime.device", "'", c.runtime.device,
+                "' is not one of cpu, cuda");
+  check.finish();
+}
+
+}  // namespace loom

@@ -1,0 +1,15 @@
+#include "core/logging.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+
+namespace loom {
+
+void init_logging(int rank, int world_size, bool verbose) {
+  auto logger = spdlog::stderr_color_mt("loom");
+  const std::string tag = world_size > 1 ? "[rank " + std::to_string(rank) + "] " : "";
+  logger->set_pattern("%^[%H:%M:%S %L]%$ " + tag + "%v");
+  logger->set_level(verbose ? spdlog::level::debug : (rank == 0 ? spdlog::level::info : spdlog::level::warn));
+  spdlog::set_default_logger(logger);
+}
+
+}  // namespace loom

@@ -1,0 +1,9 @@
+// spdlog set-up: rank 0 logs at info, other ranks only warnings and errors, every line tagged with the rank.
+#pragma once
+#include <spdlog/spdlog.h>
+
+namespace loom {
+
+void init_logging(int rank = 0, int world_size = 1, bool verbose = false);
+
+}  // namespace loom

@@ -1,0 +1,176 @@
+#include "train/checkpoint.h"
+
+#include <spdlog/spdlog.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace loom {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr int kFormat = 1;
+
+std::string shard_name(const Mesh& mesh) { return "shard-" + mesh.coords_name() + ".pt"; }
+
+bool is_step_name(const std::string& name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::vector<int64_t> step_dirs(const fs::path& run_dir) {
+  std::vector<int64_t> steps;
+  const auto root = run_dir / "checkpoints";
+  if (!fs::is_directory(root)) return steps;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const auto name = entry.path().filename().string();
+    if (entry.is_directory() && is_step_name(name)) steps.push_back(std::stoll(name));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+torch::Tensor scalar(int64_t v) { return torch::tensor({v}, torch::kLong); }
+
+}  // namespace
+
+fs::path checkpoint_dir(const fs::path& run_dir, int64_t step) {
+  return run_dir / "checkpoints" / std::to_string(step);
+}
+
+void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& mesh, const CheckpointParts& parts,
+                     const TrainState& state) {
+  const auto final_dir = checkpoint_dir(run_dir, state.step);
+  const auto tmp_dir = run_dir / "checkpoints" / (".tmp-" + std::to_string(state.step));
+  fs::remove_all(tmp_dir);
+  fs::create_directories(tmp_dir);
+  try {
+    torch::serialize::OutputArchive shard;
+    torch::serialize::OutputArchive model_archive;
+    parts.model.save(model_archive);
+    shard.write("model", model_archive);
+    if (parts.optimizer != nullptr) {
+      torch::serialize::OutputArchive optimizer_archive;
+      parts.optimizer->save(optimizer_archive);
+      shard.write("optimizer", optimizer_archive);
+    }
+    shard.write("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+    shard.write("state.step", scalar(state.step));
+    shard.write("state.tokens", scalar(state.tokens));
+    shard.write("state.elapsed_s", torch::tensor({state.elapsed_s}, torch::kDouble));
+    const auto shard_path = tmp_dir / shard_name(mesh);
+    shard.save_to(shard_path.string());
+    fsync_path(shard_path);
+    write_file_atomic(tmp_dir / "config.yaml", to_yaml(config));
+
+    nlohmann::json manifest;
+    manifest["format"] = kFormat;
+    manifest["step"] = state.step;
+    manifest["tokens"] = state.tokens;
+    manifest["layout"] = {{"dp", mesh.dp()}, {"tp", mesh.tp()}, {"pp", mesh.pp()}};
+    for (const auto& entry : fs::directory_iterator(tmp_dir)) {
+      const auto name = entry.path().filename().string();
+      manifest["files"][name] = {{"bytes", fs::file_size(entry.path())}, {"crc32", crc32_file(entry.path())}};
+    }
+    write_file_atomic(tmp_dir / kManifest, manifest.dump(2) + "\n");
+    fsync_path(tmp_dir);
+    fs::remove_all(final_dir);  // a broken directory of the same step, from an earlier crash
+    fs::rename(tmp_dir, final_dir);
+    fsync_path(final_dir.parent_path());
+  } catch (const std::exception& e) {
+    std::error_code ignored;
+    fs::remove_all(tmp_dir, ignored);
+    throw Error("cannot write checkpoint " + final_dir.string() + " (previous checkpoints are untouched): " + e.what());
+  }
+}
+
+std::optional<std::string> checkpoint_problem(const fs::path& dir) {
+  const auto manifest_path = dir / kManifest;
+  if (!fs::is_regular_file(manifest_path)) return "no " + std::string(kManifest);
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_file(manifest_path));
+    for (const auto& [name, info] : manifest.at("files").items()) {
+      const auto path = dir / name;
+      if (!fs::is_regular_file(path)) return name + " is missing";
+      if (fs::file_size(path) != info.at("bytes").get<uint64_t>()) return name + " has the wrong size";
+      if (crc32_file(path) != info.at("crc32").get<uint32_t>()) return name + " fails its checksum";
+    }
+  } catch (const std::exception& e) {
+    return std::string(kManifest) + " is unreadable: " + e.what();
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> latest_checkpoint(const fs::path& run_dir) {
+  auto steps = step_dirs(run_dir);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const auto dir = checkpoint_dir(run_dir, *it);
+    if (auto problem = checkpoint_problem(dir)) {
+      spdlog::warn("skipping checkpoint {}: {}", dir.string(), *problem);
+      continue;
+    }
+    return *it;
+  }
+  return std::nullopt;
+}
+
+TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& mesh, const CheckpointParts& parts,
+                           bool restore_rng) {
+  const auto dir = checkpoint_dir(run_dir, step);
+  if (auto problem = checkpoint_problem(dir)) throw Error("checkpoint " + dir.string() + ": " + *problem);
+  const auto manifest = nlohmann::json::parse(read_file(dir / kManifest));
+  const auto& layout = manifest.at("layout");
+  if (layout.at("dp") != mesh.dp() || layout.at("tp") != mesh.tp() || layout.at("pp") != mesh.pp())
+    throw Error("checkpoint " + dir.string() + " was written with layout " + layout.dump() +
+                " and cannot be loaded into dp=" + std::to_string(mesh.dp()) + " tp=" + std::to_string(mesh.tp()) +
+                " pp=" + std::to_string(mesh.pp()) + " (resharding is not available yet)");
+  const auto shard_path = dir / shard_name(mesh);
+  torch::serialize::InputArchive shard;
+  try {
+    shard.load_from(shard_path.string());
+    torch::serialize::InputArchive model_archive;
+    shard.read("model", model_archive);
+    parts.model.load(model_archive);
+    if (parts.optimizer != nullptr) {
+      torch::serialize::InputArchive optimizer_archive;
+      shard.read("optimizer", optimizer_archive);
+      parts.optimizer->load(optimizer_archive);
+    }
+  } catch (const c10::Error& e) {
+    throw Error(shard_path.string() + " does not fit this model (was the config changed?): " + e.what_without_backtrace());
+  }
+  torch::Tensor t;
+  TrainState state;
+  shard.read("state.step", t);
+  state.step = t.item<int64_t>();
+  shard.read("state.tokens", t);
+  state.tokens = t.item<int64_t>();
+  shard.read("state.elapsed_s", t);
+  state.elapsed_s = t.item<double>();
+  if (restore_rng) {
+    shard.read("rng.cpu", t);
+    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global generator
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(t);
+  }
+  return state;
+}
+
+void prune_checkpoints(const fs::path& run_dir, int64_t keep) {
+  const auto root = run_dir / "checkpoints";
+  if (!fs::is_directory(root)) return;
+  for (const auto& entry : fs::directory_iterator(root))
+    if (entry.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(entry.path());
+  auto steps = step_dirs(run_dir);
+  std::vector<int64_t> complete;
+  for (int64_t s : steps)
+    if (!checkpoint_problem(checkpoint_dir(run_dir, s))) complete.push_back(s);
+  const int64_t excess = static_cast<int64_t>(complete.size()) - keep;
+  for (int64_t i = 0; i < excess; ++i) fs::remove_all(checkpoint_dir(run_dir, complete[i]));
+}
+
+}  // namespace loom

@@ -1,0 +1,46 @@
+// Checkpoints: RUN_DIR/checkpoints/<step>/ holding one shard per rank (named by its mesh coordinates:
+// model, optimizer, RNG states, counters), the resolved config and manifest.json (step, tokens,
+// layout, size and CRC-32 of every file). Written under a temporary name, fsynced, then renamed: a
+// directory named by a step with a manifest whose checksums match is complete, anything else is not.
+#pragma once
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <optional>
+
+#include "core/config.h"
+#include "parallel/mesh.h"
+
+namespace loom {
+
+// Counters that travel with a checkpoint.
+struct TrainState {
+  int64_t step = 0;    // optimizer steps taken
+  int64_t tokens = 0;  // training tokens consumed
+  double elapsed_s = 0;
+};
+
+struct CheckpointParts {
+  torch::nn::Module& model;
+  torch::optim::Optimizer* optimizer = nullptr;  // null for inference-only loads
+};
+
+std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir, int64_t step);
+
+void save_checkpoint(const std::filesystem::path& run_dir, const Config& config, const Mesh& mesh,
+                     const CheckpointParts& parts, const TrainState& state);
+
+// Checks the manifest and every checksum; returns the reason it is not loadable, or nothing if it is.
+std::optional<std::string> checkpoint_problem(const std::filesystem::path& dir);
+
+// Newest complete checkpoint; broken ones are skipped with a warning naming the problem.
+std::optional<int64_t> latest_checkpoint(const std::filesystem::path& run_dir);
+
+// Restores model (and optimizer, RNG state if given) from this rank's shard; returns the counters.
+TrainState load_checkpoint(const std::filesystem::path& run_dir, int64_t step, const Mesh& mesh,
+                           const CheckpointParts& parts, bool restore_rng = true);
+
+// Deletes all but the newest `keep` complete checkpoints and any leftover temporary directories.
+void prune_checkpoints(const std::filesystem::path& run_dir, int64_t keep);
+
+}  // namespace loom

@@ -1,0 +1,26 @@
+#include "train/inference.h"
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "train/runtime.h"
+
+namespace loom {
+
+LoadedModel load_trained_model(const std::filesystem::path& run_dir, std::optional<int64_t> step) {
+  const auto config_path = run_dir / "config.yaml";
+  LOOM_CHECK(std::filesystem::is_regular_file(config_path), run_dir.string(),
+             " is not a loom run directory (no config.yaml): pass the run.dir of a `loom train` run");
+  LoadedModel loaded;
+  loaded.config = load_config(config_path.string());
+  if (!step) step = latest_checkpoint(run_dir);
+  LOOM_CHECK(step.has_value(), run_dir.string(), " has no complete checkpoint yet");
+  configure_threads(loaded.config.runtime);
+  loaded.model = Gpt(loaded.config.model);
+  loaded.model->to(runtime_device(loaded.config.runtime));
+  const Mesh mesh(loaded.config, 1, 0);
+  load_checkpoint(run_dir, *step, mesh, {*loaded.model, nullptr}, /*restore_rng=*/false);
+  loaded.step = *step;
+  return loaded;
+}
+
+}  // namespace loom

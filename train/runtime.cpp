@@ -1,0 +1,45 @@
+#include "train/runtime.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "core/error.h"
+
+namespace loom {
+
+int64_t configure_threads(const RuntimeConfig& runtime) {
+  int64_t threads = runtime.threads;
+  if (threads == 0) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int64_t local_ranks = local != nullptr ? std::max(1L, std::atol(local)) : 1;
+    threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / local_ranks);
+  }
+  torch::set_num_threads(static_cast<int>(threads));
+  return threads;
+}
+
+torch::Device runtime_device(const RuntimeConfig& runtime) {
+  if (runtime.device == "cuda") {
+    LOOM_CHECK(torch::cuda::is_available(), "runtime.device=cuda but no CUDA device is visible; use runtime.device=cpu");
+    return torch::Device(torch::kCUDA);
+  }
+  return torch::Device(torch::kCPU);
+}
+
+AutocastGuard::AutocastGuard(const PrecisionConfig& precision, torch::Device device)
+    : enabled_(precision.dtype == "bf16"), device_type_(device.type()) {
+  if (!enabled_) return;
+  was_enabled_ = at::autocast::is_autocast_enabled(device_type_);
+  at::autocast::set_autocast_dtype(device_type_, at::kBFloat16);
+  at::autocast::set_autocast_enabled(device_type_, true);
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!enabled_) return;
+  at::autocast::set_autocast_enabled(device_type_, was_enabled_);
+  at::autocast::clear_cache();
+}
+
+}  // namespace loom

@@ -1,0 +1,28 @@
+// Process set-up shared by every command that runs a model: thread count, device, autocast.
+#pragma once
+#include <torch/torch.h>
+
+#include "core/config.h"
+
+namespace loom {
+
+// Threads for this rank: runtime.threads, or the cores divided among the ranks on this node.
+int64_t configure_threads(const RuntimeConfig& runtime);
+
+torch::Device runtime_device(const RuntimeConfig& runtime);
+
+// Enables bf16 autocast for precision.dtype=bf16 while alive (fp32 master weights stay untouched).
+class AutocastGuard {
+ public:
+  AutocastGuard(const PrecisionConfig& precision, torch::Device device);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool enabled_ = false;
+  at::DeviceType device_type_;
+  bool was_enabled_ = false;
+};
+
+}  // namespace loom

@@ -1,0 +1,183 @@
+#include "train/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/signals.h"
+#include "data/tokenizer.h"
+#include "optim/cross_entropy.h"
+#include "optim/optimizer.h"
+#include "train/runtime.h"
+
+namespace loom {
+namespace fs = std::filesystem;
+namespace {
+
+std::unique_ptr<TokenFile> open_data(const std::string& path, const std::string& key, const Config& config) {
+  if (path.empty()) return nullptr;
+  if (!fs::exists(path))
+    throw Error(config.where(key) + ": " + key + ": " + path + " does not exist (scripts/prepare_kjv.sh makes the KJV data)");
+  return std::make_unique<TokenFile>(path);
+}
+
+void check_tokenizer(const Config& config, const TokenFile& data) {
+  if (config.tokenizer.model.empty()) return;
+  const Tokenizer tokenizer(config.tokenizer.model);
+  if (tokenizer.checksum() != data.tokenizer_crc())
+    throw Error(data.path().string() + " was not made with tokenizer.model=" + config.tokenizer.model +
+                " (checksum mismatch): re-run the data preparation or point tokenizer.model at the right model");
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+void resolve_vocab(Config& config, const TokenFile& train_data) {
+  if (config.model.vocab_size == 0) config.model.vocab_size = train_data.vocab_size();
+  if (config.model.vocab_size < train_data.vocab_size())
+    throw ConfigError(config.where("model.vocab_size") + ": model.vocab_size: " +
+                      std::to_string(config.model.vocab_size) + " is smaller than the vocabulary of " +
+                      train_data.path().string() + " (" + std::to_string(train_data.vocab_size()) + ")");
+}
+
+Trainer::Trainer(Config config)
+    : config_(std::move(config)),
+      mesh_(config_, 1, 0),
+      device_(runtime_device(config_.runtime)),
+      sampler_(static_cast<uint64_t>(config_.run.seed), config_.data.seq_len),
+      schedule_(config_) {
+  const int64_t threads = configure_threads(config_.runtime);
+  if (config_.data.train.empty())
+    throw ConfigError(config_.where("data.train") + ": data.train: no training token file given");
+  train_data_ = open_data(config_.data.train, "data.train", config_);
+  valid_data_ = open_data(config_.data.valid, "data.valid", config_);
+  check_tokenizer(config_, *train_data_);
+  if (valid_data_ && valid_data_->tokenizer_crc() != train_data_->tokenizer_crc())
+    throw Error(config_.data.valid + " and " + config_.data.train + " were made with different tokenizers");
+  resolve_vocab(config_, *train_data_);
+
+  torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
+  model_ = Gpt(config_.model);
+  model_->to(device_);
+  optimizer_ = make_adamw(*model_, config_.optim);
+  spdlog::info("model: {} parameters, {} threads, {} on {}", count_parameters(config_.model), threads,
+               config_.precision.dtype, device_.str());
+}
+
+void Trainer::resume_or_start() {
+  const fs::path run_dir = config_.run.dir;
+  fs::create_directories(run_dir);
+  write_file_atomic(run_dir / "config.yaml", to_yaml(config_));
+  if (auto step = latest_checkpoint(run_dir)) {
+    state_ = load_checkpoint(run_dir, *step, mesh_, {*model_, optimizer_.get()});
+    apply_group_options(*optimizer_, config_.optim);
+    last_checkpoint_step_ = state_.step;
+    spdlog::info("resumed from {} (step {}, {} tokens)", checkpoint_dir(run_dir, *step).string(), state_.step,
+                 state_.tokens);
+  }
+  metrics_ = std::make_unique<MetricsLog>(run_dir, state_.step);
+}
+
+TrainState Trainer::run() {
+  resume_or_start();
+  const int64_t max_steps = config_.train.max_steps;
+  if (state_.step >= max_steps) {
+    spdlog::info("nothing to do: the run is at step {} and train.max_steps is {}", state_.step, max_steps);
+    return state_;
+  }
+  session_start_ = interval_start_ = std::chrono::steady_clock::now();
+  elapsed_at_start_ = state_.elapsed_s;
+  while (state_.step < max_steps) {
+    const double lr = schedule_.at(state_.step);
+    set_learning_rate(*optimizer_, lr);
+    const double loss = train_step();
+    const double grad_norm = clip_grad_norm(model_->parameters(), config_.optim.grad_clip);
+    optimizer_->step();
+    state_.step += 1;
+    state_.tokens += config_.train.batch_size * config_.data.seq_len;
+    interval_tokens_ += config_.train.batch_size * config_.data.seq_len;
+    state_.elapsed_s = elapsed_at_start_ + seconds_since(session_start_);
+
+    const bool final_step = state_.step == max_steps;
+    if (state_.step % config_.train.log_every == 0 || final_step) log_step(loss, lr, grad_norm);
+    maybe_evaluate(final_step);
+    const int64_t every = config_.checkpoint.every;
+    if (final_step || (every > 0 && state_.step % every == 0)) checkpoint();
+    if (stop_requested()) {
+      if (last_checkpoint_step_ != state_.step) checkpoint();
+      spdlog::info("stopped by signal after step {}; `loom train` with the same run.dir resumes", state_.step);
+      break;
+    }
+  }
+  return state_;
+}
+
+double Trainer::train_step() {
+  model_->train();
+  optimizer_->zero_grad();
+  const int64_t micro = config_.micro_batch_size(mesh_.dp());
+  const int64_t accumulation = config_.accumulation_steps(mesh_.dp());
+  const int64_t first = mesh_.coords().dp * micro * accumulation;  // this DP rank's slice of the global batch
+  double loss_sum = 0;
+  AutocastGuard autocast(config_.precision, device_);
+  for (int64_t m = 0; m < accumulation; ++m) {
+    auto batch = sampler_.train_batch(*train_data_, state_.step, first + m * micro, micro);
+    auto logits = model_->forward(batch.inputs.to(device_));  // (B, T, V)
+    auto loss = cross_entropy(logits.flatten(0, 1), batch.targets.to(device_).flatten(), config_.optim.label_smoothing);
+    (loss / static_cast<double>(accumulation)).backward();
+    loss_sum += loss.item<double>();
+  }
+  return loss_sum / static_cast<double>(accumulation);
+}
+
+double Trainer::evaluate() {
+  LOOM_CHECK(valid_data_ != nullptr, "no validation data (data.valid)");
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  AutocastGuard autocast(config_.precision, device_);
+  const int64_t micro = config_.micro_batch_size(mesh_.dp());
+  double total = 0;
+  for (int64_t i = 0; i < config_.train.eval_batches; ++i) {
+    auto batch = sampler_.eval_batch(*valid_data_, i, micro);
+    auto logits = model_->forward(batch.inputs.to(device_));
+    total += cross_entropy(logits.flatten(0, 1), batch.targets.to(device_).flatten()).item<double>();
+  }
+  return total / static_cast<double>(std::max<int64_t>(1, config_.train.eval_batches));
+}
+
+void Trainer::maybe_evaluate(bool final_step) {
+  const int64_t every = config_.train.eval_every;
+  if (!valid_data_ || config_.train.eval_batches == 0) return;
+  if (!final_step && (every == 0 || state_.step % every != 0)) return;
+  const double loss = evaluate();
+  spdlog::info("step {} | valid loss {:.4f} | ppl {:.2f}", state_.step, loss, std::exp(loss));
+  metrics_->write({{"step", state_.step}, {"split", "valid"}, {"loss", loss}, {"ppl", std::exp(loss)},
+                   {"tokens", state_.tokens}, {"elapsed_s", state_.elapsed_s}});
+}
+
+void Trainer::log_step(double loss, double lr, double grad_norm) {
+  const double interval = seconds_since(interval_start_);
+  const double tokens_per_s = interval > 0 ? static_cast<double>(interval_tokens_) / interval : 0.0;
+  const double tokens_left =
+      static_cast<double>((config_.train.max_steps - state_.step) * config_.train.batch_size * config_.data.seq_len);
+  const double eta = tokens_per_s > 0 ? tokens_left / tokens_per_s : 0.0;
+  spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:.0f} tok/s | {} elapsed | ETA {}", state_.step,
+               config_.train.max_steps, loss, lr, grad_norm, tokens_per_s, format_duration(state_.elapsed_s),
+               format_duration(eta));
+  metrics_->write({{"step", state_.step}, {"split", "train"}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                   {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s}, {"elapsed_s", state_.elapsed_s}});
+  interval_start_ = std::chrono::steady_clock::now();
+  interval_tokens_ = 0;
+}
+
+void Trainer::checkpoint() {
+  save_checkpoint(config_.run.dir, config_, mesh_, {*model_, optimizer_.get()}, state_);
+  prune_checkpoints(config_.run.dir, config_.checkpoint.keep);
+  last_checkpoint_step_ = state_.step;
+  spdlog::info("checkpoint {}", checkpoint_dir(config_.run.dir, state_.step).string());
+}
+
+}  // namespace loom

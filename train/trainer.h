@@ -1,0 +1,57 @@
+// The training loop. run() reads as the story of training: load or resume, then per step: global batch
+// -> micro-batches -> backward -> clip -> AdamW at the scheduled LR -> metrics -> maybe eval -> maybe
+// checkpoint; a stop signal ends it after the step with a checkpoint.
+#pragma once
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "core/config.h"
+#include "data/lm_sampler.h"
+#include "data/token_file.h"
+#include "models/gpt.h"
+#include "optim/schedule.h"
+#include "parallel/mesh.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+
+namespace loom {
+
+class Trainer {
+ public:
+  explicit Trainer(Config config);
+  TrainState run();
+
+  double evaluate();  // mean validation loss over train.eval_batches micro-batches
+  const Config& config() const { return config_; }
+
+ private:
+  void resume_or_start();
+  double train_step();  // one optimizer step; returns the mean loss of its micro-batches
+  void log_step(double loss, double lr, double grad_norm);
+  void maybe_evaluate(bool final_step);
+  void checkpoint();
+
+  Config config_;
+  Mesh mesh_;
+  torch::Device device_;
+  std::unique_ptr<TokenFile> train_data_;
+  std::unique_ptr<TokenFile> valid_data_;
+  LmSampler sampler_;
+  Gpt model_{nullptr};
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  LrSchedule schedule_;
+  std::unique_ptr<MetricsLog> metrics_;
+  TrainState state_;
+  int64_t last_checkpoint_step_ = -1;
+
+  // Throughput between progress lines.
+  std::chrono::steady_clock::time_point session_start_, interval_start_;
+  int64_t interval_tokens_ = 0;
+  double elapsed_at_start_ = 0;
+};
+
+// Fills model.vocab_size from the token file when it is 0 and checks the data fits the model.
+void resolve_vocab(Config& config, const TokenFile& train_data);
+
+}  // namespace loom
