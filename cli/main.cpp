@@ -20,7 +20,8 @@ commands:
                    [--seed S] [--step S] [--no-cache]
   info CONFIG [--set ...] [--json]            parameters and training FLOPs per token
   tokenize --tokenizer MODEL --out FILE TEXT  text file (one line per document) -> token file
-  config [CONFIG] [--set ...] [--reference]   print the resolved config, or the reference of every key
+  config CONFIG [--set ...] [--get KEY]        print the resolved config (or one key)
+  config --reference                          every config key with its default and meaning
 )";
 
 }  // namespace

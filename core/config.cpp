@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/config_fields.h"
@@ -122,14 +123,13 @@ void apply_yaml(Config& config, const YAML::Node& root, const std::string& name)
   auto known = setters(config);
   for (const auto& section : root) {
     const std::string section_name = section.first.as<std::string>();
-    if (!section.second.IsMap()) {
-      bool is_section = false;
-      for (const auto& [k, _] : known) is_section |= k.rfind(section_name + ".", 0) == 0;
+    bool is_section = false;
+    for (const auto& [k, _] : known) is_section |= k.rfind(section_name + ".", 0) == 0;
+    if (!is_section || !section.second.IsMap())
       throw ConfigError(line_of(name, section.first) + ": " + section_name +
                         (is_section ? ": expected a mapping of keys, got " + describe(section.second)
                                     : ": unknown section (sections: run, model, data, tokenizer, optim, schedule, "
                                       "train, precision, parallel, checkpoint, runtime)"));
-    }
     for (const auto& entry : section.second) {
       const std::string key = section_name + "." + entry.first.as<std::string>();
       const std::string where = line_of(name, entry.first);
@@ -208,6 +208,18 @@ std::string to_yaml(const Config& config) {
   YAML::Emitter out;
   out << root;
   return std::string(out.c_str()) + "\n";
+}
+
+std::string config_value_text(const Config& config, const std::string& key_path) {
+  std::optional<std::string> text;
+  visit_fields(const_cast<Config&>(config), [&](const char* key, auto& member, const char*) {
+    if (key_path != key) return;
+    YAML::Emitter e;
+    e << to_node(member);
+    text = e.c_str();
+  });
+  if (!text) throw ConfigError(key_path + ": unknown key");
+  return *text;
 }
 
 std::string config_reference_markdown() {

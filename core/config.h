@@ -120,6 +120,9 @@ void validate(const Config& config);
 // The resolved config as YAML, every key present: what RUN_DIR/config.yaml holds.
 std::string to_yaml(const Config& config);
 
+// The value of one key as YAML text ("runs/gpt-kjv", "0.001", "[0.9, 0.95]"); throws ConfigError if unknown.
+std::string config_value_text(const Config& config, const std::string& key_path);
+
 // Markdown table of every key, its default and its meaning (the README's reference).
 std::string config_reference_markdown();
 

@@ -143,19 +143,19 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   } catch (const c10::Error& e) {
     throw Error(shard_path.string() + " does not fit this model (was the config changed?): " + e.what_without_backtrace());
   }
-  torch::Tensor t;
+  auto read = [&shard](const char* key) {
+    torch::Tensor t;  // a fresh tensor per key: reading into a loaded one would try to resize its storage
+    shard.read(key, t);
+    return t;
+  };
   TrainState state;
-  shard.read("state.step", t);
-  state.step = t.item<int64_t>();
-  shard.read("state.tokens", t);
-  state.tokens = t.item<int64_t>();
-  shard.read("state.elapsed_s", t);
-  state.elapsed_s = t.item<double>();
+  state.step = read("state.step").item<int64_t>();
+  state.tokens = read("state.tokens").item<int64_t>();
+  state.elapsed_s = read("state.elapsed_s").item<double>();
   if (restore_rng) {
-    shard.read("rng.cpu", t);
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global generator
     std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(t);
+    generator.set_state(read("rng.cpu"));
   }
   return state;
 }
