@@ -4,6 +4,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -63,6 +65,10 @@ void assign(const YAML::Node& node, bool& out, const std::string& where, const s
 }
 
 void assign(const YAML::Node& node, std::string& out, const std::string& where, const std::string& key) {
+  if (node.IsNull()) {  // `key:` or `--set key=` clears a string (an empty data.valid turns evaluation off)
+    out.clear();
+    return;
+  }
   if (!node.IsScalar()) type_error(where, key, "a string", node);
   out = node.Scalar();
 }
@@ -79,11 +85,14 @@ void assign(const YAML::Node& node, std::vector<double>& out, const std::string&
 }
 
 YAML::Node to_node(int64_t v) { return YAML::Node(v); }
+// The shortest text that reads back as exactly v (0.1, not 0.10000000000000001).
 YAML::Node to_node(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  return YAML::Node(s.str());
+  char text[32];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(text, sizeof text, "%.*g", precision, v);
+    if (std::strtod(text, nullptr) == v) break;
+  }
+  return YAML::Node(std::string(text));
 }
 YAML::Node to_node(bool v) { return YAML::Node(v); }
 YAML::Node to_node(const std::string& v) { return YAML::Node(v); }

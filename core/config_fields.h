@@ -45,7 +45,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("train.micro_batch_size", c.train.micro_batch_size, "Sequences per forward/backward; batch_size / (micro_batch_size * dp) micro-batches are accumulated. 0: batch_size / dp.");
   v("train.log_every", c.train.log_every, "Steps between progress lines and metrics rows.");
   v("train.eval_every", c.train.eval_every, "Steps between validation passes; 0 evaluates only at the end.");
-  v("train.eval_batches", c.train.eval_batches, "Micro-batches per validation pass.");
+  v("train.eval_batches", c.train.eval_batches, "Batches of train.batch_size validation sequences per evaluation (consecutive windows of the validation file).");
 
   v("precision.dtype", c.precision.dtype, "`fp32`, or `bf16` autocast (fp32 master weights). `fp16` needs loss scaling and is not available yet.");
 

@@ -138,14 +138,17 @@ double Trainer::evaluate() {
   torch::NoGradGuard no_grad;
   model_->eval();
   AutocastGuard autocast(config_.precision, device_);
+  // eval_batches global batches of this rank's sequences, in micro-batches: the same validation set
+  // whatever micro_batch_size is.
   const int64_t micro = config_.micro_batch_size(mesh_.dp());
+  const int64_t micro_batches = config_.train.eval_batches * config_.accumulation_steps(mesh_.dp());
   double total = 0;
-  for (int64_t i = 0; i < config_.train.eval_batches; ++i) {
+  for (int64_t i = 0; i < micro_batches; ++i) {
     auto batch = sampler_.eval_batch(*valid_data_, i, micro);
     auto logits = model_->forward(batch.inputs.to(device_));
     total += cross_entropy(logits.flatten(0, 1), batch.targets.to(device_).flatten()).item<double>();
   }
-  return total / static_cast<double>(std::max<int64_t>(1, config_.train.eval_batches));
+  return total / static_cast<double>(std::max<int64_t>(1, micro_batches));
 }
 
 void Trainer::maybe_evaluate(bool final_step) {

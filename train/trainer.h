@@ -22,7 +22,7 @@ class Trainer {
   explicit Trainer(Config config);
   TrainState run();
 
-  double evaluate();  // mean validation loss over train.eval_batches micro-batches
+  double evaluate();  // mean validation loss over train.eval_batches batches of train.batch_size sequences
   const Config& config() const { return config_; }
 
  private:

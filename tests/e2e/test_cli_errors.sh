@@ -35,6 +35,21 @@ out=$("$LOOM" train "$SRC/tests/e2e/tiny.yaml" --set run.dir="$WORK/r" --set dat
 set -e
 [ $code -eq 1 ] && grep -q "data.train: $WORK/none.bin does not exist" <<<"$out" || fail "missing data: $code '$out'"
 
+# Token files made by another tokenizer are refused.
+spm_train --input="$KJV_DATA/valid.txt" --model_prefix="$WORK/other" --model_type=bpe --vocab_size=300 \
+  --minloglevel=2 >/dev/null 2>&1
+set +e
+out=$("$LOOM" train $(tiny_args "$WORK/r") --set tokenizer.model="$WORK/other.model" 2>&1); code=$?
+set -e
+[ $code -eq 1 ] && grep -q "was not made with tokenizer.model=$WORK/other.model" <<<"$out" || fail "tokenizer mismatch: $code '$out'"
+
+# A truncated token file is refused with its name.
+head -c 1000 "$KJV_DATA/valid.bin" > "$WORK/cut.bin"
+set +e
+out=$("$LOOM" train $(tiny_args "$WORK/r") --set data.valid="$WORK/cut.bin" 2>&1); code=$?
+set -e
+[ $code -eq 1 ] && grep -q "$WORK/cut.bin: truncated" <<<"$out" || fail "truncated token file: $code '$out'"
+
 # loom info: the closed form 12*L*C^2 + 13*L*C + (V + T)*C + 2*C for a tied GPT with d_ff = 4C.
 json=$("$LOOM" info "$SRC/configs/gpt-kjv.yaml" --set model.vocab_size=4096 --json)
 python3 - "$json" <<'PY' || fail "loom info: $json"
