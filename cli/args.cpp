@@ -1,6 +1,7 @@
 #include "cli/args.h"
 
 #include "core/error.h"
+#include "core/parse_number.h"
 
 namespace loom::cli {
 
@@ -15,31 +16,19 @@ std::string Args::option_or(const std::string& name, const std::string& fallback
 }
 
 int64_t Args::int_option(const std::string& name, int64_t fallback) const {
-  auto v = option(name);
-  if (!v) return fallback;
-  size_t used = 0;
-  int64_t out = 0;
-  try {
-    out = std::stoll(*v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v->size()) throw ConfigError("--" + name + ": expected an integer, got '" + *v + "'");
-  return out;
+  const auto text = option(name);
+  if (!text) return fallback;
+  const auto value = parse_int64(*text);
+  if (!value) throw ConfigError("--" + name + ": expected an integer, got '" + *text + "'");
+  return *value;
 }
 
 double Args::double_option(const std::string& name, double fallback) const {
-  auto v = option(name);
-  if (!v) return fallback;
-  size_t used = 0;
-  double out = 0;
-  try {
-    out = std::stod(*v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v->size()) throw ConfigError("--" + name + ": expected a number, got '" + *v + "'");
-  return out;
+  const auto text = option(name);
+  if (!text) return fallback;
+  const auto value = parse_double(*text);
+  if (!value) throw ConfigError("--" + name + ": expected a number, got '" + *text + "'");
+  return *value;
 }
 
 Args parse_args(const std::vector<std::string>& argv, const std::set<std::string>& value_options,

@@ -12,6 +12,7 @@
 
 #include "core/config_fields.h"
 #include "core/error.h"
+#include "core/parse_number.h"
 
 namespace loom {
 namespace {
@@ -29,27 +30,15 @@ std::string describe(const YAML::Node& node) {
 
 // One overload per field type; `where` and `key` only serve the error message.
 void assign(const YAML::Node& node, int64_t& out, const std::string& where, const std::string& key) {
-  if (!node.IsScalar()) type_error(where, key, "an integer", node);
-  const std::string& s = node.Scalar();
-  size_t used = 0;
-  try {
-    out = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != s.size()) type_error(where, key, "an integer", node);
+  const auto value = node.IsScalar() ? parse_int64(node.Scalar()) : std::nullopt;
+  if (!value) type_error(where, key, "an integer", node);
+  out = *value;
 }
 
 void assign(const YAML::Node& node, double& out, const std::string& where, const std::string& key) {
-  if (!node.IsScalar()) type_error(where, key, "a number", node);
-  const std::string& s = node.Scalar();
-  size_t used = 0;
-  try {
-    out = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != s.size() || !std::isfinite(out)) type_error(where, key, "a finite number", node);
+  const auto value = node.IsScalar() ? parse_double(node.Scalar()) : std::nullopt;
+  if (!value) type_error(where, key, "a finite number", node);
+  out = *value;
 }
 
 void assign(const YAML::Node& node, bool& out, const std::string& where, const std::string& key) {
