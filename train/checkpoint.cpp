@@ -35,6 +35,28 @@ std::vector<int64_t> step_dirs(const fs::path& run_dir) {
 
 torch::Tensor scalar(int64_t v) { return torch::tensor({v}, torch::kLong); }
 
+// Module::load takes whatever shapes the archive holds; a checkpoint of another architecture must be
+// refused with the model untouched, so every parameter's stored shape is compared first. The archive
+// nests like Module::save writes it: a module's own parameters, then one sub-archive per child.
+void check_shapes(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix,
+                  const fs::path& shard) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    torch::Tensor stored;
+    const std::string name = prefix + p.key();
+    if (!archive.try_read(p.key(), stored))
+      throw Error(shard.string() + " does not fit this model: it has no " + name + " (was the model config changed?)");
+    if (stored.sizes() != p.value().sizes())
+      throw Error(shard.string() + " does not fit this model: " + name + " is " + c10::str(stored.sizes()) +
+                  " in the checkpoint and " + c10::str(p.value().sizes()) + " in the model (was the model config changed?)");
+  }
+  for (const auto& child : module.named_children()) {
+    torch::serialize::InputArchive child_archive;
+    if (!archive.try_read(child.key(), child_archive))
+      throw Error(shard.string() + " does not fit this model: it has no " + prefix + child.key());
+    check_shapes(*child.value(), child_archive, prefix + child.key() + ".", shard);
+  }
+}
+
 }  // namespace
 
 fs::path checkpoint_dir(const fs::path& run_dir, int64_t step) {
@@ -134,6 +156,7 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
     shard.load_from(shard_path.string());
     torch::serialize::InputArchive model_archive;
     shard.read("model", model_archive);
+    check_shapes(parts.model, model_archive, "", shard_path);
     parts.model.load(model_archive);
     if (parts.optimizer != nullptr) {
       torch::serialize::InputArchive optimizer_archive;

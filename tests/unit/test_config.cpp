@@ -1,0 +1,279 @@
+// Config parsing, validation messages and round trips; the mesh's rank arithmetic; durable file I/O.
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+
+#include "core/config.h"
+#include "core/config_fields.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "parallel/mesh.h"
+#include "test_util.h"
+
+using loom::Config;
+using loom::ConfigError;
+using loom::parse_config;
+
+namespace {
+
+// The message of the ConfigError that parse_config throws, or "" if it does not throw.
+std::string config_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_config(yaml, "x.yaml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+std::vector<std::string> all_keys() {
+  Config c;
+  std::vector<std::string> keys;
+  loom::visit_fields(c, [&](const char* key, auto&, const char*) { keys.push_back(key); });
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("config: an empty file gives the documented defaults", "[config]") {
+  const Config c = parse_config("", "empty.yaml");
+  CHECK(c.model.arch == "gpt");
+  CHECK(c.model.d_model == 256);
+  CHECK(c.model.n_heads == 4);
+  CHECK(c.model.ffn_dim() == 4 * 256);
+  CHECK(c.model.tie_embeddings);
+  CHECK(c.optim.betas == std::vector<double>{0.9, 0.95});
+  CHECK(c.schedule.name == "warmup_cosine");
+  CHECK(c.schedule_total_steps() == c.train.max_steps);
+  CHECK(c.origin.empty());
+  CHECK(c.where("model.d_model") == "(default)");
+}
+
+TEST_CASE("config: values of every type are parsed and their origin recorded", "[config]") {
+  const std::string yaml =
+      "run:\n"
+      "  seed: 7\n"
+      "model:\n"
+      "  d_model: 128\n"
+      "  d_ff: 300\n"
+      "  dropout: 0.25\n"
+      "  tie_embeddings: false\n"
+      "optim:\n"
+      "  betas: [0.8, 0.99]\n"
+      "  lr: 1e-3\n"
+      "schedule:\n"
+      "  name: wsd\n"
+      "  total_steps: 500\n";
+  const Config c = parse_config(yaml, "x.yaml");
+  CHECK(c.run.seed == 7);
+  CHECK(c.model.d_model == 128);
+  CHECK(c.model.ffn_dim() == 300);
+  CHECK(c.model.dropout == 0.25);
+  CHECK_FALSE(c.model.tie_embeddings);
+  CHECK(c.optim.betas == std::vector<double>{0.8, 0.99});
+  CHECK(c.optim.lr == 1e-3);
+  CHECK(c.schedule.name == "wsd");
+  CHECK(c.schedule_total_steps() == 500);
+  CHECK(c.where("model.d_ff") == "x.yaml:5");
+  CHECK(c.where("schedule.total_steps") == "x.yaml:13");
+}
+
+TEST_CASE("config: a validation error names file, line, key and the constraint", "[config]") {
+  const std::string yaml =
+      "run:\n"
+      "  seed: 1\n"
+      "model:\n"
+      "  d_model: 256\n"
+      "  n_heads: 7\n";
+  CHECK(config_error(yaml) == "x.yaml:5: model.n_heads: 7 does not divide model.d_model=256");
+
+  // Every problem is reported at once, one per line, in declaration order.
+  CHECK(config_error("optim:\n  eps: 0\ntrain:\n  max_steps: 0\n") ==
+        "x.yaml:2: optim.eps: 0 must be > 0\nx.yaml:4: train.max_steps: 0 must be > 0");
+  // One bad value can break several constraints; each is named.
+  CHECK(config_error("optim:\n  lr: -1\n") ==
+        "x.yaml:2: optim.lr: -1 must be > 0\n(default): schedule.min_lr: 0 must be in [0, optim.lr=-1]");
+  // A key left at its default is named as such.
+  CHECK(config_error("model:\n  max_seq_len: 64\n") == "(default): data.seq_len: 128 exceeds model.max_seq_len=64");
+  CHECK(config_error("train:\n  batch_size: 30\n  micro_batch_size: 4\n") ==
+        "x.yaml:2: train.batch_size: 30 must be a multiple of train.micro_batch_size * parallel.dp = 4 * 1");
+  CHECK(starts_with(config_error("precision:\n  dtype: fp16\n"), "x.yaml:2: precision.dtype: fp16 training needs"));
+  CHECK(config_error("schedule:\n  name: cosine\n") ==
+        "x.yaml:2: schedule.name: 'cosine' is not one of warmup_cosine, inverse_sqrt, constant, linear, wsd");
+}
+
+TEST_CASE("config: unknown keys and sections are rejected with the known keys", "[config]") {
+  const auto yaml_error = config_error("model:\n  d_modle: 64\n");
+  CHECK(starts_with(yaml_error, "x.yaml:2: model.d_modle: unknown key (known keys: model.arch, "));
+  CHECK(yaml_error.find("model.d_model") != std::string::npos);
+  CHECK(yaml_error.find("optim.lr") == std::string::npos);  // only the section's own keys
+
+  const auto set_error = config_error("", {"model.foo=1"});
+  CHECK(starts_with(set_error, "--set model.foo=1: model.foo: unknown key (known keys: "));
+  CHECK(set_error.find("model.n_layers") != std::string::npos);
+
+  CHECK(starts_with(config_error("run:\n  seed: 1\nmodle:\n  d_model: 64\n"), "x.yaml:3: modle: unknown section"));
+  CHECK(config_error("model: 3\n") == "x.yaml:1: model: expected a mapping of keys, got '3'");
+  CHECK(config_error("", {"model.d_model"}) == "--set model.d_model: expected --set key.path=value");
+}
+
+TEST_CASE("config: values of the wrong type are rejected", "[config]") {
+  CHECK(config_error("run:\n  seed: 1\nmodel:\n  d_model: abc\n") ==
+        "x.yaml:4: model.d_model: expected an integer, got 'abc'");
+  CHECK(config_error("model:\n  d_model: 12abc\n") == "x.yaml:2: model.d_model: expected an integer, got '12abc'");
+  CHECK(config_error("model:\n  d_model: 1.5\n") == "x.yaml:2: model.d_model: expected an integer, got '1.5'");
+  CHECK(config_error("model:\n  d_model: [1]\n") == "x.yaml:2: model.d_model: expected an integer, got a list");
+  CHECK(config_error("model:\n  tie_embeddings: maybe\n") ==
+        "x.yaml:2: model.tie_embeddings: expected true or false, got 'maybe'");
+  CHECK(config_error("optim:\n  lr: nan\n") == "x.yaml:2: optim.lr: expected a finite number, got 'nan'");
+  CHECK(config_error("optim:\n  betas: 0.9\n") == "x.yaml:2: optim.betas: expected a list of numbers, got '0.9'");
+  CHECK(config_error("optim:\n  betas: [0.9, x]\n") == "x.yaml:2: optim.betas[1]: expected a finite number, got 'x'");
+  CHECK(config_error("", {"model.d_model=abc"}) ==
+        "--set model.d_model=abc: model.d_model: expected an integer, got 'abc'");
+}
+
+TEST_CASE("config: malformed YAML is reported with its line", "[config]") {
+  const auto message = config_error("run:\n  seed: 1\nmodel:\n  d_model: [64, 128\n  n_heads: 4\n");
+  CHECK(starts_with(message, "x.yaml:"));
+  CHECK(message.find("malformed YAML") != std::string::npos);
+  // A stray tab-free bad indentation on line 3.
+  CHECK(starts_with(config_error("model:\n  d_model: 64\n n_heads: 4\n"), "x.yaml:3: malformed YAML: "));
+}
+
+TEST_CASE("config: --set overrides the file and is named in messages", "[config]") {
+  const Config c = parse_config("model:\n  d_model: 128\n", "x.yaml", {"model.d_model=64", "optim.betas=[0.5, 0.6]"});
+  CHECK(c.model.d_model == 64);
+  CHECK(c.where("model.d_model") == "--set model.d_model=64");
+  CHECK(c.optim.betas == std::vector<double>{0.5, 0.6});
+  CHECK(config_error("model:\n  d_model: 128\n", {"model.n_heads=3"}) ==
+        "--set model.n_heads=3: model.n_heads: 3 does not divide model.d_model=128");
+}
+
+TEST_CASE("config: to_yaml round-trips every key exactly", "[config]") {
+  const std::vector<std::string> overrides = {
+      "run.dir=/tmp/some run", "run.seed=99",        "model.vocab_size=1000", "model.d_model=96",
+      "model.n_heads=3",       "model.dropout=0.1",  "model.tie_embeddings=false",
+      "optim.lr=0.00031415926535897931",             "optim.betas=[0.85, 0.975]",
+      "optim.weight_decay=0.3", "schedule.name=inverse_sqrt", "schedule.decay_fraction=0.37",
+      "train.micro_batch_size=8", "parallel.dp=-1",   "precision.dtype=bf16", "runtime.device=cuda"};
+  const Config a = parse_config("", "a.yaml", overrides);
+  const std::string yaml = to_yaml(a);
+  const Config b = parse_config(yaml, "b.yaml");
+  CHECK(to_yaml(b) == yaml);
+  CHECK(b.run.dir == "/tmp/some run");
+  CHECK(b.model.vocab_size == 1000);
+  CHECK(b.model.n_heads == 3);
+  CHECK_FALSE(b.model.tie_embeddings);
+  CHECK(b.optim.lr == 0.00031415926535897931);  // bit-exact double
+  CHECK(b.optim.betas == std::vector<double>{0.85, 0.975});
+  CHECK(b.schedule.decay_fraction == 0.37);
+  CHECK(b.parallel.dp == -1);
+  CHECK(b.runtime.device == "cuda");
+
+  // Every declared key is in the dump, and every key of the dump is a declared one.
+  const auto keys = all_keys();
+  const YAML::Node root = YAML::Load(yaml);
+  std::set<std::string> dumped;
+  for (const auto& section : root)
+    for (const auto& entry : section.second)
+      dumped.insert(section.first.as<std::string>() + "." + entry.first.as<std::string>());
+  CHECK(dumped == std::set<std::string>(keys.begin(), keys.end()));
+}
+
+TEST_CASE("config: the reference table has one row per key", "[config]") {
+  const std::string table = loom::config_reference_markdown();
+  const auto keys = all_keys();
+  size_t rows = 0;
+  for (size_t at = table.find("\n| `"); at != std::string::npos; at = table.find("\n| `", at + 1)) ++rows;
+  CHECK(rows == keys.size());
+  for (const auto& key : keys) CHECK(table.find("| `" + key + "` |") != std::string::npos);
+  CHECK(table.find("| `model.d_model` | `256` |") != std::string::npos);
+  CHECK(table.find("| `data.train` | `(empty)` |") != std::string::npos);
+}
+
+TEST_CASE("config: micro-batches and accumulation steps", "[config]") {
+  Config c = parse_config("train:\n  batch_size: 32\n  micro_batch_size: 4\n", "x.yaml");
+  CHECK(c.micro_batch_size(2) == 4);
+  CHECK(c.accumulation_steps(2) == 32 / (4 * 2));
+  c = parse_config("train:\n  batch_size: 32\n", "x.yaml");
+  CHECK(c.micro_batch_size(4) == 8);
+  CHECK(c.accumulation_steps(4) == 1);
+  CHECK(c.accumulation_steps(1) == 1);
+}
+
+TEST_CASE("mesh: ranks are TP innermost, then DP, then PP", "[mesh]") {
+  const Config c = parse_config("", "x.yaml", {"parallel.dp=-1", "parallel.tp=2", "parallel.pp=2"});
+  const int64_t world = 12;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    const loom::Mesh mesh(c, world, rank);
+    REQUIRE(mesh.dp() == 3);  // -1 resolves to 12 / (2 * 2)
+    CHECK(mesh.world_size() == world);
+    const auto coords = mesh.coords();
+    CHECK(coords.tp == rank % 2);
+    CHECK(coords.dp == (rank / 2) % 3);
+    CHECK(coords.pp == rank / 6);
+    CHECK(coords.tp + 2 * (coords.dp + 3 * coords.pp) == rank);
+    CHECK(mesh.rank_of(coords) == rank);
+  }
+  const loom::Mesh mesh(c, world, 9);  // 9 = 1 + 2 * (1 + 3 * 1)
+  CHECK(mesh.coords_name() == "dp1-tp1-pp1");
+  CHECK(mesh.rank_of({/*dp=*/2, /*tp=*/0, /*pp=*/1}) == 0 + 2 * (2 + 3 * 1));
+}
+
+TEST_CASE("mesh: a layout that does not fill the world is a ConfigError", "[mesh]") {
+  const Config c = parse_config("parallel:\n  dp: 2\n  tp: 2\n", "x.yaml");
+  CHECK(loom::Mesh(c, 4, 3).coords_name() == "dp1-tp1-pp0");
+  CHECK_THROWS_AS(loom::Mesh(c, 8, 0), ConfigError);
+  try {
+    loom::Mesh(c, 1, 0);
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    CHECK(starts_with(message, "x.yaml:2: parallel.dp * tp * pp = 2 * 2 * 1 = 4 but the job has 1 process(es)"));
+    CHECK(message.find("mpirun -np 4") != std::string::npos);
+  }
+  const Config auto_dp = parse_config("", "x.yaml", {"parallel.dp=-1", "parallel.tp=4"});
+  CHECK(loom::Mesh(auto_dp, 8, 0).dp() == 2);
+  CHECK_THROWS_AS(loom::Mesh(auto_dp, 6, 0), ConfigError);
+  CHECK_THROWS_AS(loom::Mesh(auto_dp, 8, 8), loom::Error);  // rank outside the world
+}
+
+TEST_CASE("file_io: CRC-32 check value and chaining", "[file_io]") {
+  const std::string check = "123456789";
+  CHECK(loom::crc32(check.data(), check.size()) == 0xCBF43926u);
+  CHECK(loom::crc32(nullptr, 0) == 0u);
+  CHECK(loom::crc32("a", 1) == 0xE8B7BE43u);
+  // Feeding the data in pieces gives the CRC of the whole.
+  CHECK(loom::crc32(check.data() + 4, 5, loom::crc32(check.data(), 4)) == 0xCBF43926u);
+
+  const auto dir = loom::test::scratch_dir("crc");
+  std::string big(200000, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 13);
+  std::ofstream(dir / "big.bin", std::ios::binary) << big;
+  CHECK(loom::crc32_file(dir / "big.bin") == loom::crc32(big.data(), big.size()));
+  CHECK_THROWS_AS(loom::crc32_file(dir / "missing"), loom::Error);
+}
+
+TEST_CASE("file_io: write_file_atomic replaces the file and leaves no temporary", "[file_io]") {
+  const auto dir = loom::test::scratch_dir("atomic");
+  const auto path = dir / "out.txt";
+  loom::write_file_atomic(path, "first version, longer than the second");
+  loom::write_file_atomic(path, std::string("second\0binary", 13));
+  CHECK(loom::read_file(path) == std::string("second\0binary", 13));
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    CHECK(entry.path().filename() == "out.txt");
+    ++entries;
+  }
+  CHECK(entries == 1);
+  try {
+    loom::read_file(dir / "nope.txt");
+    FAIL("expected loom::Error");
+  } catch (const loom::Error& e) {
+    CHECK(std::string(e.what()).find("nope.txt") != std::string::npos);
+  }
+  CHECK_THROWS_AS(loom::write_file_atomic(dir / "no-such-dir" / "x", "x"), loom::Error);
+}

@@ -1,0 +1,121 @@
+// Cross-entropy and AdamW against PyTorch (tests/golden/*.py); gradient clipping against its closed form.
+#include <cmath>
+
+#include "optim/cross_entropy.h"
+#include "optim/optimizer.h"
+#include "test_util.h"
+
+using loom::test::json_tensor;
+using loom::test::max_abs_diff;
+
+TEST_CASE("cross_entropy: loss and gradient equal torch.nn.functional.cross_entropy", "[losses][golden]") {
+  const auto golden = loom::test::python_golden("cross_entropy.py");
+  REQUIRE(golden["cases"].size() >= 8);
+  for (const auto& c : golden["cases"]) {
+    INFO("case " << c["name"].get<std::string>());
+    auto logits = json_tensor(c["logits"]).requires_grad_(true);
+    const auto targets = json_tensor(c["targets"], torch::kLong);
+    const auto loss = loom::cross_entropy(logits, targets, c["label_smoothing"].get<double>(),
+                                          c["ignore_index"].get<int64_t>());
+    CHECK(loss.dim() == 0);
+    CHECK(loss.scalar_type() == torch::kFloat);
+    const double expected = c["loss"].get<double>();
+    CHECK(std::abs(loss.item<double>() - expected) <= 1e-6 * std::max(1.0, std::abs(expected)));
+    loss.backward();
+    CHECK(max_abs_diff(logits.grad(), json_tensor(c["grad"])) <= 1e-6);
+  }
+}
+
+TEST_CASE("cross_entropy: uniform logits cost log(V) whatever the smoothing", "[losses]") {
+  const int64_t V = 50;
+  const auto logits = torch::zeros({6, V});
+  const auto targets = torch::tensor({0, 3, 49, -100, 7, 7}, torch::kLong);
+  for (double smoothing : {0.0, 0.1, 0.5})
+    CHECK(loom::cross_entropy(logits, targets, smoothing).item<double>() == Approx(std::log(50.0)).epsilon(1e-6));
+}
+
+TEST_CASE("cross_entropy: bf16 logits are reduced in fp32", "[losses]") {
+  torch::manual_seed(3);
+  const auto logits = (torch::randn({64, 300}) * 4).to(torch::kBFloat16);
+  const auto targets = torch::randint(0, 300, {64}, torch::kLong);
+  const auto loss = loom::cross_entropy(logits, targets, 0.1);
+  CHECK(loss.scalar_type() == torch::kFloat);
+  // The same values widened first: identical, so nothing was summed in bf16.
+  CHECK(loss.item<float>() == loom::cross_entropy(logits.to(torch::kFloat), targets, 0.1).item<float>());
+}
+
+namespace {
+
+torch::Tensor grad_tensor(const std::vector<float>& values, std::vector<int64_t> shape) {
+  auto p = torch::zeros(shape).requires_grad_(true);
+  p.mutable_grad() = torch::tensor(values).reshape(shape);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("clip_grad_norm: global L2 norm and scaling", "[losses]") {
+  // Gradient norms 5 ([3, 4]) and 12 ([[12]]): global norm sqrt(25 + 144) = 13.
+  auto a = grad_tensor({3, 4}, {2});
+  auto b = grad_tensor({12}, {1, 1});
+  auto no_grad = torch::zeros({3}).requires_grad_(true);  // never got a gradient: skipped
+  const std::vector<torch::Tensor> params = {a, b, no_grad};
+
+  CHECK(loom::clip_grad_norm(params, 20.0) == Approx(13.0).epsilon(1e-12));  // below the threshold: unchanged
+  CHECK(a.grad()[1].item<float>() == 4.0f);
+  CHECK(loom::clip_grad_norm(params, 0.0) == Approx(13.0).epsilon(1e-12));  // 0 disables clipping
+  CHECK(b.grad()[0][0].item<float>() == 12.0f);
+
+  CHECK(loom::clip_grad_norm(params, 6.5) == Approx(13.0).epsilon(1e-12));
+  // Scaled by 6.5 / 13 = 1/2: [1.5, 2] and [[6]], new norm 6.5.
+  CHECK(a.grad()[0].item<float>() == Approx(1.5).epsilon(1e-6));
+  CHECK(a.grad()[1].item<float>() == Approx(2.0).epsilon(1e-6));
+  CHECK(b.grad()[0][0].item<float>() == Approx(6.0).epsilon(1e-6));
+  CHECK(loom::clip_grad_norm(params, 100.0) == Approx(6.5).epsilon(1e-6));
+  CHECK_FALSE(no_grad.grad().defined());
+
+  CHECK(loom::clip_grad_norm({no_grad}, 1.0) == 0.0);
+}
+
+namespace {
+
+struct TwoParams : torch::nn::Module {
+  TwoParams(const torch::Tensor& w0, const torch::Tensor& b0) {
+    w = register_parameter("w", w0.clone());
+    b = register_parameter("b", b0.clone());
+  }
+  torch::Tensor w, b;
+};
+
+}  // namespace
+
+TEST_CASE("make_adamw: decay on matrices only, steps equal torch.optim.AdamW", "[losses][golden]") {
+  const auto golden = loom::test::python_golden("adamw.py");
+  TwoParams model(json_tensor(golden["w"]), json_tensor(golden["b"]));
+  loom::OptimConfig config;
+  config.lr = golden["lr"].get<double>();
+  config.betas = golden["betas"].get<std::vector<double>>();
+  config.eps = golden["eps"].get<double>();
+  config.weight_decay = golden["weight_decay"].get<double>();
+  auto optimizer = loom::make_adamw(model, config);
+
+  auto& groups = optimizer->param_groups();
+  REQUIRE(groups.size() == 2);
+  REQUIRE(groups[0].params().size() == 1);
+  CHECK(groups[0].params()[0].is_same(model.w));
+  REQUIRE(groups[1].params().size() == 1);
+  CHECK(groups[1].params()[0].is_same(model.b));
+  CHECK(static_cast<torch::optim::AdamWOptions&>(groups[0].options()).weight_decay() == config.weight_decay);
+  CHECK(static_cast<torch::optim::AdamWOptions&>(groups[1].options()).weight_decay() == 0.0);
+
+  const auto lrs = golden["lrs"].get<std::vector<double>>();
+  for (size_t i = 0; i < lrs.size(); ++i) {
+    INFO("step " << i);
+    loom::set_learning_rate(*optimizer, lrs[i]);
+    model.w.mutable_grad() = json_tensor(golden["grads_w"][i]);
+    model.b.mutable_grad() = json_tensor(golden["grads_b"][i]);
+    optimizer->step();
+    CHECK(max_abs_diff(model.w, json_tensor(golden["w_after"][i])) <= 1e-6);
+    CHECK(max_abs_diff(model.b, json_tensor(golden["b_after"][i])) <= 1e-6);
+  }
+}
