@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-out=data/kjv
+out=datasets/kjv
 vocab=4096
 loom=build/loom
 while [ $# -gt 0 ]; do

@@ -7,13 +7,16 @@
 namespace loom {
 
 LoadedModel load_trained_model(const std::filesystem::path& run_dir, std::optional<int64_t> step) {
-  const auto config_path = run_dir / "config.yaml";
-  LOOM_CHECK(std::filesystem::is_regular_file(config_path), run_dir.string(),
+  LOOM_CHECK(std::filesystem::is_regular_file(run_dir / "config.yaml"), run_dir.string(),
              " is not a loom run directory (no config.yaml): pass the run.dir of a `loom train` run");
-  LoadedModel loaded;
-  loaded.config = load_config(config_path.string());
   if (!step) step = latest_checkpoint(run_dir);
   LOOM_CHECK(step.has_value(), run_dir.string(), " has no complete checkpoint yet");
+  // The checkpoint's own copy of the config describes the model in its shard, even if the run's
+  // config.yaml was changed since.
+  const auto dir = checkpoint_dir(run_dir, *step);
+  if (auto problem = checkpoint_problem(dir)) throw Error("checkpoint " + dir.string() + ": " + *problem);
+  LoadedModel loaded;
+  loaded.config = load_config((dir / "config.yaml").string());
   configure_threads(loaded.config.runtime);
   loaded.model = Gpt(loaded.config.model);
   loaded.model->to(runtime_device(loaded.config.runtime));

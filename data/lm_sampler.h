@@ -1,0 +1,40 @@
+// Language-model batches: windows of seq_len + 1 tokens whose start positions are a pure function of
+// (seed, step, sequence index in the global batch). No iterator state: resume needs only the step, and
+// a DP rank takes its slice of the global batch by index, so changing the DP size keeps the data exact.
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "data/token_file.h"
+
+namespace loom {
+
+struct LmBatch {
+  torch::Tensor inputs;   // (B, T) int64
+  torch::Tensor targets;  // (B, T) int64, inputs shifted by one
+};
+
+class LmSampler {
+ public:
+  LmSampler(uint64_t seed, int64_t seq_len) : seed_(seed), seq_len_(seq_len) {}
+
+  // Start of sequence `index` of the global batch of `step`.
+  int64_t window_start(const TokenFile& file, int64_t step, int64_t index) const;
+
+  // Sequences [first, first + count) of the global batch of `step`.
+  LmBatch train_batch(const TokenFile& file, int64_t step, int64_t first, int64_t count) const;
+
+  // Evaluation: consecutive non-overlapping windows, batch `index` of `count` sequences (wraps around).
+  LmBatch eval_batch(const TokenFile& file, int64_t index, int64_t count) const;
+
+  int64_t seq_len() const { return seq_len_; }
+
+ private:
+  LmBatch gather(const TokenFile& file, const std::vector<int64_t>& starts) const;
+
+  uint64_t seed_;
+  int64_t seq_len_;
+};
+
+}  // namespace loom

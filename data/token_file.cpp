@@ -1,0 +1,99 @@
+#include "data/token_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace loom {
+namespace {
+constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'T', 'O', 'K', '\0'};
+constexpr uint32_t kVersion = 1;
+}  // namespace
+
+TokenFile::TokenFile(const std::filesystem::path& path) : path_(path) {
+  const std::string name = path.string();
+  const int fd = ::open(name.c_str(), O_RDONLY);
+  LOOM_CHECK(fd >= 0, name, ": cannot open the token file (make it with scripts/prepare_kjv.sh or loom tokenize)");
+  struct stat st {};
+  ::fstat(fd, &st);
+  map_size_ = static_cast<size_t>(st.st_size);
+  if (map_size_ < sizeof(TokenFileHeader)) {
+    ::close(fd);
+    throw Error(name + ": not a loom token file (only " + std::to_string(map_size_) + " bytes)");
+  }
+  map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  LOOM_CHECK(map_ != MAP_FAILED, name, ": cannot mmap the token file");
+  std::memcpy(&header_, map_, sizeof header_);
+  data_ = static_cast<const uint8_t*>(map_) + sizeof header_;
+
+  auto fail = [&](const std::string& why) {
+    ::munmap(map_, map_size_);
+    map_ = nullptr;
+    throw Error(name + ": " + why);
+  };
+  if (std::memcmp(header_.magic, kMagic, sizeof kMagic) != 0) fail("not a loom token file (bad magic)");
+  if (header_.version != kVersion)
+    fail("token file version " + std::to_string(header_.version) + ", this loom reads version " +
+         std::to_string(kVersion) + ": re-create it with loom tokenize");
+  if (header_.token_bytes != 2 && header_.token_bytes != 4)
+    fail("bad token width " + std::to_string(header_.token_bytes));
+  const size_t expected = sizeof header_ + header_.count * header_.token_bytes;
+  if (map_size_ != expected)
+    fail("truncated or padded: header promises " + std::to_string(header_.count) + " tokens (" +
+         std::to_string(expected) + " bytes) but the file has " + std::to_string(map_size_) + " bytes");
+  if (crc32(data_, map_size_ - sizeof header_) != header_.data_crc) fail("corrupt: token data checksum mismatch");
+}
+
+TokenFile::~TokenFile() {
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+int64_t TokenFile::at(int64_t index) const {
+  if (header_.token_bytes == 2) {
+    uint16_t v;
+    std::memcpy(&v, data_ + index * 2, 2);
+    return v;
+  }
+  uint32_t v;
+  std::memcpy(&v, data_ + index * 4, 4);
+  return v;
+}
+
+torch::Tensor TokenFile::slice(int64_t start, int64_t length) const {
+  TORCH_CHECK(start >= 0 && length >= 0 && start + length <= size(), "token slice [", start, ", ", start + length,
+              ") outside ", path_.string(), " of ", size(), " tokens");
+  auto out = torch::empty({length}, torch::kLong);
+  auto* dst = out.data_ptr<int64_t>();
+  for (int64_t i = 0; i < length; ++i) dst[i] = at(start + i);
+  return out;
+}
+
+void write_token_file(const std::filesystem::path& path, const std::vector<int32_t>& tokens, int64_t vocab_size,
+                      uint32_t tokenizer_crc) {
+  TokenFileHeader header{};
+  std::memcpy(header.magic, kMagic, sizeof kMagic);
+  header.version = kVersion;
+  header.token_bytes = vocab_size <= 65536 ? 2 : 4;
+  header.count = tokens.size();
+  header.vocab_size = static_cast<uint64_t>(vocab_size);
+  header.tokenizer_crc = tokenizer_crc;
+
+  std::string data(tokens.size() * header.token_bytes, '\0');
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    LOOM_CHECK(tokens[i] >= 0 && tokens[i] < vocab_size, "token id ", tokens[i], " outside vocabulary of ", vocab_size);
+    const uint32_t v = static_cast<uint32_t>(tokens[i]);
+    std::memcpy(&data[i * header.token_bytes], &v, header.token_bytes);  // little-endian host
+  }
+  header.data_crc = crc32(data.data(), data.size());
+  std::string bytes(reinterpret_cast<const char*>(&header), sizeof header);
+  write_file_atomic(path, bytes + data);
+}
+
+}  // namespace loom
