@@ -4,14 +4,17 @@
 #include <string>
 #include <vector>
 
+#include "parallel/mpi_communicator.h"
+
 namespace loom::cli {
 
 using Argv = std::vector<std::string>;
 
-int train_command(const Argv& argv);
-int generate_command(const Argv& argv);
-int info_command(const Argv& argv);
-int tokenize_command(const Argv& argv);
-int config_command(const Argv& argv);
+// Every command gets the process group (MPI under mpirun, else this process alone).
+int train_command(const Argv& argv, const ProcessGroup& processes);
+int generate_command(const Argv& argv, const ProcessGroup& processes);
+int info_command(const Argv& argv, const ProcessGroup& processes);
+int tokenize_command(const Argv& argv, const ProcessGroup& processes);
+int config_command(const Argv& argv, const ProcessGroup& processes);
 
 }  // namespace loom::cli

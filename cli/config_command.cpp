@@ -6,7 +6,7 @@
 
 namespace loom::cli {
 
-int config_command(const Argv& argv) {
+int config_command(const Argv& argv, const ProcessGroup&) {
   const char* usage = "loom config CONFIG [--set key.path=value ...] [--get key.path] | loom config --reference";
   const bool reference = std::find(argv.begin(), argv.end(), "--reference") != argv.end();
   if (reference) {

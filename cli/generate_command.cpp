@@ -9,7 +9,7 @@
 
 namespace loom::cli {
 
-int generate_command(const Argv& argv) {
+int generate_command(const Argv& argv, const ProcessGroup&) {
   const char* usage =
       "loom generate RUN_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] "
       "[--seed S] [--step S] [--no-cache]";

@@ -1,5 +1,6 @@
 // The loom executable: dispatches to a subcommand and is the only place that catches errors.
-// Exit codes: 0 success, 1 runtime error, 2 bad configuration or usage.
+// Exit codes: 0 success, 1 runtime error, 2 bad configuration or usage. Under mpirun, an error on any
+// rank is logged with that rank's coordinates and ends every rank of the job with its exit code.
 #include <spdlog/spdlog.h>
 
 #include <functional>
@@ -24,26 +25,24 @@ commands:
   config --reference                          every config key with its default and meaning
 )";
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  loom::init_logging();
-  const std::map<std::string, std::function<int(const loom::cli::Argv&)>> commands = {
+int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes) {
+  using Command = std::function<int(const loom::cli::Argv&, const loom::ProcessGroup&)>;
+  const std::map<std::string, Command> commands = {
       {"train", loom::cli::train_command},       {"generate", loom::cli::generate_command},
       {"info", loom::cli::info_command},         {"tokenize", loom::cli::tokenize_command},
       {"config", loom::cli::config_command},
   };
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << kUsage;
-    return argc < 2 ? 2 : 0;
+    return args.empty() ? 2 : 0;
   }
-  auto command = commands.find(argv[1]);
+  auto command = commands.find(args[0]);
   if (command == commands.end()) {
-    std::cerr << "loom: unknown command '" << argv[1] << "'\n" << kUsage;
+    std::cerr << "loom: unknown command '" << args[0] << "'\n" << kUsage;
     return 2;
   }
   try {
-    return command->second(loom::cli::Argv(argv + 2, argv + argc));
+    return command->second(loom::cli::Argv(args.begin() + 1, args.end()), processes);
   } catch (const loom::ConfigError& e) {
     spdlog::error("{}", e.what());
     return 2;
@@ -54,4 +53,21 @@ int main(int argc, char** argv) {
     spdlog::error("{}", e.what());
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  loom::init_logging();
+  std::unique_ptr<loom::ProcessGroup> processes;
+  try {
+    processes = std::make_unique<loom::ProcessGroup>();
+  } catch (const std::exception& e) {
+    spdlog::error("cannot start MPI: {}", e.what());
+    return 1;
+  }
+  loom::init_logging(processes->info().rank, processes->info().world_size);
+  const int code = run_command(loom::cli::Argv(argv + 1, argv + argc), *processes);
+  if (code != 0 && processes->distributed()) processes->abort(code);
+  return code;
 }

@@ -10,7 +10,7 @@
 
 namespace loom::cli {
 
-int tokenize_command(const Argv& argv) {
+int tokenize_command(const Argv& argv, const ProcessGroup&) {
   const auto args =
       parse_args(argv, {"tokenizer", "out"}, {}, 1, "loom tokenize --tokenizer MODEL --out FILE.bin TEXT_FILE");
   const auto model = args.option("tokenizer");

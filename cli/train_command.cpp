@@ -7,11 +7,11 @@
 
 namespace loom::cli {
 
-int train_command(const Argv& argv) {
+int train_command(const Argv& argv, const ProcessGroup& processes) {
   const auto args = parse_args(argv, {}, {}, 1, "loom train CONFIG [--set key.path=value ...]");
   Config config = load_config(args.positional[0], args.sets);
   install_stop_signal_handlers();
-  Trainer trainer(std::move(config));
+  Trainer trainer(std::move(config), processes);
   const auto state = trainer.run();
   spdlog::info("done: step {}, {} tokens, run dir {}", state.step, state.tokens, trainer.config().run.dir);
   return 0;

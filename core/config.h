@@ -21,13 +21,26 @@ struct ModelConfig {
   int64_t d_model = 256;
   int64_t n_layers = 4;
   int64_t n_heads = 4;
-  int64_t d_ff = 0;  // 0: 4 * d_model
+  int64_t n_kv_heads = 0;  // 0: n_heads
+  int64_t d_ff = 0;        // 0: 4 * d_model
   int64_t max_seq_len = 256;
+  std::string norm = "layernorm";  // layernorm | rmsnorm
+  double norm_eps = 1e-5;
+  std::string position = "learned";  // learned | sinusoidal | rope | alibi
+  double rope_theta = 10000.0;
+  std::string rope_scaling = "none";  // none | linear | ntk
+  double rope_scaling_factor = 1.0;
+  std::string activation = "gelu";  // gelu | relu | swiglu | geglu
+  bool bias = true;
+  int64_t attention_window = 0;  // 0: full causal attention
   double dropout = 0.1;
   bool tie_embeddings = true;
   double init_std = 0.02;
 
   int64_t ffn_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t head_dim() const { return d_model / n_heads; }
+  bool gated_mlp() const { return activation == "swiglu" || activation == "geglu"; }
 };
 
 struct DataConfig {
@@ -74,6 +87,8 @@ struct ParallelConfig {
   int64_t dp = 1;  // -1: world / (tp * pp)
   int64_t tp = 1;
   int64_t pp = 1;
+  double bucket_mb = 25.0;
+  double timeout_s = 300.0;
 };
 
 struct CheckpointConfig {
@@ -116,6 +131,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 // Checks ranges and cross-key constraints; parse_config calls it. Throws ConfigError.
 void validate(const Config& config);
+
+// The global batch splits into micro-batches on `dp` ranks (for parallel.dp = -1, once dp is known).
+void validate_batch_split(const Config& config, int64_t dp);
 
 // The resolved config as YAML, every key present: what RUN_DIR/config.yaml holds.
 std::string to_yaml(const Config& config);

@@ -10,13 +10,23 @@ void visit_fields(Config& c, Visitor&& v) {
   v("run.dir", c.run.dir, "Run directory: resolved config, metrics.jsonl, checkpoints/. Training again with the same dir resumes.");
   v("run.seed", c.run.seed, "Seed for initialization, data sampling and dropout.");
 
-  v("model.arch", c.model.arch, "Model family: `gpt` (decoder-only, pre-LN, learned positions, GELU MLP).");
+  v("model.arch", c.model.arch, "Model family: `gpt`, the decoder-only pre-norm stack (GPT-2, LLaMA and the others are its options below; presets in configs/).");
   v("model.vocab_size", c.model.vocab_size, "Vocabulary size; 0 takes the tokenizer's.");
   v("model.d_model", c.model.d_model, "Hidden size.");
   v("model.n_layers", c.model.n_layers, "Number of Transformer blocks.");
-  v("model.n_heads", c.model.n_heads, "Attention heads; must divide d_model.");
-  v("model.d_ff", c.model.d_ff, "MLP inner size; 0 means 4 * d_model.");
-  v("model.max_seq_len", c.model.max_seq_len, "Longest sequence the position table holds (training and generation).");
+  v("model.n_heads", c.model.n_heads, "Attention (query) heads; must divide d_model.");
+  v("model.n_kv_heads", c.model.n_kv_heads, "Key/value heads for grouped-query attention (1: multi-query); must divide n_heads. 0 means n_heads.");
+  v("model.d_ff", c.model.d_ff, "MLP inner size (gated MLPs: of each of the gate and up projections); 0 means 4 * d_model.");
+  v("model.max_seq_len", c.model.max_seq_len, "Context length: the longest sequence the model sees (training and generation), the size of a learned position table.");
+  v("model.norm", c.model.norm, "`layernorm` (weight and bias) or `rmsnorm` (weight only), before each sublayer and at the end.");
+  v("model.norm_eps", c.model.norm_eps, "Epsilon of the norms.");
+  v("model.position", c.model.position, "`learned` table, `sinusoidal` (fixed, added to the embeddings), `rope` (rotary, half-split as Hugging Face LLaMA) or `alibi` (linear attention biases).");
+  v("model.rope_theta", c.model.rope_theta, "RoPE base: frequencies theta^(-2i/head_dim).");
+  v("model.rope_scaling", c.model.rope_scaling, "RoPE context extension: `none`, `linear` (positions / factor) or `ntk` (theta * factor^(d/(d-2)), d = head_dim).");
+  v("model.rope_scaling_factor", c.model.rope_scaling_factor, "Factor of model.rope_scaling (>= 1).");
+  v("model.activation", c.model.activation, "MLP: `gelu` (tanh approximation), `relu`, or the gated `swiglu` / `geglu` (three matrices: down(act(gate x) * up x)).");
+  v("model.bias", c.model.bias, "Biases in the attention and MLP linear layers (norms keep theirs; the untied head has none).");
+  v("model.attention_window", c.model.attention_window, "Sliding-window attention: each position sees itself and the window - 1 before it, and a generation cache keeps at most that many. 0: full causal attention.");
   v("model.dropout", c.model.dropout, "Dropout on embeddings, attention probabilities and residual branches.");
   v("model.tie_embeddings", c.model.tie_embeddings, "Share the token embedding with the output projection.");
   v("model.init_std", c.model.init_std, "Std of the normal weight init; residual projections use init_std / sqrt(2 * n_layers).");
@@ -52,6 +62,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("parallel.dp", c.parallel.dp, "Data-parallel size; -1 means world / (tp * pp).");
   v("parallel.tp", c.parallel.tp, "Tensor-parallel size.");
   v("parallel.pp", c.parallel.pp, "Pipeline-parallel size.");
+  v("parallel.bucket_mb", c.parallel.bucket_mb, "Size of the flat buckets in which data-parallel gradients are all-reduced, overlapping backward.");
+  v("parallel.timeout_s", c.parallel.timeout_s, "A collective that waits longer than this for a failed or stalled rank ends the whole job.");
 
   v("checkpoint.every", c.checkpoint.every, "Steps between checkpoints (one is always written at the end); 0: only at the end.");
   v("checkpoint.keep", c.checkpoint.keep, "Newest checkpoints kept on disk.");

@@ -33,9 +33,21 @@ class Checker {
   std::vector<std::string> problems_;
 };
 
+void check_batch_split(Checker& check, const Config& c, int64_t dp) {
+  const int64_t micro = c.micro_batch_size(dp);
+  check.require(micro > 0 && c.train.batch_size % (micro * dp) == 0, "train.batch_size", c.train.batch_size,
+                " must be a multiple of train.micro_batch_size * parallel.dp = ", micro, " * ", dp);
+}
+
 bool one_of(const std::string& value, const std::set<std::string>& choices) { return choices.count(value) > 0; }
 
 }  // namespace
+
+void validate_batch_split(const Config& c, int64_t dp) {
+  Checker check(c);
+  check_batch_split(check, c, dp);
+  check.finish();
+}
 
 void validate(const Config& c) {
   Checker check(c);
@@ -50,11 +62,35 @@ void validate(const Config& c) {
   check.require(m.n_heads > 0, "model.n_heads", m.n_heads, " must be > 0");
   if (m.n_heads > 0 && m.d_model > 0)
     check.require(m.d_model % m.n_heads == 0, "model.n_heads", m.n_heads, " does not divide model.d_model=", m.d_model);
+  check.require(m.n_kv_heads >= 0, "model.n_kv_heads", m.n_kv_heads, " must be >= 0 (0: n_heads)");
+  if (m.n_kv_heads > 0 && m.n_heads > 0)
+    check.require(m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads", m.n_kv_heads,
+                  " does not divide model.n_heads=", m.n_heads, " (each key/value head serves a whole group of query heads)");
   check.require(m.d_ff >= 0, "model.d_ff", m.d_ff, " must be >= 0 (0: 4 * d_model)");
+  check.require(one_of(m.norm, {"layernorm", "rmsnorm"}), "model.norm", "'", m.norm,
+                "' is not one of layernorm, rmsnorm");
+  check.require(m.norm_eps > 0, "model.norm_eps", m.norm_eps, " must be > 0");
+  check.require(one_of(m.position, {"learned", "sinusoidal", "rope", "alibi"}), "model.position", "'", m.position,
+                "' is not one of learned, sinusoidal, rope, alibi");
+  if (m.position == "rope" && m.n_heads > 0 && m.d_model % m.n_heads == 0)
+    check.require(m.head_dim() % 2 == 0, "model.position", "rope needs an even head size, got d_model / n_heads = ",
+                  m.head_dim());
+  if (m.position == "sinusoidal")
+    check.require(m.d_model % 2 == 0, "model.position", "sinusoidal needs an even d_model, got ", m.d_model);
+  check.require(m.rope_theta > 0, "model.rope_theta", m.rope_theta, " must be > 0");
+  check.require(one_of(m.rope_scaling, {"none", "linear", "ntk"}), "model.rope_scaling", "'", m.rope_scaling,
+                "' is not one of none, linear, ntk");
+  check.require(m.rope_scaling_factor >= 1, "model.rope_scaling_factor", m.rope_scaling_factor, " must be >= 1");
+  check.require(m.rope_scaling == "none" || m.position == "rope", "model.rope_scaling",
+                "applies to model.position=rope only, not ", m.position);
+  check.require(one_of(m.activation, {"gelu", "relu", "swiglu", "geglu"}), "model.activation", "'", m.activation,
+                "' is not one of gelu, relu, swiglu, geglu");
+  check.require(m.attention_window >= 0, "model.attention_window", m.attention_window,
+                " must be >= 0 (0: full attention)");
   check.require(m.max_seq_len > 0, "model.max_seq_len", m.max_seq_len, " must be > 0");
   check.require(m.dropout >= 0 && m.dropout < 1, "model.dropout", m.dropout, " must be in [0, 1)");
   check.require(m.init_std > 0, "model.init_std", m.init_std, " must be > 0");
-  const int64_t sizes[] = {m.vocab_size, m.d_model, m.n_layers, m.d_ff, m.max_seq_len};
+  const int64_t sizes[] = {m.vocab_size, m.d_model, m.n_layers, m.d_ff, m.max_seq_len, m.n_kv_heads, m.attention_window};
   for (int64_t s : sizes) check.require(s <= (int64_t{1} << 24), "model", "a size of ", s, " is beyond what loom builds");
 
   check.require(c.data.seq_len > 0, "data.seq_len", c.data.seq_len, " must be > 0");
@@ -93,15 +129,13 @@ void validate(const Config& c) {
   check.require(p.dp >= 1 || p.dp == -1, "parallel.dp", p.dp, " must be >= 1, or -1 for world / (tp * pp)");
   check.require(p.tp >= 1, "parallel.tp", p.tp, " must be >= 1");
   check.require(p.pp >= 1, "parallel.pp", p.pp, " must be >= 1");
+  check.require(p.bucket_mb > 0, "parallel.bucket_mb", p.bucket_mb, " must be > 0");
+  check.require(p.timeout_s > 0, "parallel.timeout_s", p.timeout_s, " must be > 0");
   if (p.tp >= 1 && m.n_heads > 0)
     check.require(m.n_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_heads=", m.n_heads);
   if (p.pp >= 1 && m.n_layers > 0)
     check.require(p.pp <= m.n_layers, "parallel.pp", p.pp, " exceeds model.n_layers=", m.n_layers);
-  if (p.dp >= 1 && t.batch_size > 0 && t.micro_batch_size >= 0) {
-    const int64_t micro = c.micro_batch_size(p.dp);
-    check.require(micro > 0 && t.batch_size % (micro * p.dp) == 0, "train.batch_size", t.batch_size,
-                  " must be a multiple of train.micro_batch_size * parallel.dp = ", micro, " * ", p.dp);
-  }
+  if (p.dp >= 1 && t.batch_size > 0 && t.micro_batch_size >= 0) check_batch_split(check, c, p.dp);
 
   check.require(one_of(c.precision.dtype, {"fp32", "bf16", "fp16"}), "precision.dtype", "'", c.precision.dtype,
                 "' is not one of fp32, bf16, fp16");

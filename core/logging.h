@@ -6,4 +6,7 @@ namespace loom {
 
 void init_logging(int rank = 0, int world_size = 1, bool verbose = false);
 
+// Tags every later line of a distributed run with the rank and its mesh coordinates ("rank 3 dp1-tp1-pp0").
+void set_log_tag(const std::string& tag);
+
 }  // namespace loom

@@ -28,11 +28,11 @@ LmBatch LmSampler::train_batch(const TokenFile& file, int64_t step, int64_t firs
   return gather(file, starts);
 }
 
-LmBatch LmSampler::eval_batch(const TokenFile& file, int64_t index, int64_t count) const {
+LmBatch LmSampler::eval_batch(const TokenFile& file, int64_t first, int64_t count) const {
   const int64_t windows = (file.size() - 1) / seq_len_;
   LOOM_CHECK(windows > 0, file.path().string(), ": ", file.size(), " tokens are too few for data.seq_len=", seq_len_);
   std::vector<int64_t> starts;
-  for (int64_t i = index * count; i < (index + 1) * count; ++i) starts.push_back((i % windows) * seq_len_);
+  for (int64_t i = first; i < first + count; ++i) starts.push_back((i % windows) * seq_len_);
   return gather(file, starts);
 }
 

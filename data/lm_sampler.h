@@ -25,8 +25,8 @@ class LmSampler {
   // Sequences [first, first + count) of the global batch of `step`.
   LmBatch train_batch(const TokenFile& file, int64_t step, int64_t first, int64_t count) const;
 
-  // Evaluation: consecutive non-overlapping windows, batch `index` of `count` sequences (wraps around).
-  LmBatch eval_batch(const TokenFile& file, int64_t index, int64_t count) const;
+  // Evaluation: consecutive non-overlapping windows; sequences [first, first + count) (wrapping around).
+  LmBatch eval_batch(const TokenFile& file, int64_t first, int64_t count) const;
 
   int64_t seq_len() const { return seq_len_; }
 

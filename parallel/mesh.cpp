@@ -19,7 +19,36 @@ Mesh::Mesh(const Config& config, int64_t world_size, int64_t rank)
                       " but the job has " + std::to_string(world_size) + " process(es)" +
                       (world_size == 1 ? "; start it with mpirun -np " + std::to_string(dp_ * tp_ * pp_) : ""));
   LOOM_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside a world of ", world_size);
+  if (world_size == 1) {
+    own_world_ = make_self_communicator("world");
+    world_ = own_world_.get();
+    dp_group_ = make_self_communicator("dp group");
+    tp_group_ = make_self_communicator("tp group");
+    pp_group_ = make_self_communicator("pp group");
+  }
 }
+
+Mesh::Mesh(const Config& config, Communicator& world) : Mesh(config, world.size(), world.rank()) {
+  own_world_.reset();
+  world_ = &world;
+  const auto c = coords();
+  // Each group holds the ranks equal in the other two coordinates, ordered by their own coordinate.
+  dp_group_ = world.split(static_cast<int>(c.tp + tp_ * c.pp), static_cast<int>(c.dp), "dp group of " + coords_name());
+  tp_group_ = world.split(static_cast<int>(c.dp + dp_ * c.pp), static_cast<int>(c.tp), "tp group of " + coords_name());
+  pp_group_ = world.split(static_cast<int>(c.tp + tp_ * c.dp), static_cast<int>(c.pp), "pp group of " + coords_name());
+}
+
+namespace {
+Communicator& require(Communicator* group, const char* name) {
+  LOOM_CHECK(group != nullptr, "this mesh was built without communicators: no ", name);
+  return *group;
+}
+}  // namespace
+
+Communicator& Mesh::world() const { return require(world_, "world"); }
+Communicator& Mesh::dp_group() const { return require(dp_group_.get(), "dp group"); }
+Communicator& Mesh::tp_group() const { return require(tp_group_.get(), "tp group"); }
+Communicator& Mesh::pp_group() const { return require(pp_group_.get(), "pp group"); }
 
 MeshCoords Mesh::coords_of(int64_t rank) const {
   MeshCoords c;

@@ -15,7 +15,11 @@ namespace {
 constexpr const char* kManifest = "manifest.json";
 constexpr int kFormat = 1;
 
-std::string shard_name(const Mesh& mesh) { return "shard-" + mesh.coords_name() + ".pt"; }
+// The shard holding this rank's state: DP replicas share the one written by DP rank 0.
+std::string shard_name(const Mesh& mesh) {
+  const auto c = mesh.coords();
+  return "shard-dp0-tp" + std::to_string(c.tp) + "-pp" + std::to_string(c.pp) + ".pt";
+}
 
 bool is_step_name(const std::string& name) {
   return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -63,49 +67,86 @@ fs::path checkpoint_dir(const fs::path& run_dir, int64_t step) {
   return run_dir / "checkpoints" / std::to_string(step);
 }
 
+namespace {
+
+// Collective: true on every rank when `ok` is true on every rank, so all ranks fail together.
+bool all_ranks_ok(Communicator& world, bool ok) {
+  auto failures = torch::tensor({ok ? 0 : 1}, torch::kInt);
+  world.all_reduce(failures);
+  return failures.item<int>() == 0;
+}
+
+void write_shard(const fs::path& path, const CheckpointParts& parts, const TrainState& state) {
+  torch::serialize::OutputArchive shard;
+  torch::serialize::OutputArchive model_archive;
+  parts.model.save(model_archive);
+  shard.write("model", model_archive);
+  if (parts.optimizer != nullptr) {
+    torch::serialize::OutputArchive optimizer_archive;
+    parts.optimizer->save(optimizer_archive);
+    shard.write("optimizer", optimizer_archive);
+  }
+  shard.write("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+  shard.write("state.step", scalar(state.step));
+  shard.write("state.tokens", scalar(state.tokens));
+  shard.write("state.elapsed_s", torch::tensor({state.elapsed_s}, torch::kDouble));
+  shard.save_to(path.string());
+  fsync_path(path);
+}
+
+void write_manifest(const fs::path& dir, const Config& config, const Mesh& mesh, const TrainState& state) {
+  write_file_atomic(dir / "config.yaml", to_yaml(config));
+  nlohmann::json manifest;
+  manifest["format"] = kFormat;
+  manifest["step"] = state.step;
+  manifest["tokens"] = state.tokens;
+  manifest["layout"] = {{"dp", mesh.dp()}, {"tp", mesh.tp()}, {"pp", mesh.pp()}};
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const auto name = entry.path().filename().string();
+    manifest["files"][name] = {{"bytes", fs::file_size(entry.path())}, {"crc32", crc32_file(entry.path())}};
+  }
+  write_file_atomic(dir / kManifest, manifest.dump(2) + "\n");
+  fsync_path(dir);
+}
+
+}  // namespace
+
+// Collective over the mesh's world. Data-parallel replicas hold identical model, optimizer and RNG
+// state, so only DP rank 0 of each (tp, pp) position writes a shard; rank 0 then writes the config and
+// the manifest and renames the directory into place.
 void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& mesh, const CheckpointParts& parts,
                      const TrainState& state) {
   const auto final_dir = checkpoint_dir(run_dir, state.step);
   const auto tmp_dir = run_dir / "checkpoints" / (".tmp-" + std::to_string(state.step));
-  fs::remove_all(tmp_dir);
-  fs::create_directories(tmp_dir);
-  try {
-    torch::serialize::OutputArchive shard;
-    torch::serialize::OutputArchive model_archive;
-    parts.model.save(model_archive);
-    shard.write("model", model_archive);
-    if (parts.optimizer != nullptr) {
-      torch::serialize::OutputArchive optimizer_archive;
-      parts.optimizer->save(optimizer_archive);
-      shard.write("optimizer", optimizer_archive);
+  auto& world = mesh.world();
+  const bool leader = mesh.rank() == 0;
+  std::string error;
+  auto attempt = [&error](const std::function<void()>& write) {
+    try {
+      write();
+    } catch (const std::exception& e) {
+      error = e.what();
     }
-    shard.write("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
-    shard.write("state.step", scalar(state.step));
-    shard.write("state.tokens", scalar(state.tokens));
-    shard.write("state.elapsed_s", torch::tensor({state.elapsed_s}, torch::kDouble));
-    const auto shard_path = tmp_dir / shard_name(mesh);
-    shard.save_to(shard_path.string());
-    fsync_path(shard_path);
-    write_file_atomic(tmp_dir / "config.yaml", to_yaml(config));
-
-    nlohmann::json manifest;
-    manifest["format"] = kFormat;
-    manifest["step"] = state.step;
-    manifest["tokens"] = state.tokens;
-    manifest["layout"] = {{"dp", mesh.dp()}, {"tp", mesh.tp()}, {"pp", mesh.pp()}};
-    for (const auto& entry : fs::directory_iterator(tmp_dir)) {
-      const auto name = entry.path().filename().string();
-      manifest["files"][name] = {{"bytes", fs::file_size(entry.path())}, {"crc32", crc32_file(entry.path())}};
-    }
-    write_file_atomic(tmp_dir / kManifest, manifest.dump(2) + "\n");
-    fsync_path(tmp_dir);
-    fs::remove_all(final_dir);  // a broken directory of the same step, from an earlier crash
-    fs::rename(tmp_dir, final_dir);
-    fsync_path(final_dir.parent_path());
-  } catch (const std::exception& e) {
+  };
+  if (leader) attempt([&] {
+      fs::remove_all(tmp_dir);
+      fs::create_directories(tmp_dir);
+    });
+  bool ok = all_ranks_ok(world, error.empty());
+  if (ok && mesh.coords().dp == 0) attempt([&] { write_shard(tmp_dir / shard_name(mesh), parts, state); });
+  ok = ok && all_ranks_ok(world, error.empty());
+  if (ok && leader) attempt([&] {
+      write_manifest(tmp_dir, config, mesh, state);
+      fs::remove_all(final_dir);  // a broken directory of the same step, from an earlier crash
+      fs::rename(tmp_dir, final_dir);
+      fsync_path(final_dir.parent_path());
+    });
+  ok = ok && all_ranks_ok(world, error.empty());
+  if (!ok) {
     std::error_code ignored;
-    fs::remove_all(tmp_dir, ignored);
-    throw Error("cannot write checkpoint " + final_dir.string() + " (previous checkpoints are untouched): " + e.what());
+    if (leader) fs::remove_all(tmp_dir, ignored);
+    throw Error("cannot write checkpoint " + final_dir.string() + " (previous checkpoints are untouched): " +
+                (error.empty() ? "another rank failed to write its shard" : error));
   }
 }
 
@@ -146,10 +187,11 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   if (auto problem = checkpoint_problem(dir)) throw Error("checkpoint " + dir.string() + ": " + *problem);
   const auto manifest = nlohmann::json::parse(read_file(dir / kManifest));
   const auto& layout = manifest.at("layout");
-  if (layout.at("dp") != mesh.dp() || layout.at("tp") != mesh.tp() || layout.at("pp") != mesh.pp())
+  // Any DP size can resume (replicas are identical); TP and PP resharding is not available yet.
+  if (layout.at("tp") != mesh.tp() || layout.at("pp") != mesh.pp())
     throw Error("checkpoint " + dir.string() + " was written with layout " + layout.dump() +
-                " and cannot be loaded into dp=" + std::to_string(mesh.dp()) + " tp=" + std::to_string(mesh.tp()) +
-                " pp=" + std::to_string(mesh.pp()) + " (resharding is not available yet)");
+                " and cannot be loaded with tp=" + std::to_string(mesh.tp()) + " pp=" + std::to_string(mesh.pp()) +
+                " (tensor/pipeline resharding is not available yet)");
   const auto shard_path = dir / shard_name(mesh);
   torch::serialize::InputArchive shard;
   try {

@@ -27,6 +27,8 @@ struct CheckpointParts {
 
 std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir, int64_t step);
 
+// Collective over mesh.world(): DP rank 0 of each (tp, pp) writes its shard (DP replicas are identical),
+// rank 0 the config and manifest. If any rank fails, every rank throws and no checkpoint appears.
 void save_checkpoint(const std::filesystem::path& run_dir, const Config& config, const Mesh& mesh,
                      const CheckpointParts& parts, const TrainState& state);
 
@@ -36,7 +38,8 @@ std::optional<std::string> checkpoint_problem(const std::filesystem::path& dir);
 // Newest complete checkpoint; broken ones are skipped with a warning naming the problem.
 std::optional<int64_t> latest_checkpoint(const std::filesystem::path& run_dir);
 
-// Restores model (and optimizer, RNG state if given) from this rank's shard; returns the counters.
+// Restores model (and optimizer, RNG state if given) from the shard of this rank's (tp, pp) position;
+// the DP size may differ from the checkpoint's. Returns the counters.
 TrainState load_checkpoint(const std::filesystem::path& run_dir, int64_t step, const Mesh& mesh,
                            const CheckpointParts& parts, bool restore_rng = true);
 

@@ -2,20 +2,15 @@
 
 #include <ATen/autocast_mode.h>
 
-#include <cstdlib>
 #include <thread>
 
 #include "core/error.h"
 
 namespace loom {
 
-int64_t configure_threads(const RuntimeConfig& runtime) {
+int64_t configure_threads(const RuntimeConfig& runtime, int64_t local_ranks) {
   int64_t threads = runtime.threads;
-  if (threads == 0) {
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const int64_t local_ranks = local != nullptr ? std::max(1L, std::atol(local)) : 1;
-    threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / local_ranks);
-  }
+  if (threads == 0) threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / std::max<int64_t>(1, local_ranks));
   torch::set_num_threads(static_cast<int>(threads));
   return threads;
 }

@@ -7,7 +7,7 @@
 namespace loom {
 
 // Threads for this rank: runtime.threads, or the cores divided among the ranks on this node.
-int64_t configure_threads(const RuntimeConfig& runtime);
+int64_t configure_threads(const RuntimeConfig& runtime, int64_t local_ranks = 1);
 
 torch::Device runtime_device(const RuntimeConfig& runtime);
 

@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "core/fault_injection.h"
 #include "core/file_io.h"
+#include "core/logging.h"
 #include "core/signals.h"
 #include "data/tokenizer.h"
 #include "optim/cross_entropy.h"
@@ -29,6 +31,13 @@ void check_tokenizer(const Config& config, const TokenFile& data) {
                 " (checksum mismatch): re-run the data preparation or point tokenizer.model at the right model");
 }
 
+// The mean of a per-rank value over a group.
+double mean_over(Communicator& group, double value) {
+  auto t = torch::tensor({value}, torch::kDouble);
+  group.all_reduce(t);
+  return t.item<double>() / static_cast<double>(group.size());
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -43,13 +52,16 @@ void resolve_vocab(Config& config, const TokenFile& train_data) {
                       train_data.path().string() + " (" + std::to_string(train_data.vocab_size()) + ")");
 }
 
-Trainer::Trainer(Config config)
+Trainer::Trainer(Config config, const ProcessGroup& processes)
     : config_(std::move(config)),
-      mesh_(config_, 1, 0),
+      world_(processes.world(config_.parallel.timeout_s)),
+      mesh_(config_, *world_),
       device_(runtime_device(config_.runtime)),
       sampler_(static_cast<uint64_t>(config_.run.seed), config_.data.seq_len),
       schedule_(config_) {
-  const int64_t threads = configure_threads(config_.runtime);
+  validate_batch_split(config_, mesh_.dp());
+  if (processes.distributed()) set_log_tag("rank " + std::to_string(mesh_.rank()) + " " + mesh_.coords_name());
+  const int64_t threads = configure_threads(config_.runtime, processes.info().local_size);
   if (config_.data.train.empty())
     throw ConfigError(config_.where("data.train") + ": data.train: no training token file given");
   train_data_ = open_data(config_.data.train, "data.train", config_);
@@ -63,22 +75,29 @@ Trainer::Trainer(Config config)
   model_ = Gpt(config_.model);
   model_->to(device_);
   optimizer_ = make_adamw(*model_, config_.optim);
-  spdlog::info("model: {} parameters, {} threads, {} on {}", count_parameters(config_.model), threads,
-               config_.precision.dtype, device_.str());
+  gradient_sync_ = std::make_unique<GradientSync>(model_->parameters(), mesh_.dp_group(), config_.parallel.bucket_mb);
+  spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
+               count_parameters(config_.model), threads, config_.precision.dtype, device_.str(), mesh_.dp(), mesh_.tp(),
+               mesh_.pp(), gradient_sync_->bucket_count());
 }
 
 void Trainer::resume_or_start() {
   const fs::path run_dir = config_.run.dir;
-  fs::create_directories(run_dir);
-  write_file_atomic(run_dir / "config.yaml", to_yaml(config_));
-  if (auto step = latest_checkpoint(run_dir)) {
-    state_ = load_checkpoint(run_dir, *step, mesh_, {*model_, optimizer_.get()});
+  if (is_leader()) {
+    fs::create_directories(run_dir);
+    write_file_atomic(run_dir / "config.yaml", to_yaml(config_));
+  }
+  // Rank 0 picks the checkpoint so that every rank resumes from the same one.
+  auto chosen = torch::tensor({is_leader() ? latest_checkpoint(run_dir).value_or(-1) : int64_t{-1}}, torch::kLong);
+  mesh_.world().broadcast(chosen, 0);
+  if (const int64_t step = chosen.item<int64_t>(); step >= 0) {
+    state_ = load_checkpoint(run_dir, step, mesh_, {*model_, optimizer_.get()});
     apply_group_options(*optimizer_, config_.optim);
     last_checkpoint_step_ = state_.step;
-    spdlog::info("resumed from {} (step {}, {} tokens)", checkpoint_dir(run_dir, *step).string(), state_.step,
+    spdlog::info("resumed from {} (step {}, {} tokens)", checkpoint_dir(run_dir, step).string(), state_.step,
                  state_.tokens);
   }
-  metrics_ = std::make_unique<MetricsLog>(run_dir, state_.step);
+  if (is_leader()) metrics_ = std::make_unique<MetricsLog>(run_dir, state_.step);
 }
 
 TrainState Trainer::run() {
@@ -93,6 +112,7 @@ TrainState Trainer::run() {
   while (state_.step < max_steps) {
     const double lr = schedule_.at(state_.step);
     set_learning_rate(*optimizer_, lr);
+    maybe_inject_fault(state_.step + 1, mesh_.rank());
     const double loss = train_step();
     const double grad_norm = clip_grad_norm(model_->parameters(), config_.optim.grad_clip);
     optimizer_->step();
@@ -106,7 +126,7 @@ TrainState Trainer::run() {
     maybe_evaluate(final_step);
     const int64_t every = config_.checkpoint.every;
     if (final_step || (every > 0 && state_.step % every == 0)) checkpoint();
-    if (stop_requested()) {
+    if (any_rank_stopping()) {
       if (last_checkpoint_step_ != state_.step) checkpoint();
       spdlog::info("stopped by signal after step {}; `loom train` with the same run.dir resumes", state_.step);
       break;
@@ -117,20 +137,28 @@ TrainState Trainer::run() {
 
 double Trainer::train_step() {
   model_->train();
-  optimizer_->zero_grad();
+  gradient_sync_->zero_grad();
   const int64_t micro = config_.micro_batch_size(mesh_.dp());
   const int64_t accumulation = config_.accumulation_steps(mesh_.dp());
   const int64_t first = mesh_.coords().dp * micro * accumulation;  // this DP rank's slice of the global batch
   double loss_sum = 0;
   AutocastGuard autocast(config_.precision, device_);
   for (int64_t m = 0; m < accumulation; ++m) {
+    if (m == accumulation - 1) gradient_sync_->prepare_last_backward();
     auto batch = sampler_.train_batch(*train_data_, state_.step, first + m * micro, micro);
     auto logits = model_->forward(batch.inputs.to(device_));  // (B, T, V)
     auto loss = cross_entropy(logits.flatten(0, 1), batch.targets.to(device_).flatten(), config_.optim.label_smoothing);
     (loss / static_cast<double>(accumulation)).backward();
     loss_sum += loss.item<double>();
   }
-  return loss_sum / static_cast<double>(accumulation);
+  gradient_sync_->finish();
+  return mean_over(mesh_.dp_group(), loss_sum / static_cast<double>(accumulation));
+}
+
+bool Trainer::any_rank_stopping() {
+  auto stopping = torch::tensor({stop_requested() ? 1 : 0}, torch::kInt);
+  mesh_.world().all_reduce(stopping);
+  return stopping.item<int>() > 0;
 }
 
 double Trainer::evaluate() {
@@ -138,17 +166,21 @@ double Trainer::evaluate() {
   torch::NoGradGuard no_grad;
   model_->eval();
   AutocastGuard autocast(config_.precision, device_);
-  // eval_batches global batches of this rank's sequences, in micro-batches: the same validation set
-  // whatever micro_batch_size is.
+  // eval_batches global batches; each DP rank takes its slice in micro-batches, as in training: the
+  // same validation set whatever the layout and micro_batch_size.
   const int64_t micro = config_.micro_batch_size(mesh_.dp());
-  const int64_t micro_batches = config_.train.eval_batches * config_.accumulation_steps(mesh_.dp());
+  const int64_t accumulation = config_.accumulation_steps(mesh_.dp());
   double total = 0;
-  for (int64_t i = 0; i < micro_batches; ++i) {
-    auto batch = sampler_.eval_batch(*valid_data_, i, micro);
-    auto logits = model_->forward(batch.inputs.to(device_));
-    total += cross_entropy(logits.flatten(0, 1), batch.targets.to(device_).flatten()).item<double>();
+  for (int64_t b = 0; b < config_.train.eval_batches; ++b) {
+    const int64_t first = b * config_.train.batch_size + mesh_.coords().dp * micro * accumulation;
+    for (int64_t m = 0; m < accumulation; ++m) {
+      auto batch = sampler_.eval_batch(*valid_data_, first + m * micro, micro);
+      auto logits = model_->forward(batch.inputs.to(device_));
+      total += cross_entropy(logits.flatten(0, 1), batch.targets.to(device_).flatten()).item<double>();
+    }
   }
-  return total / static_cast<double>(std::max<int64_t>(1, micro_batches));
+  const auto micro_batches = static_cast<double>(std::max<int64_t>(1, config_.train.eval_batches * accumulation));
+  return mean_over(mesh_.dp_group(), total / micro_batches);
 }
 
 void Trainer::maybe_evaluate(bool final_step) {
@@ -156,12 +188,14 @@ void Trainer::maybe_evaluate(bool final_step) {
   if (!valid_data_ || config_.train.eval_batches == 0) return;
   if (!final_step && (every == 0 || state_.step % every != 0)) return;
   const double loss = evaluate();
+  if (!is_leader()) return;
   spdlog::info("step {} | valid loss {:.4f} | ppl {:.2f}", state_.step, loss, std::exp(loss));
   metrics_->write({{"step", state_.step}, {"split", "valid"}, {"loss", loss}, {"ppl", std::exp(loss)},
                    {"tokens", state_.tokens}, {"elapsed_s", state_.elapsed_s}});
 }
 
 void Trainer::log_step(double loss, double lr, double grad_norm) {
+  if (!is_leader()) return;
   const double interval = seconds_since(interval_start_);
   const double tokens_per_s = interval > 0 ? static_cast<double>(interval_tokens_) / interval : 0.0;
   const double tokens_left =
@@ -178,7 +212,7 @@ void Trainer::log_step(double loss, double lr, double grad_norm) {
 
 void Trainer::checkpoint() {
   save_checkpoint(config_.run.dir, config_, mesh_, {*model_, optimizer_.get()}, state_);
-  prune_checkpoints(config_.run.dir, config_.checkpoint.keep);
+  if (is_leader()) prune_checkpoints(config_.run.dir, config_.checkpoint.keep);
   last_checkpoint_step_ = state_.step;
   spdlog::info("checkpoint {}", checkpoint_dir(config_.run.dir, state_.step).string());
 }

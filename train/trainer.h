@@ -1,9 +1,11 @@
 // The training loop. run() reads as the story of training: load or resume, then per step: global batch
-// -> micro-batches -> backward -> clip -> AdamW at the scheduled LR -> metrics -> maybe eval -> maybe
-// checkpoint; a stop signal ends it after the step with a checkpoint.
+// -> this DP rank's micro-batches -> backward (gradients all-reduced in buckets as they are ready) ->
+// clip -> AdamW at the scheduled LR -> metrics -> maybe eval -> maybe checkpoint; a stop signal on any
+// rank ends it after the step with a checkpoint.
 #pragma once
 #include <torch/torch.h>
 
+#include <chrono>
 #include <memory>
 
 #include "core/config.h"
@@ -11,7 +13,9 @@
 #include "data/token_file.h"
 #include "models/gpt.h"
 #include "optim/schedule.h"
+#include "parallel/gradient_sync.h"
 #include "parallel/mesh.h"
+#include "parallel/mpi_communicator.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 
@@ -19,7 +23,7 @@ namespace loom {
 
 class Trainer {
  public:
-  explicit Trainer(Config config);
+  Trainer(Config config, const ProcessGroup& processes);
   TrainState run();
 
   double evaluate();  // mean validation loss over train.eval_batches batches of train.batch_size sequences
@@ -27,12 +31,15 @@ class Trainer {
 
  private:
   void resume_or_start();
-  double train_step();  // one optimizer step; returns the mean loss of its micro-batches
+  double train_step();  // one optimizer step; returns the mean loss over the global batch
+  bool any_rank_stopping();
   void log_step(double loss, double lr, double grad_norm);
   void maybe_evaluate(bool final_step);
   void checkpoint();
+  bool is_leader() const { return mesh_.rank() == 0; }
 
   Config config_;
+  std::unique_ptr<Communicator> world_;
   Mesh mesh_;
   torch::Device device_;
   std::unique_ptr<TokenFile> train_data_;
@@ -40,8 +47,9 @@ class Trainer {
   LmSampler sampler_;
   Gpt model_{nullptr};
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<GradientSync> gradient_sync_;
   LrSchedule schedule_;
-  std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
   TrainState state_;
   int64_t last_checkpoint_step_ = -1;
 

@@ -230,19 +230,25 @@ TEST_CASE("checkpoint: prune keeps the newest complete checkpoints", "[checkpoin
   CHECK(fs::exists(loom::checkpoint_dir(run, 20)));
 }
 
-TEST_CASE("checkpoint: loading into a different layout is refused", "[checkpoint]") {
+TEST_CASE("checkpoint: any DP size resumes it, another TP layout is refused", "[checkpoint]") {
   const auto run = loom::test::scratch_dir("ckpt-layout");
   const auto config = tiny_config();
   Trainee t(config, 1);
   loom::save_checkpoint(run, config, loom::Mesh(config, 1, 0), t.parts(), {3, 0, 0});
+  // DP replicas are identical: rank 1 of a DP=2 job loads the same shard, parameters bitwise equal.
   const auto dp2 = tiny_config({"parallel.dp=2"});
+  Trainee replica(dp2, 2);
+  CHECK(loom::load_checkpoint(run, 3, loom::Mesh(dp2, 2, 1), replica.parts()).step == 3);
+  for (const auto& p : t.model->named_parameters())
+    CHECK(p.value().equal(replica.model->named_parameters()[p.key()]));
+  const auto tp2 = tiny_config({"parallel.tp=2"});
   try {
-    loom::load_checkpoint(run, 3, loom::Mesh(dp2, 2, 0), t.parts());
+    loom::load_checkpoint(run, 3, loom::Mesh(tp2, 2, 0), t.parts());
     FAIL("expected loom::Error");
   } catch (const loom::Error& e) {
     const std::string message = e.what();
     CHECK(message.find("layout") != std::string::npos);
-    CHECK(message.find("dp=2") != std::string::npos);
+    CHECK(message.find("tp=2") != std::string::npos);
   }
   // A model with more blocks than the checkpoint looks for blocks the shard does not have.
   const auto deeper = tiny_config({"model.n_layers=3"});

@@ -180,7 +180,7 @@ TEST_CASE("lm_sampler: evaluation windows are consecutive and wrap around", "[da
   const loom::TokenFile file(counting_file("sampler-eval", n));
   const loom::LmSampler sampler(1, T);
   for (int64_t index : {0, 1, 2, 3}) {
-    const auto batch = sampler.eval_batch(file, index, 4);
+    const auto batch = sampler.eval_batch(file, index * 4, 4);
     for (int64_t j = 0; j < 4; ++j) {
       const int64_t start = ((index * 4 + j) % 10) * T;
       CHECK(batch.inputs[j].equal(torch::arange(start, start + T, torch::kLong)));

@@ -1,0 +1,58 @@
+// Collectives on tensors for one group of ranks. Every operation has an async form returning a Work
+// handle; the blocking form is the async one waited on. A Work that does not finish within the
+// group's timeout throws loom::Error naming the collective and the group: a failed or stalled peer
+// ends the job instead of hanging it.
+// Backends: MPI for CPU tensors (mpi_communicator.h); a group of one rank needs no backend at all.
+#pragma once
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace loom {
+
+enum class ReduceOp { kSum, kMax };
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "dp group [0,2]": used in error messages.
+  virtual std::string name() const = 0;
+
+  // In place on a contiguous tensor; bf16/fp16 are reduced in fp32.
+  virtual std::shared_ptr<Work> all_reduce_async(torch::Tensor tensor, ReduceOp op = ReduceOp::kSum) = 0;
+  // output: size() x input.numel() elements, rank r's input at [r * n, (r + 1) * n).
+  virtual std::shared_ptr<Work> all_gather_async(torch::Tensor input, torch::Tensor output) = 0;
+  // input: size() x output.numel() elements; output = sum over ranks of their chunk rank().
+  virtual std::shared_ptr<Work> reduce_scatter_async(torch::Tensor input, torch::Tensor output) = 0;
+  virtual std::shared_ptr<Work> broadcast_async(torch::Tensor tensor, int root) = 0;
+  virtual std::shared_ptr<Work> send_async(torch::Tensor tensor, int peer, int tag = 0) = 0;
+  virtual std::shared_ptr<Work> recv_async(torch::Tensor tensor, int peer, int tag = 0) = 0;
+  virtual std::shared_ptr<Work> barrier_async() = 0;
+
+  void all_reduce(torch::Tensor tensor, ReduceOp op = ReduceOp::kSum) { all_reduce_async(tensor, op)->wait(); }
+  void all_gather(torch::Tensor input, torch::Tensor output) { all_gather_async(input, output)->wait(); }
+  void reduce_scatter(torch::Tensor input, torch::Tensor output) { reduce_scatter_async(input, output)->wait(); }
+  void broadcast(torch::Tensor tensor, int root) { broadcast_async(tensor, root)->wait(); }
+  void send(torch::Tensor tensor, int peer, int tag = 0) { send_async(tensor, peer, tag)->wait(); }
+  void recv(torch::Tensor tensor, int peer, int tag = 0) { recv_async(tensor, peer, tag)->wait(); }
+  void barrier() { barrier_async()->wait(); }
+
+  // The sub-group of ranks with the same color, ordered by key (MPI_Comm_split semantics).
+  virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
+};
+
+// The group of this process alone: every collective is the identity, and nothing is ever waited for.
+std::unique_ptr<Communicator> make_self_communicator(const std::string& name = "self");
+
+}  // namespace loom

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Data parallelism under mpirun equals the single-process run of the same global batch (fp32, dropout
+# off, 20 steps, losses within 1e-5): DP=2, DP=4, and DP=2 with 2 accumulated micro-batches per rank.
+# A run checkpointed under DP=2 resumes under DP=4 on the single-process loss curve. A rank that
+# throws, crashes or stalls ends the whole job, non-zero, with that rank's message.
+source "$(dirname "$0")/common.sh"
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+# micro_batch_size 0: batch_size / dp sequences per rank (the single process accumulates 2 x 8).
+common=(--set model.dropout=0 --set train.max_steps=20 --set schedule.total_steps=20 --set train.micro_batch_size=0)
+
+tiny_train "$WORK/single" "${common[@]}" --set train.micro_batch_size=8 >/dev/null 2>&1
+losses "$WORK/single" > "$WORK/single.txt"
+dp_train() {  # dp_train RANKS RUN_DIR [--set ...]
+  local ranks=$1 dir=$2; shift 2
+  # shellcheck disable=SC2046
+  "${MPIRUN[@]}" -np "$ranks" "$LOOM" train $(tiny_args "$dir") "${common[@]}" --set parallel.dp=-1 "$@"
+}
+same_curve() {  # same_curve RUN_DIR WHAT
+  losses "$1" > "$1.txt"
+  python3 - "$WORK/single.txt" "$1.txt" "$2" <<'PY' || fail "$2: losses differ from the single process"
+import sys
+a = [l.split() for l in open(sys.argv[1])]
+b = [l.split() for l in open(sys.argv[2])]
+assert [x[:2] for x in a] == [x[:2] for x in b], "different rows"
+worst = max(abs(float(x[2]) - float(y[2])) for x, y in zip(a, b))
+assert worst < 1e-5, worst
+print(f"{sys.argv[3]}: {len(a)} rows, max |loss diff| {worst:.1e}")
+PY
+}
+
+dp_train 2 "$WORK/dp2" >/dev/null 2>&1 || fail "DP=2 run failed"
+same_curve "$WORK/dp2" "DP=2"
+dp_train 4 "$WORK/dp4" >/dev/null 2>&1 || fail "DP=4 run failed"
+same_curve "$WORK/dp4" "DP=4"
+dp_train 2 "$WORK/dp2acc" --set train.micro_batch_size=4 >/dev/null 2>&1 || fail "DP=2 x accumulation 2 failed"
+same_curve "$WORK/dp2acc" "DP=2 x 2 micro-batches"
+
+# Resume across DP sizes: steps 1-10 under DP=2, then 11-20 under DP=4.
+dp_train 2 "$WORK/resharded" --set train.max_steps=10 >/dev/null 2>&1 || fail "DP=2 first half failed"
+dp_train 4 "$WORK/resharded" >"$WORK/resharded.log" 2>&1 || fail "DP=4 second half failed"
+grep -q "resumed from .*/checkpoints/10" "$WORK/resharded.log" || fail "DP=4 did not resume from step 10"
+same_curve "$WORK/resharded" "DP=2 -> DP=4 resume"
+
+# Failures end the job: every rank exits, non-zero, with the failing rank's message.
+expect_job_failure() {  # expect_job_failure FAULT PATTERN
+  local started=$SECONDS
+  set +e
+  out=$(LOOM_FAULT_INJECTION=$1 timeout 120 "${MPIRUN[@]}" -x LOOM_FAULT_INJECTION -np 2 "$LOOM" train \
+        $(tiny_args "$WORK/fault") "${common[@]}" --set parallel.dp=2 --set parallel.timeout_s=5 2>&1)
+  code=$?
+  set -e
+  [ $code -ne 0 ] && [ $code -ne 124 ] || fail "$1: exit code $code (expected a non-zero exit, not a hang)"
+  grep -q "$2" <<<"$out" || fail "$1: the output lacks '$2': $out"
+  echo "$1: job ended with exit code $code after $((SECONDS - started))s"
+}
+expect_job_failure "throw@5:rank1" "rank 1 dp1-tp0-pp0.*injected fault (LOOM_FAULT_INJECTION) on rank 1 at step 5"
+expect_job_failure "crash@5:rank1" "exited\|terminated\|aborted"
+expect_job_failure "stall@5:rank1" "did not finish within parallel.timeout_s=5s"
+echo PASS
