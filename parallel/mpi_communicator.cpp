@@ -63,18 +63,21 @@ int byte_count(const torch::Tensor& t) {
   return static_cast<int>(bytes);
 }
 
-// Runs its communicator's MPI calls one after another on its own thread.
+// Runs its communicator's MPI calls one after another on its own thread. The queue lives in state
+// shared with the thread, so a thread stuck in a call on a dead peer can be let go (detached) safely.
 class Worker {
  public:
-  Worker() : thread_([this] { loop(); }) {}
+  Worker() : state_(std::make_shared<State>()), thread_([state = state_] { loop(*state); }) {}
   ~Worker() {
+    bool busy = false;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      state_->stopping = true;
+      busy = state_->busy;
     }
-    ready_.notify_one();
-    // A call stuck on a dead peer never returns: leave it to the abort that follows such a failure.
-    if (busy_) {
+    state_->ready.notify_one();
+    // A call stuck on a failed peer never returns: leave it to the abort that follows such a failure.
+    if (busy) {
       thread_.detach();
     } else {
       thread_.join();
@@ -85,8 +88,8 @@ class Worker {
     auto promise = std::make_shared<std::promise<void>>();
     std::shared_future<void> done = promise->get_future().share();
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      tasks_.emplace_back([task = std::move(task), promise] {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      state_->tasks.emplace_back([task = std::move(task), promise] {
         try {
           task();
           promise->set_value();
@@ -95,32 +98,35 @@ class Worker {
         }
       });
     }
-    ready_.notify_one();
+    state_->ready.notify_one();
     return done;
   }
 
  private:
-  void loop() {
+  struct State {
+    std::mutex mutex;
+    std::condition_variable ready;
+    std::deque<std::function<void()>> tasks;
+    bool busy = false;
+    bool stopping = false;
+  };
+
+  static void loop(State& state) {
+    std::unique_lock<std::mutex> lock(state.mutex);
     for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        ready_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-        busy_ = true;
-      }
+      state.ready.wait(lock, [&state] { return state.stopping || !state.tasks.empty(); });
+      if (state.tasks.empty()) return;
+      auto task = std::move(state.tasks.front());
+      state.tasks.pop_front();
+      state.busy = true;
+      lock.unlock();
       task();
-      busy_ = false;
+      lock.lock();
+      state.busy = false;
     }
   }
 
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<std::function<void()>> tasks_;
-  std::atomic<bool> busy_{false};
-  bool stopping_ = false;
+  std::shared_ptr<State> state_;
   std::thread thread_;
 };
 
@@ -150,9 +156,13 @@ class MpiCommunicator : public Communicator {
     LOOM_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     LOOM_MPI_CHECK(MPI_Comm_size(comm_, &size_));
     worker_ = std::make_unique<Worker>();
+    send_worker_ = std::make_unique<Worker>();
+    recv_worker_ = std::make_unique<Worker>();
   }
   ~MpiCommunicator() override {
     worker_.reset();
+    send_worker_.reset();
+    recv_worker_.reset();
     if (owned_) MPI_Comm_free(&comm_);
   }
 
@@ -208,14 +218,14 @@ class MpiCommunicator : public Communicator {
 
   std::shared_ptr<Work> send_async(torch::Tensor tensor, int peer, int tag) override {
     check_cpu_contiguous(tensor, "send");
-    return run("send to rank " + std::to_string(peer), [this, tensor, peer, tag] {
+    return run(*send_worker_, "send to rank " + std::to_string(peer), [this, tensor, peer, tag] {
       LOOM_MPI_CHECK(MPI_Send(tensor.data_ptr(), byte_count(tensor), MPI_BYTE, peer, tag, comm_));
     });
   }
 
   std::shared_ptr<Work> recv_async(torch::Tensor tensor, int peer, int tag) override {
     check_cpu_contiguous(tensor, "recv");
-    return run("recv from rank " + std::to_string(peer), [this, tensor, peer, tag] {
+    return run(*recv_worker_, "recv from rank " + std::to_string(peer), [this, tensor, peer, tag] {
       LOOM_MPI_CHECK(MPI_Recv(tensor.data_ptr(), byte_count(tensor), MPI_BYTE, peer, tag, comm_, MPI_STATUS_IGNORE));
     });
   }
@@ -233,7 +243,10 @@ class MpiCommunicator : public Communicator {
 
  private:
   std::shared_ptr<Work> run(const std::string& what, std::function<void()> task) {
-    return std::make_shared<MpiWork>(worker_->submit(std::move(task)), what + " over the " + name_, timeout_s_);
+    return run(*worker_, what, std::move(task));
+  }
+  std::shared_ptr<Work> run(Worker& worker, const std::string& what, std::function<void()> task) {
+    return std::make_shared<MpiWork>(worker.submit(std::move(task)), what + " over the " + name_, timeout_s_);
   }
 
   MPI_Comm comm_;
@@ -242,7 +255,9 @@ class MpiCommunicator : public Communicator {
   bool owned_;
   int rank_ = 0;
   int size_ = 1;
-  std::unique_ptr<Worker> worker_;
+  // Collectives run in call order on one thread (MPI needs the same order on every rank); sends and
+  // receives each have their own, so a rank can wait for a message while its own send is under way.
+  std::unique_ptr<Worker> worker_, send_worker_, recv_worker_;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The MPI backend of Communicator (CPU tensors), and the process set-up that goes with it.
-// Each communicator owns one worker thread that runs its MPI calls in order, so an async collective
+// Each communicator owns worker threads that run its MPI calls in order (collectives on one, sends and
+// receives on one each), so an async collective
 // really proceeds while the caller computes (backward overlaps gradient all-reduce), and waiting on it
 // can time out. MPI is initialised with MPI_THREAD_MULTIPLE: several groups (dp, tp, pp) talk at once.
 #pragma once

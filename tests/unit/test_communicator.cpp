@@ -1,0 +1,119 @@
+// Collectives of the Communicator, written for any world size: ctest runs them as single-process unit
+// tests (the group of one) and under `mpirun -np 2` and `-np 4` (the MPI backend). Expected values are
+// closed forms of every rank's input, which each rank can compute for all ranks.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "parallel/mesh.h"
+#include "parallel/mpi_communicator.h"
+
+namespace {
+
+loom::ProcessGroup& processes() {
+  static loom::ProcessGroup group;  // MPI_Init once per process, MPI_Finalize at exit
+  return group;
+}
+
+std::unique_ptr<loom::Communicator> world() { return processes().world(/*timeout_s=*/60); }
+
+}  // namespace
+
+TEST_CASE("communicator: all_reduce sums and maxes float, double and int64", "[mpi]") {
+  auto comm = world();
+  const int r = comm->rank(), n = comm->size();
+  auto f = torch::full({5}, r + 1.0f);
+  comm->all_reduce(f);
+  CHECK(f.equal(torch::full({5}, n * (n + 1) / 2.0f)));
+  auto d = torch::arange(4, torch::kDouble) * (r + 1);
+  comm->all_reduce(d, loom::ReduceOp::kMax);
+  CHECK(d.equal(torch::arange(4, torch::kDouble) * n));
+  auto i = torch::full({3}, int64_t{1} << 40, torch::kLong) + r;
+  comm->all_reduce(i);
+  CHECK(i.equal(torch::full({3}, (int64_t{1} << 40) * n + n * (n - 1) / 2, torch::kLong)));
+}
+
+TEST_CASE("communicator: bf16 all_reduce accumulates in fp32 and rounds once", "[mpi]") {
+  auto comm = world();
+  const int n = comm->size();
+  // Rank k contributes 1 + k * 2^-8 + 2^-9 per element: not exactly representable sums in bf16 steps.
+  auto input_of = [](int k) { return torch::full({7}, 1.0 + k / 256.0 + 1.0 / 512.0, torch::kFloat).to(torch::kBFloat16); };
+  auto x = input_of(comm->rank());
+  comm->all_reduce(x);
+  auto expected = torch::zeros({7}, torch::kFloat);
+  for (int k = 0; k < n; ++k) expected += input_of(k).to(torch::kFloat);
+  CHECK(x.scalar_type() == torch::kBFloat16);
+  CHECK(x.equal(expected.to(torch::kBFloat16)));
+}
+
+TEST_CASE("communicator: all_gather and reduce_scatter place every rank's chunk", "[mpi]") {
+  auto comm = world();
+  const int r = comm->rank(), n = comm->size();
+  auto mine = torch::arange(3, torch::kFloat) + 10.0f * r;
+  auto gathered = torch::empty({3 * n}, torch::kFloat);
+  comm->all_gather(mine, gathered);
+  for (int k = 0; k < n; ++k) CHECK(gathered.narrow(0, 3 * k, 3).equal(torch::arange(3, torch::kFloat) + 10.0f * k));
+
+  // Rank k's input element j is 100 k + j; chunk r of the sum is sum_k (100 k + 2 r + j), j < 2.
+  auto input = torch::arange(2 * n, torch::kFloat) + 100.0f * r;
+  auto output = torch::empty({2}, torch::kFloat);
+  comm->reduce_scatter(input, output);
+  const float ranks_sum = 100.0f * n * (n - 1) / 2.0f;
+  CHECK(output.equal(torch::tensor({ranks_sum + n * 2.0f * r, ranks_sum + n * (2.0f * r + 1)})));
+}
+
+TEST_CASE("communicator: broadcast, ring send/recv and barrier", "[mpi]") {
+  auto comm = world();
+  const int r = comm->rank(), n = comm->size();
+  auto t = torch::full({4}, static_cast<double>(r), torch::kDouble);
+  comm->broadcast(t, n - 1);
+  CHECK(t.equal(torch::full({4}, n - 1.0, torch::kDouble)));
+  comm->barrier();
+  if (n == 1) return;  // a group of one has no peer to send to
+  auto received = torch::empty({2}, torch::kLong);
+  auto recv = comm->recv_async(received, (r + n - 1) % n, /*tag=*/7);
+  comm->send(torch::tensor({r, r * r}, torch::kLong), (r + 1) % n, /*tag=*/7);
+  recv->wait();
+  const int64_t from = (r + n - 1) % n;
+  CHECK(received.equal(torch::tensor({from, from * from}, torch::kLong)));
+}
+
+TEST_CASE("communicator: async all_reduces complete in order while the caller computes", "[mpi]") {
+  auto comm = world();
+  const int r = comm->rank(), n = comm->size();
+  std::vector<torch::Tensor> buckets;
+  std::vector<std::shared_ptr<loom::Work>> work;
+  for (int b = 0; b < 4; ++b) {
+    buckets.push_back(torch::full({1 << 16}, static_cast<float>(b + r)));
+    work.push_back(comm->all_reduce_async(buckets.back()));
+  }
+  auto busy = torch::randn({256, 256}).matmul(torch::randn({256, 256}));  // compute meanwhile
+  CHECK(busy.size(0) == 256);
+  for (int b = 0; b < 4; ++b) {
+    work[b]->wait();
+    CHECK(buckets[b].equal(torch::full({1 << 16}, static_cast<float>(n * b + n * (n - 1) / 2))));
+  }
+}
+
+TEST_CASE("communicator: mesh groups reduce within their axis only", "[mpi]") {
+  auto comm = world();
+  const int n = comm->size();
+  const int tp = n % 2 == 0 ? 2 : 1;
+  const auto config = loom::parse_config("", "mesh.yaml", {"parallel.dp=-1", "parallel.tp=" + std::to_string(tp)});
+  const loom::Mesh mesh(config, *comm);
+  const auto c = mesh.coords();
+  // Sum of world ranks over the dp group: ranks tp_rank + tp * d for every d.
+  auto t = torch::tensor({static_cast<double>(mesh.rank())}, torch::kDouble);
+  mesh.dp_group().all_reduce(t);
+  double expected = 0;
+  for (int64_t d = 0; d < mesh.dp(); ++d) expected += static_cast<double>(mesh.rank_of({d, c.tp, c.pp}));
+  CHECK(t.item<double>() == expected);
+  CHECK(mesh.dp_group().size() == mesh.dp());
+  CHECK(mesh.dp_group().rank() == c.dp);
+  auto u = torch::tensor({static_cast<double>(mesh.rank())}, torch::kDouble);
+  mesh.tp_group().all_reduce(u);
+  expected = 0;
+  for (int64_t k = 0; k < mesh.tp(); ++k) expected += static_cast<double>(mesh.rank_of({c.dp, k, c.pp}));
+  CHECK(u.item<double>() == expected);
+  CHECK(mesh.tp_group().rank() == c.tp);
+}
