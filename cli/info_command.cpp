@@ -1,33 +1,101 @@
+// `loom info CONFIG`: what the configured model costs, from closed forms and without building it: the
+// exact parameter count, training FLOPs per token, and memory per rank (weights, gradients, AdamW state,
+// activations of one micro-batch) for the config's precision and parallel layout. --json for scripts.
 #include <iostream>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "models/gpt.h"
+#include "models/estimates.h"
 
 namespace loom::cli {
+namespace {
 
-int info_command(const Argv& argv) {
+// 124439808 -> "124,439,808"
+std::string grouped(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string gib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+std::string describe_variant(const ModelConfig& m) {
+  std::string out = m.norm + ", " + m.position + " positions";
+  if (m.position == "rope") {
+    char rope[96];
+    if (m.rope_scaling == "none") {
+      std::snprintf(rope, sizeof rope, " (theta %g)", m.rope_theta);
+    } else {
+      std::snprintf(rope, sizeof rope, " (theta %g, %s scaling x%g)", m.rope_theta, m.rope_scaling.c_str(),
+                    m.rope_scaling_factor);
+    }
+    out += rope;
+  }
+  out += ", " + m.activation + (m.bias ? ", biases" : ", no biases") + (m.tie_embeddings ? ", tied head" : ", untied head");
+  if (m.attention_window > 0) out += ", window " + std::to_string(m.attention_window);
+  return out;
+}
+
+}  // namespace
+
+int info_command(const Argv& argv, const ProcessGroup&) {
   const auto args = parse_args(argv, {}, {"json"}, 1, "loom info CONFIG [--set key.path=value ...] [--json]");
   const Config config = load_config(args.positional[0], args.sets);
-  if (config.model.vocab_size == 0)
+  const ModelConfig& m = config.model;
+  if (m.vocab_size == 0)
     throw ConfigError(config.where("model.vocab_size") +
                       ": model.vocab_size: 0 (from the tokenizer) is only known at training time; pass --set "
                       "model.vocab_size=N to plan");
-  const int64_t parameters = count_parameters(config.model);
-  const double flops = training_flops_per_token(config.model, config.data.seq_len);
+  const int64_t parameters = count_parameters(m);
+  const double flops = training_flops_per_token(m, config.data.seq_len);
+  const MemoryEstimate memory = estimate_memory(config);
+  const auto& p = config.parallel;
+  const int64_t micro_batch = config.micro_batch_size(std::max<int64_t>(1, p.dp));
   if (args.flag("json")) {
-    std::cout << nlohmann::json{{"parameters", parameters}, {"flops_per_token", flops}}.dump() << std::endl;
+    const nlohmann::json out = {
+        {"parameters", parameters},
+        {"flops_per_token", flops},
+        {"seq_len", config.data.seq_len},
+        {"micro_batch_size", micro_batch},
+        {"precision", config.precision.dtype},
+        {"layout", {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}}},
+        {"memory",
+         {{"weights", memory.weights},
+          {"gradients", memory.gradients},
+          {"optimizer", memory.optimizer},
+          {"activations", memory.activations},
+          {"total", memory.total()}}}};
+    std::cout << out.dump() << std::endl;
     return 0;
   }
-  std::printf("model          %s, %ld layers, d_model %ld, %ld heads, d_ff %ld, vocab %ld, context %ld\n",
-              config.model.arch.c_str(), static_cast<long>(config.model.n_layers), static_cast<long>(config.model.d_model),
-              static_cast<long>(config.model.n_heads), static_cast<long>(config.model.ffn_dim()),
-              static_cast<long>(config.model.vocab_size), static_cast<long>(config.model.max_seq_len));
-  std::printf("parameters     %ld\n", static_cast<long>(parameters));
+  std::printf("model          %s, %ld layers, d_model %ld, %ld heads (%ld kv), d_ff %ld, vocab %ld, context %ld\n",
+              m.arch.c_str(), static_cast<long>(m.n_layers), static_cast<long>(m.d_model), static_cast<long>(m.n_heads),
+              static_cast<long>(m.kv_heads()), static_cast<long>(m.ffn_dim()), static_cast<long>(m.vocab_size),
+              static_cast<long>(m.max_seq_len));
+  std::printf("variant        %s\n", describe_variant(m).c_str());
+  std::printf("parameters     %s\n", grouped(parameters).c_str());
   std::printf("FLOPs/token    %.4g (training, seq_len %ld)\n", flops, static_cast<long>(config.data.seq_len));
+  std::printf("memory/rank    %s, dp %ld x tp %ld x pp %ld, micro-batch %ld x %ld tokens\n", config.precision.dtype.c_str(),
+              static_cast<long>(p.dp), static_cast<long>(p.tp), static_cast<long>(p.pp), static_cast<long>(micro_batch),
+              static_cast<long>(config.data.seq_len));
+  const std::pair<const char*, int64_t> rows[] = {{"weights", memory.weights},
+                                                  {"gradients", memory.gradients},
+                                                  {"optimizer", memory.optimizer},
+                                                  {"activations", memory.activations},
+                                                  {"total", memory.total()}};
+  for (const auto& [name, bytes] : rows)
+    std::printf("  %-12s %10s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());
   return 0;
 }
 

@@ -1,47 +1,82 @@
 #include "models/attention.h"
 
+#include "core/error.h"
+#include "models/layers.h"
+
 namespace loom {
 
-AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options) {
+AttentionImpl::AttentionImpl(const AttentionOptions& options)
+    : options_(options),
+      heads_(options.n_heads),
+      kv_heads_(options.n_kv_heads > 0 ? options.n_kv_heads : options.n_heads),
+      head_dim_(options.head_dim > 0 ? options.head_dim : options.d_model / options.n_heads) {
+  LOOM_CHECK(heads_ % kv_heads_ == 0, "n_kv_heads=", kv_heads_, " does not divide n_heads=", heads_);
   const int64_t c = options.d_model;
-  qkv_ = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(c, 3 * c)));
-  out_ = register_module("out", torch::nn::Linear(torch::nn::LinearOptions(c, c)));
-  torch::NoGradGuard no_grad;
-  torch::nn::init::normal_(qkv_->weight, 0.0, options.init_std);
-  torch::nn::init::zeros_(qkv_->bias);
-  torch::nn::init::normal_(out_->weight, 0.0, options.out_init_std);
-  torch::nn::init::zeros_(out_->bias);
+  qkv_ = register_module("qkv", make_linear(c, (heads_ + 2 * kv_heads_) * head_dim_, options.bias, options.init_std));
+  out_ = register_module("out", make_linear(heads_ * head_dim_, c, options.bias, options.out_init_std));
+  if (options.position == PositionKind::kAlibi) alibi_slopes_ = alibi_slopes(heads_);
+}
+
+std::optional<torch::Tensor> AttentionImpl::scores_mask(int64_t first, int64_t T, int64_t key_first, int64_t S,
+                                                        const torch::Tensor& q, bool* is_causal) const {
+  const bool alibi = alibi_slopes_.defined();
+  const int64_t window = options_.window;
+  const bool window_cuts = window > 0 && window < first + T - key_first;  // some key is beyond the window
+  *is_causal = false;
+  if (!alibi && !window_cuts) {
+    if (!options_.causal || T == 1) return std::nullopt;  // every kept key is visible
+    if (key_first == first) {  // no cache: the kernel's own (top-left aligned) causal mask is right
+      *is_causal = true;
+      return std::nullopt;
+    }
+  }
+  const auto longs = torch::TensorOptions().dtype(torch::kLong).device(q.device());
+  const auto rows = torch::arange(first, first + T, longs).unsqueeze(1);  // (T, 1) query positions
+  const auto cols = torch::arange(key_first, key_first + S, longs).unsqueeze(0);  // (1, S) key positions
+  const auto distance = rows - cols;                                             // (T, S)
+  auto visible = options_.causal ? distance >= 0 : torch::ones_like(distance, torch::kBool);
+  if (window > 0) visible = visible & (distance.abs() < window);
+  if (!alibi) return visible;
+  // ALiBi: -slope_h * |i - j|, so nearer keys weigh more; masked keys get -inf.
+  const auto slopes = alibi_slopes_.to(q.device()).view({-1, 1, 1});
+  const auto bias = -slopes * distance.abs().to(torch::kFloat).unsqueeze(0);  // (H, T, S)
+  return bias.masked_fill(~visible, -std::numeric_limits<float>::infinity()).to(q.scalar_type());
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  const int64_t H = options_.n_heads, D = C / H;
-  // (B, T, 3C) -> three (B, H, T, D)
-  auto qkv = qkv_->forward(x).view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});
-  auto q = qkv[0], k = qkv[1], v = qkv[2];
+  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t H = heads_, K = kv_heads_, D = head_dim_;
+  // (B, T, (H + 2K) D) -> q (B, H, T, D), k and v (B, K, T, D)
+  const auto qkv = qkv_->forward(x).split({H * D, K * D, K * D}, -1);
+  auto q = qkv[0].view({B, T, H, D}).transpose(1, 2);
+  auto k = qkv[1].view({B, T, K, D}).transpose(1, 2);
+  auto v = qkv[2].view({B, T, K, D}).transpose(1, 2);
 
-  const int64_t past = cache != nullptr ? cache->length() : 0;
+  const int64_t first = cache != nullptr ? cache->seen : 0;  // absolute position of x's first token
+  if (options_.position == PositionKind::kRope) {
+    const auto [cos, sin] = rope_cos_sin(first, T, D, options_.rope, q.options());
+    q = apply_rope(q, cos, sin);
+    k = apply_rope(k, cos, sin);
+  }
   if (cache != nullptr) {
-    if (past > 0) {
+    if (cache->length() > 0) {
       k = torch::cat({cache->k, k}, 2);
       v = torch::cat({cache->v, v}, 2);
     }
-    cache->k = k;
-    cache->v = v;
+    // A sliding window never looks further back than window - 1 positions: keep the last `window`.
+    const int64_t keep = options_.window > 0 ? std::min(k.size(2), options_.window) : k.size(2);
+    cache->k = k.narrow(2, k.size(2) - keep, keep);
+    cache->v = v.narrow(2, v.size(2) - keep, keep);
+    cache->seen = first + T;
   }
 
-  // Causal masking: with nothing cached the kernel's own causal mode; with a cache, new position i
-  // (absolute past + i) sees keys [0, past + i], which for a single new token is every key.
-  std::optional<torch::Tensor> mask;
-  bool is_causal = options_.causal && past == 0 && T > 1;
-  if (options_.causal && past > 0 && T > 1) {
-    auto rows = torch::arange(T, torch::kLong).unsqueeze(1) + past;
-    auto cols = torch::arange(past + T, torch::kLong).unsqueeze(0);
-    mask = (cols <= rows).to(x.device());  // (T, S) bool, true = attend
-  }
+  const int64_t S = k.size(2);
+  bool is_causal = false;
+  const auto mask = scores_mask(first, T, first + T - S, S, q, &is_causal);
   const double dropout = is_training() ? options_.dropout : 0.0;
-  auto y = at::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal);  // (B, H, T, D)
-  return out_->forward(y.transpose(1, 2).reshape({B, T, C}));
+  auto y = at::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal, std::nullopt,
+                                            /*enable_gqa=*/K != H);  // (B, H, T, D)
+  return out_->forward(y.transpose(1, 2).reshape({B, T, H * D}));
 }
 
 }  // namespace loom

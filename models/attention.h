@@ -1,22 +1,38 @@
-// Multi-head self-attention with a fused QKV projection and an optional KV cache for generation.
-// Shapes: B batch, T new positions, S cached + new positions, H heads, D head size, C = H * D.
+// Causal self-attention with grouped-query heads, RoPE or ALiBi, an optional sliding window, and a KV
+// cache for generation. Shapes: B batch, T new positions, S cached + new positions, H query heads,
+// K key/value heads (K divides H; K = 1 is multi-query), D head size, C model size.
+//
+// Q, K and V come from one fused projection whose output rows are laid out [q: H*D | k: K*D | v: K*D],
+// each section head-major (head h owns rows h*D .. h*D + D - 1 of its section). A tensor-parallel rank
+// holding heads [h0, h0 + H/tp) and kv heads [k0, k0 + K/tp) takes those rows of each section and builds
+// this same layer with n_heads = H/tp and n_kv_heads = K/tp; the output projection splits by columns.
 #pragma once
 #include <torch/torch.h>
 
+#include "models/positions.h"
+
 namespace loom {
 
-// Keys and values of the positions seen so far, per layer: (B, H, S, D) each; empty before the first call.
+// Keys and values of the positions kept so far, per layer: (B, K, S, D) each; empty before the first call.
+// `seen` counts every position fed; with a sliding window the oldest are dropped, so length() <= seen.
 struct KVCache {
   torch::Tensor k;
   torch::Tensor v;
+  int64_t seen = 0;
   int64_t length() const { return k.defined() ? k.size(2) : 0; }
 };
 
 struct AttentionOptions {
   int64_t d_model = 0;
   int64_t n_heads = 0;
-  double dropout = 0.0;
+  int64_t n_kv_heads = 0;  // 0: n_heads
+  int64_t head_dim = 0;    // 0: d_model / n_heads
+  bool bias = true;
   bool causal = true;
+  int64_t window = 0;  // > 0: each position sees itself and the window - 1 before it
+  PositionKind position = PositionKind::kLearned;  // rope and alibi act here; the others in the embedding
+  RopeOptions rope;
+  double dropout = 0.0;
   double init_std = 0.02;
   double out_init_std = 0.02;  // residual projection (GPT-2: init_std / sqrt(2 * n_layers))
 };
@@ -25,13 +41,26 @@ class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const AttentionOptions& options);
 
-  // x: (B, T, C) -> (B, T, C). With a cache, x holds the positions after the cached ones and the cache grows.
+  // x: (B, T, C) -> (B, T, C). With a cache, x holds the positions after the ones seen and the cache grows
+  // (keeping at most `window` positions).
   torch::Tensor forward(const torch::Tensor& x, KVCache* cache = nullptr);
 
+  int64_t n_heads() const { return heads_; }
+  int64_t n_kv_heads() const { return kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
+
  private:
+  // What SDPA adds to the scores of new positions [first, first + T) against kept keys
+  // [key_first, key_first + S): nothing when its own causal flag is enough (then *is_causal is set), else a
+  // bool (T, S) mask or, with ALiBi, a float (H, T, S) bias with -inf where masked.
+  std::optional<torch::Tensor> scores_mask(int64_t first, int64_t T, int64_t key_first, int64_t S,
+                                           const torch::Tensor& q, bool* is_causal) const;
+
   AttentionOptions options_;
+  int64_t heads_, kv_heads_, head_dim_;
   torch::nn::Linear qkv_{nullptr};
   torch::nn::Linear out_{nullptr};
+  torch::Tensor alibi_slopes_;  // (H), only with ALiBi; not a parameter
 };
 TORCH_MODULE(Attention);
 

@@ -3,10 +3,9 @@
 namespace loom {
 
 BlockImpl::BlockImpl(const BlockOptions& options) {
-  const int64_t c = options.attention.d_model;
-  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
+  ln1_ = register_module("ln1", Norm(options.norm));
   attention_ = register_module("attention", Attention(options.attention));
-  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
+  ln2_ = register_module("ln2", Norm(options.norm));
   mlp_ = register_module("mlp", Mlp(options.mlp));
   dropout_ = register_module("dropout", torch::nn::Dropout(options.dropout));
 }

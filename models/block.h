@@ -1,8 +1,10 @@
-// A pre-LayerNorm Transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)), dropout on each branch.
+// A pre-norm Transformer block: x + attn(norm1(x)), then x + mlp(norm2(x)), dropout on each branch. The
+// norms are LayerNorm or RMSNorm (named ln1 and ln2 either way, so checkpoints keep their names).
 #pragma once
 #include <torch/torch.h>
 
 #include "models/attention.h"
+#include "models/layers.h"
 #include "models/mlp.h"
 
 namespace loom {
@@ -10,6 +12,7 @@ namespace loom {
 struct BlockOptions {
   AttentionOptions attention;
   MlpOptions mlp;
+  NormOptions norm;
   double dropout = 0.0;
 };
 
@@ -19,7 +22,7 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, KVCache* cache = nullptr);  // (B, T, C) -> (B, T, C)
 
  private:
-  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
+  Norm ln1_{nullptr}, ln2_{nullptr};
   Attention attention_{nullptr};
   Mlp mlp_{nullptr};
   torch::nn::Dropout dropout_{nullptr};

@@ -1,19 +1,34 @@
 #include "models/mlp.h"
 
+#include "core/error.h"
+#include "models/layers.h"
+
 namespace loom {
 
-MlpImpl::MlpImpl(const MlpOptions& options) {
-  up_ = register_module("up", torch::nn::Linear(options.d_model, options.d_ff));
-  down_ = register_module("down", torch::nn::Linear(options.d_ff, options.d_model));
-  torch::NoGradGuard no_grad;
-  torch::nn::init::normal_(up_->weight, 0.0, options.init_std);
-  torch::nn::init::zeros_(up_->bias);
-  torch::nn::init::normal_(down_->weight, 0.0, options.out_init_std);
-  torch::nn::init::zeros_(down_->bias);
+Activation activation_kind(const std::string& name) {
+  return choice<Activation>(name,
+                {{"gelu", Activation::kGelu},
+                 {"relu", Activation::kRelu},
+                 {"swiglu", Activation::kSwiglu},
+                 {"geglu", Activation::kGeglu}},
+                "activation");
+}
+
+MlpImpl::MlpImpl(const MlpOptions& o) : activation_(o.activation) {
+  const bool gated = o.activation == Activation::kSwiglu || o.activation == Activation::kGeglu;
+  if (gated) gate_ = register_module("gate", make_linear(o.d_model, o.d_ff, o.bias, o.init_std));
+  up_ = register_module("up", make_linear(o.d_model, o.d_ff, o.bias, o.init_std));
+  down_ = register_module("down", make_linear(o.d_ff, o.d_model, o.bias, o.out_init_std));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return down_->forward(torch::gelu(up_->forward(x), "tanh"));
+  switch (activation_) {
+    case Activation::kGelu: return down_->forward(torch::gelu(up_->forward(x), "tanh"));
+    case Activation::kRelu: return down_->forward(torch::relu(up_->forward(x)));
+    case Activation::kSwiglu: return down_->forward(torch::silu(gate_->forward(x)) * up_->forward(x));
+    case Activation::kGeglu: return down_->forward(torch::gelu(gate_->forward(x), "tanh") * up_->forward(x));
+  }
+  throw Error("unreachable activation");
 }
 
 }  // namespace loom

@@ -1,12 +1,21 @@
-// The position-wise feed-forward block: Linear(C, F) -> GELU (tanh approximation, as GPT-2) -> Linear(F, C).
+// The position-wise feed-forward block: down(act(up x)) for GELU (tanh approximation, as GPT-2) and ReLU,
+// or the gated down(act(gate x) * up x) for SwiGLU (SiLU) and GeGLU (GELU), each projection C <-> F.
+// Gate and up are separate matrices so that tensor parallelism splits each by columns as it is.
 #pragma once
 #include <torch/torch.h>
 
+#include <string>
+
 namespace loom {
+
+enum class Activation { kGelu, kRelu, kSwiglu, kGeglu };
+Activation activation_kind(const std::string& name);
 
 struct MlpOptions {
   int64_t d_model = 0;
   int64_t d_ff = 0;
+  Activation activation = Activation::kGelu;
+  bool bias = true;
   double init_std = 0.02;
   double out_init_std = 0.02;
 };
@@ -17,6 +26,8 @@ class MlpImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
 
  private:
+  Activation activation_;
+  torch::nn::Linear gate_{nullptr};  // only for the gated activations
   torch::nn::Linear up_{nullptr};
   torch::nn::Linear down_{nullptr};
 };

@@ -3,11 +3,14 @@
 # Idempotent: what is already installed or built is skipped. Needs root (or sudo) for apt-get.
 #   Debian: compiler, CMake, ccache, OpenMPI, yaml-cpp, spdlog, Catch2, nlohmann-json, sentencepiece,
 #           diatheke + the Bible modules (KJV, WEB, Reina-Valera 1909)
-#   PyPI:   the pinned torch wheel (its LibTorch is what loom links; tests also use it for golden values)
+#   PyPI:   the pinned torch wheel (its LibTorch is what loom links; tests also use it for golden values),
+#           transformers and safetensors (golden logits of Hugging Face's GPT-2 and LLaMA)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.11.0
+TRANSFORMERS_VERSION=5.24.0
+SAFETENSORS_VERSION=0.8.0
 PYTHON=${PYTHON:-python3}
 BUILD_DIR=${BUILD_DIR:-build}
 packages=(build-essential cmake ccache pkg-config python3 python3-pip git
@@ -26,10 +29,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! "$PYTHON" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
-  echo "setup: installing torch==$TORCH_VERSION from PyPI (several GB, once per machine)"
+if ! "$PYTHON" -c "
+import sys, torch, transformers, safetensors
+sys.exit((torch.__version__.split('+')[0], transformers.__version__, safetensors.__version__)
+         != ('$TORCH_VERSION', '$TRANSFORMERS_VERSION', '$SAFETENSORS_VERSION'))" 2>/dev/null; then
+  echo "setup: installing torch==$TORCH_VERSION, transformers, safetensors from PyPI (several GB, once per machine)"
   # Debian's own python3 refuses system-wide pip installs unless told; other pythons ignore the flag.
-  "$PYTHON" -m pip install --quiet --break-system-packages "torch==$TORCH_VERSION" numpy
+  "$PYTHON" -m pip install --quiet --break-system-packages "torch==$TORCH_VERSION" numpy \
+    "transformers==$TRANSFORMERS_VERSION" "safetensors==$SAFETENSORS_VERSION"
 fi
 
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime

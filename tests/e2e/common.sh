@@ -24,3 +24,25 @@ tiny_train_bg() {
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # Rows of metrics.jsonl as "split step loss" with the loss exactly as written.
 losses() { python3 "$SRC/tests/e2e/metrics.py" rows "$1"; }
+# Waits until FILE exists (30 s at most).
+wait_for() {
+  for _ in $(seq 300); do [ -e "$1" ] && return 0; sleep 0.1; done
+  fail "timed out waiting for $1"
+}
+# same_losses REFERENCE_RUN RUN LABEL: RUN wrote exactly REFERENCE_RUN's losses, bit for bit.
+same_losses() {
+  losses "$1" > "$1.losses"; losses "$2" > "$2.losses"
+  diff "$1.losses" "$2.losses" || fail "$3: losses differ from the uninterrupted run"
+  echo "$3: identical losses"
+}
+# sigkill_resume RUN STEP [--set ...]: trains RUN in the background, SIGKILLs it as soon as its step-STEP
+# checkpoint is complete, then trains it again to the end (the steps after the checkpoint are redone).
+# Sets killed_at to the newest checkpoint the killed run had left.
+sigkill_resume() {
+  local run=$1 step=$2; shift 2
+  tiny_train_bg "$run" "$@" >"$run.log" 2>&1
+  wait_for "$run/checkpoints/$step/manifest.json"
+  kill -KILL $pid; wait $pid 2>/dev/null || true
+  killed_at=$(ls "$run/checkpoints" | sort -n | tail -1)
+  tiny_train "$run" "$@" >>"$run.log" 2>&1
+}

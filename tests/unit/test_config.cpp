@@ -107,7 +107,7 @@ TEST_CASE("config: a validation error names file, line, key and the constraint",
 
 TEST_CASE("config: unknown keys and sections are rejected with the known keys", "[config]") {
   const auto yaml_error = config_error("model:\n  d_modle: 64\n");
-  CHECK(starts_with(yaml_error, "x.yaml:2: model.d_modle: unknown key (known keys: model.arch, "));
+  CHECK(starts_with(yaml_error, "x.yaml:2: model.d_modle: unknown key (known keys: model."));
   CHECK(yaml_error.find("model.d_model") != std::string::npos);
   CHECK(yaml_error.find("optim.lr") == std::string::npos);  // only the section's own keys
 

@@ -1,7 +1,6 @@
-// GPT: parameter and FLOP counts, initialization, logits against an independent PyTorch forward
-// (tests/golden/gpt_forward.py), the KV cache, and generation.
+// GPT: counts worked by hand, initialization, causality, and generation (sampling, top-k / top-p, stop
+// tokens). Every variant's counts, KV cache and golden logits are in test_model_variants.cpp.
 #include <cmath>
-#include <fstream>
 #include <set>
 
 #include "core/error.h"
@@ -25,48 +24,14 @@ loom::ModelConfig small_config(bool tied = true) {
   return c;
 }
 
-int64_t numel_sum(torch::nn::Module& model) {
-  int64_t n = 0;
-  for (const auto& p : model.parameters()) n += p.numel();
-  return n;
-}
-
 torch::Tensor tokens_of(const std::vector<int64_t>& ids) { return torch::tensor(ids, torch::kLong).unsqueeze(0); }
 
 }  // namespace
 
-TEST_CASE("gpt: count_parameters equals the built model's parameters", "[models]") {
-  for (bool tied : {true, false}) {
-    for (int64_t d_ff : {int64_t{0}, int64_t{100}}) {
-      auto config = small_config(tied);
-      config.d_ff = d_ff;
-      loom::Gpt model(config);
-      INFO("tied " << tied << " d_ff " << d_ff);
-      CHECK(loom::count_parameters(config) == numel_sum(*model));
-      const auto named = model->named_parameters();
-      CHECK(named.contains("lm_head.weight") == !tied);
-    }
-  }
-  // Untying adds exactly one V x C matrix.
+TEST_CASE("gpt: parameter and FLOP counts worked by hand", "[models]") {
+  // Untying adds exactly one V x C matrix (see test_model_variants.cpp for every variant against built models).
   CHECK(loom::count_parameters(small_config(false)) - loom::count_parameters(small_config(true)) == 97 * 64);
-}
-
-TEST_CASE("gpt: training FLOPs per token are 6 x matmul weights + attention", "[models]") {
-  for (bool tied : {true, false}) {
-    auto config = small_config(tied);
-    loom::Gpt model(config);
-    // Every weight a token is multiplied by: all matrices except the position table, and the token
-    // table only when it doubles as the LM head.
-    double matmul = 0;
-    for (const auto& p : model->named_parameters()) {
-      if (p.value().dim() != 2 || p.key() == "position_embedding.weight") continue;
-      if (!tied && p.key() == "token_embedding.weight") continue;
-      matmul += static_cast<double>(p.value().numel());
-    }
-    const int64_t T = 32;
-    CHECK(loom::training_flops_per_token(config, T) == Approx(6 * matmul + 12.0 * 2 * 64 * T).epsilon(1e-12));
-  }
-  // Worked by hand for the small config: 2 x (4 x 64^2 + 2 x 64 x 256) + 97 x 64 = 104512.
+  // 2 x (4 x 64^2 + 2 x 64 x 256) + 97 x 64 = 104512 weights a token multiplies through.
   CHECK(loom::training_flops_per_token(small_config(), 32) == Approx(6.0 * 104512 + 12.0 * 2 * 64 * 32));
 }
 
@@ -97,72 +62,6 @@ TEST_CASE("gpt: initialization follows init_std and the residual scaling", "[mod
   CHECK(p["blocks.3.mlp.up.bias"].abs().max().item<double>() == 0.0);
   CHECK(p["blocks.5.ln2.weight"].eq(1).all().item<bool>());
   CHECK(p["final_norm.bias"].abs().max().item<double>() == 0.0);
-}
-
-TEST_CASE("gpt: logits equal an independent PyTorch forward over the same weights", "[models][golden]") {
-  for (bool tied : {true, false}) {
-    INFO("tied " << tied);
-    torch::manual_seed(tied ? 11 : 12);
-    auto config = small_config(tied);
-    config.d_model = 32;
-    config.vocab_size = 50;
-    config.max_seq_len = 16;
-    config.d_ff = 48;
-    loom::Gpt model(config);
-    model->eval();
-    nlohmann::json spec;
-    {
-      // Perturb every parameter so that biases and norm gains are not their trivial init values.
-      torch::NoGradGuard no_grad;
-      for (auto& p : model->named_parameters()) {
-        p.value().add_(torch::randn_like(p.value()) * 0.2);
-        spec["params"][p.key()] = loom::test::tensor_json(p.value());
-      }
-    }
-    const auto tokens = torch::randint(0, config.vocab_size, {3, 12}, torch::kLong);
-    spec["tokens"] = loom::test::tensor_json(tokens);
-    spec["config"] = {{"d_model", config.d_model},
-                      {"n_heads", config.n_heads},
-                      {"n_layers", config.n_layers},
-                      {"tie_embeddings", tied}};
-    const auto path = loom::test::scratch_dir("gpt-golden") / "spec.json";
-    std::ofstream(path) << spec.dump();
-    const auto golden = loom::test::python_golden("gpt_forward.py", path.string());
-    const auto expected = loom::test::json_tensor(golden["logits"], torch::kDouble);
-
-    torch::NoGradGuard no_grad;
-    const auto logits = model->forward(tokens);
-    REQUIRE(logits.sizes() == std::vector<int64_t>({3, 12, 50}));
-    const double scale = std::max(1.0, expected.abs().max().item<double>());
-    CHECK(max_abs_diff(logits, expected) <= 1e-5 * scale);
-  }
-}
-
-TEST_CASE("gpt: KV-cached forward equals the full forward", "[models]") {
-  torch::manual_seed(5);
-  loom::Gpt model(small_config());
-  model->eval();
-  torch::NoGradGuard no_grad;
-  const auto tokens = torch::randint(0, 97, {2, 20}, torch::kLong);
-  const auto full = model->forward(tokens);  // (2, 20, 97)
-  using torch::indexing::Slice;
-
-  // One token at a time.
-  std::vector<loom::KVCache> caches(2);
-  for (int64_t t = 0; t < 20; ++t) {
-    const auto step = model->forward(tokens.index({Slice(), Slice(t, t + 1)}), &caches);
-    CHECK(max_abs_diff(step, full.index({Slice(), Slice(t, t + 1)})) <= 1e-5);
-  }
-  CHECK(caches[0].length() == 20);
-  CHECK(caches[1].k.sizes() == std::vector<int64_t>({2, 4, 20, 16}));
-
-  // Chunks after a prefix: the new positions see the cache and each other causally.
-  std::vector<loom::KVCache> chunked(2);
-  const std::vector<std::pair<int64_t, int64_t>> chunks = {{0, 7}, {7, 10}, {10, 11}, {11, 20}};
-  for (auto [from, to] : chunks) {
-    const auto part = model->forward(tokens.index({Slice(), Slice(from, to)}), &chunked);
-    CHECK(max_abs_diff(part, full.index({Slice(), Slice(from, to)})) <= 1e-5);
-  }
 }
 
 TEST_CASE("gpt: earlier logits do not depend on later tokens", "[models]") {

@@ -1,0 +1,77 @@
+#include "models/estimates.h"
+
+#include <algorithm>
+
+namespace loom {
+
+int64_t count_parameters(const ModelConfig& c) {
+  const int64_t C = c.d_model, F = c.ffn_dim(), Q = c.n_heads * c.head_dim(), KV = c.kv_heads() * c.head_dim();
+  auto linear = [&](int64_t in, int64_t out) { return in * out + (c.bias ? out : 0); };
+  const int64_t norm = c.norm == "layernorm" ? 2 * C : C;
+  const int64_t attention = linear(C, Q + 2 * KV) + linear(Q, C);
+  const int64_t mlp = (c.gated_mlp() ? 2 : 1) * linear(C, F) + linear(F, C);
+  const int64_t block = 2 * norm + attention + mlp;
+  const int64_t embeddings = c.vocab_size * C + (c.position == "learned" ? c.max_seq_len * C : 0);
+  const int64_t head = c.tie_embeddings ? 0 : c.vocab_size * C;  // the untied head has no bias
+  return embeddings + c.n_layers * block + norm + head;
+}
+
+double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
+  const double C = static_cast<double>(c.d_model), F = static_cast<double>(c.ffn_dim());
+  const double Q = static_cast<double>(c.n_heads * c.head_dim()), KV = static_cast<double>(c.kv_heads() * c.head_dim());
+  const double per_layer = C * (Q + 2 * KV) + Q * C + (c.gated_mlp() ? 3.0 : 2.0) * C * F;
+  const double matmul_weights = c.n_layers * per_layer + static_cast<double>(c.vocab_size) * C;
+  const int64_t keys = c.attention_window > 0 ? std::min(seq_len, c.attention_window) : seq_len;
+  return 6.0 * matmul_weights + 12.0 * c.n_layers * Q * static_cast<double>(keys);
+}
+
+// Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+// Models"), no recomputation, no sequence parallelism: per layer, in elements of e bytes (2 for bf16, 4
+// for fp32) with s = seq_len, b = micro-batch, h = d_model, q = n_heads * head_dim, kv = n_kv_heads *
+// head_dim, f = d_ff, a = n_heads, t = tp:
+//   kept whole on every TP rank: the inputs of the two norms, of QKV and of the MLP: 4sbh
+//   split over TP: q, k, v and the output projection's input: sb(2q + 2kv); RoPE's unrotated and
+//     rotated q and k: 2sb(q + kv); MLP: GELU keeps its input and output (2sbf), ReLU its output (sbf),
+//     a gated MLP the gate, act(gate), up and their product (4sbf); softmax scores a s^2 b (the unfused path; flash
+//     kernels keep O(s) instead, so this is an upper bound there)
+//   with dropout, 1-byte masks: 2sbh (residual branches) + a s^2 b / t, and the dropped scores (e each)
+// For GPT-2 (f = 4h, q = kv = h, bf16, dropout) this is the paper's sbh(10 + 24/t + 5as/(ht)) bytes.
+// Plus the head: the final norm's input (e sbh) and the logits (e) with their fp32 log-probabilities for
+// the loss (4), sbV/t each. The layout is kept simple: a rank holds ceil(n_layers / pp) layers and the
+// head (an upper bound for middle stages), and weights, gradients and optimizer state are the parameter
+// count / (tp * pp), ignoring replicated norms and biases and uneven stages. A 1F1B pipeline keeps up to
+// pp micro-batches in flight on its first stage; this counts one.
+MemoryEstimate estimate_memory(const Config& config) {
+  const ModelConfig& m = config.model;
+  const int64_t tp = config.parallel.tp, pp = config.parallel.pp;
+  const int64_t dp = std::max<int64_t>(1, config.parallel.dp);  // -1 (world / (tp * pp)) is unknown here
+  const bool bf16 = config.precision.dtype == "bf16";
+
+  MemoryEstimate out;
+  const int64_t params = (count_parameters(m) + tp * pp - 1) / (tp * pp);
+  // Parameters are fp32 in every precision: bf16 is autocast over fp32 master weights, which caches a
+  // bf16 copy of each weight for the step.
+  out.weights = 4 * params + (bf16 ? 2 * params : 0);
+  out.gradients = 4 * params;
+  out.optimizer = 8 * params;
+
+  const double e = bf16 ? 2 : 4;
+  const double s = static_cast<double>(config.data.seq_len);
+  const double b = static_cast<double>(config.micro_batch_size(dp));
+  const double h = static_cast<double>(m.d_model), f = static_cast<double>(m.ffn_dim());
+  const double q = static_cast<double>(m.n_heads * m.head_dim()), kv = static_cast<double>(m.kv_heads() * m.head_dim());
+  const double a = static_cast<double>(m.n_heads), t = static_cast<double>(tp);
+  const double dropout = m.dropout > 0 ? 1 : 0;
+  const double rope = m.position == "rope" ? 1 : 0;
+  const double mlp_tensors = m.gated_mlp() ? 4 : m.activation == "relu" ? 1 : 2;
+  const double whole = e * s * b * 4 * h + dropout * 2 * s * b * h;
+  const double split = e * s * b * (2 * q + 2 * kv + rope * 2 * (q + kv) + mlp_tensors * f) +
+                       a * s * s * b * (e + dropout * (1 + e));
+  const double layer = whole + split / t;
+  const double head = e * s * b * h + s * b * static_cast<double>(m.vocab_size) / t * (e + 4);
+  const int64_t layers = (m.n_layers + pp - 1) / pp;
+  out.activations = static_cast<int64_t>(static_cast<double>(layers) * layer + head);
+  return out;
+}
+
+}  // namespace loom

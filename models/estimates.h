@@ -1,0 +1,30 @@
+// What the model a config describes costs, without building it: its exact parameter count, training
+// FLOPs per token, and a memory estimate per rank. Closed forms of the layers in models/, checked against
+// built models by tests/unit/test_model_variants.cpp; `loom info` prints them.
+#pragma once
+#include <cstdint>
+
+#include "core/config.h"
+
+namespace loom {
+
+// Exact parameter count of the model a config builds.
+int64_t count_parameters(const ModelConfig& config);
+
+// Training FLOPs per token (forward + backward) at sequence length seq_len: 6 x (every weight a token
+// multiplies through, the LM head included) + 12 x n_layers x n_heads x head_dim x (keys each query sees:
+// seq_len, or the attention window if smaller) for attention scores and weighted values (no discount for
+// the causal mask).
+double training_flops_per_token(const ModelConfig& config, int64_t seq_len);
+
+// Bytes one rank holds while training, for the config's precision and parallel layout.
+struct MemoryEstimate {
+  int64_t weights = 0;      // fp32 parameters (+ the bf16 copies autocast keeps during a step)
+  int64_t gradients = 0;    // fp32, one per parameter
+  int64_t optimizer = 0;    // AdamW's two fp32 moments
+  int64_t activations = 0;  // what one micro-batch's forward keeps for its backward
+  int64_t total() const { return weights + gradients + optimizer + activations; }
+};
+MemoryEstimate estimate_memory(const Config& config);
+
+}  // namespace loom

@@ -1,0 +1,68 @@
+// Small pieces every layer is built from: an initialized Linear (bias optional), the Norm that is
+// either LayerNorm or RMSNorm, and the lookup of an option named in the config. Header-only; the layers that use them hold no knowledge of configs.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+
+namespace loom {
+
+// The option a config string names, e.g. choice<NormKind>("rmsnorm", {{"layernorm", ...}, ...}, "norm").
+template <class Enum>
+Enum choice(const std::string& name, const std::vector<std::pair<std::string, Enum>>& options, const char* what) {
+  std::string known;
+  for (const auto& [option_name, value] : options) {
+    if (option_name == name) return value;
+    known += (known.empty() ? "" : ", ") + option_name;
+  }
+  throw Error("unknown " + std::string(what) + " '" + name + "' (" + known + ")");
+}
+
+// Linear(in, out) with weights ~ N(0, std) and zero bias, or no bias at all.
+inline torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias, double std) {
+  torch::nn::Linear linear(torch::nn::LinearOptions(in, out).bias(bias));
+  torch::NoGradGuard no_grad;
+  torch::nn::init::normal_(linear->weight, 0.0, std);
+  if (bias) torch::nn::init::zeros_(linear->bias);
+  return linear;
+}
+
+enum class NormKind { kLayerNorm, kRmsNorm };
+
+inline NormKind norm_kind(const std::string& name) {
+  return choice<NormKind>(name, {{"layernorm", NormKind::kLayerNorm}, {"rmsnorm", NormKind::kRmsNorm}}, "norm");
+}
+
+struct NormOptions {
+  int64_t dim = 0;
+  NormKind kind = NormKind::kLayerNorm;
+  double eps = 1e-5;
+};
+
+// LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias. RMSNorm: x / sqrt(mean(x^2) + eps) * weight,
+// computed in fp32 whatever the input (as Hugging Face LLaMA), so bf16 autocast does not lose the scale.
+// Parameters are named weight (and bias) like torch::nn::LayerNorm's, so checkpoints read either way.
+class NormImpl : public torch::nn::Module {
+ public:
+  explicit NormImpl(const NormOptions& options) : options_(options) {
+    weight_ = register_parameter("weight", torch::ones({options.dim}));
+    if (options.kind == NormKind::kLayerNorm) bias_ = register_parameter("bias", torch::zeros({options.dim}));
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {  // (..., C) -> (..., C)
+    if (options_.kind == NormKind::kLayerNorm) return torch::layer_norm(x, {options_.dim}, weight_, bias_, options_.eps);
+    const auto h = x.to(c10::promoteTypes(x.scalar_type(), torch::kFloat));
+    return weight_ * (h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + options_.eps)).to(x.scalar_type());
+  }
+
+ private:
+  NormOptions options_;
+  torch::Tensor weight_, bias_;
+};
+TORCH_MODULE(Norm);
+
+}  // namespace loom

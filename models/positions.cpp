@@ -1,0 +1,78 @@
+#include "models/positions.h"
+
+#include <cmath>
+#include <vector>
+
+#include "models/layers.h"
+
+namespace loom {
+
+PositionKind position_kind(const std::string& name) {
+  return choice<PositionKind>(name,
+                {{"learned", PositionKind::kLearned},
+                 {"sinusoidal", PositionKind::kSinusoidal},
+                 {"rope", PositionKind::kRope},
+                 {"alibi", PositionKind::kAlibi}},
+                "position encoding");
+}
+
+RopeScaling rope_scaling(const std::string& name) {
+  return choice<RopeScaling>(
+      name, {{"none", RopeScaling::kNone}, {"linear", RopeScaling::kLinear}, {"ntk", RopeScaling::kNtk}},
+      "RoPE scaling");
+}
+
+namespace {
+
+// (T) float positions on the device of `to`.
+torch::Tensor positions(int64_t first, int64_t length, const torch::TensorOptions& to) {
+  return torch::arange(first, first + length, to.dtype(torch::kFloat));
+}
+
+// (n) base^(-2i/dim) for i in [0, n), the frequencies of both sinusoids and RoPE.
+torch::Tensor inverse_frequencies(double base, int64_t dim, const torch::TensorOptions& to) {
+  const auto exponents = torch::arange(0, dim, 2, to.dtype(torch::kFloat)) / static_cast<double>(dim);
+  return 1.0 / torch::pow(base, exponents);
+}
+
+}  // namespace
+
+torch::Tensor sinusoidal_positions(int64_t first, int64_t length, int64_t dim, const torch::TensorOptions& options) {
+  const auto angles = torch::outer(positions(first, length, options), inverse_frequencies(10000.0, dim, options));
+  // (T, C/2, 2) -> (T, C): sin and cos interleaved
+  return torch::stack({angles.sin(), angles.cos()}, -1).flatten(1).to(options.dtype());
+}
+
+std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(int64_t first, int64_t length, int64_t head_dim,
+                                                     const RopeOptions& options, const torch::TensorOptions& to) {
+  const double d = static_cast<double>(head_dim);
+  const double theta =
+      options.scaling == RopeScaling::kNtk ? options.theta * std::pow(options.factor, d / (d - 2.0)) : options.theta;
+  auto p = positions(first, length, to);
+  if (options.scaling == RopeScaling::kLinear) p = p / options.factor;
+  const auto angles = torch::outer(p, inverse_frequencies(theta, head_dim, to));  // (T, D/2)
+  const auto both = torch::cat({angles, angles}, -1);                              // (T, D)
+  return {both.cos().to(to.dtype()), both.sin().to(to.dtype())};
+}
+
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const auto rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);  // rotate_half
+  return x * cos + rotated * sin;
+}
+
+torch::Tensor alibi_slopes(int64_t n_heads) {
+  auto power_of_two = [](int64_t n) {
+    std::vector<float> s;
+    for (int64_t i = 1; i <= n; ++i) s.push_back(static_cast<float>(std::pow(2.0, -8.0 * i / n)));
+    return s;
+  };
+  int64_t lower = 1;
+  while (lower * 2 <= n_heads) lower *= 2;
+  std::vector<float> slopes = power_of_two(lower);
+  const std::vector<float> higher = power_of_two(2 * lower);
+  for (int64_t i = 0; static_cast<int64_t>(slopes.size()) < n_heads; i += 2) slopes.push_back(higher[i]);
+  return torch::tensor(slopes);
+}
+
+}  // namespace loom

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# loom info on the presets: the published parameter counts (text and --json), FLOPs per token and a
+# memory estimate whose parts add up, all without building the model (an 8B config stays far under 1 GB).
+source "$(dirname "$0")/common.sh"
+"$LOOM" info "$SRC/configs/gpt2-124m.yaml" > "$WORK/gpt2.txt"
+cat "$WORK/gpt2.txt"
+grep -q "^parameters     124,439,808$" "$WORK/gpt2.txt" || fail "gpt2-124m: not 124,439,808 parameters"
+"$LOOM" info "$SRC/configs/llama2-7b.yaml" | grep -q "^parameters     6,738,415,616$" || fail "llama2-7b: not 6,738,415,616"
+
+python3 - "$LOOM" "$SRC/configs" <<'PY' || fail "loom info --json"
+import json, resource, subprocess, sys
+loom, configs = sys.argv[1], sys.argv[2]
+expected = {"gpt2-124m": 124439808, "gpt2-350m": 354823168, "llama2-7b": 6738415616, "llama3-8b": 8030261248,
+            "llama-tiny": 3295488}
+for name, parameters in expected.items():
+    out = json.loads(subprocess.check_output([loom, "info", f"{configs}/{name}.yaml", "--json",
+                                              "--set", "model.vocab_size=1024" if name == "llama-tiny" else "run.seed=1"]))
+    m = out["memory"]
+    print(name, out["parameters"], f"{out['flops_per_token']:.4g} FLOPs/token", {k: f"{v / 2**30:.2f} GiB" for k, v in m.items()})
+    assert out["parameters"] == parameters, (name, out["parameters"])
+    assert out["flops_per_token"] > 6 * parameters * 0.5, name
+    assert m["total"] == m["weights"] + m["gradients"] + m["optimizer"] + m["activations"], name
+    assert all(m[k] > 0 for k in m), name
+# Closed forms only: the 8B config never allocates its 32 GB of fp32 weights.
+peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+assert peak_kb < 1024 * 1024, f"loom info used {peak_kb} kB"
+# tp divides the weights and the split activations; pp the layers.
+base = json.loads(subprocess.check_output([loom, "info", f"{configs}/llama2-7b.yaml", "--json", "--set", "parallel.tp=1",
+                                           "--set", "parallel.pp=1", "--set", "parallel.dp=1"]))
+split = json.loads(subprocess.check_output([loom, "info", f"{configs}/llama2-7b.yaml", "--json", "--set", "parallel.tp=8",
+                                            "--set", "parallel.pp=4", "--set", "parallel.dp=1"]))
+assert split["memory"]["optimizer"] * 32 >= base["memory"]["optimizer"] > split["memory"]["optimizer"] * 31
+assert split["memory"]["activations"] < base["memory"]["activations"] / 4
+PY
+
+set +e
+out=$("$LOOM" info "$SRC/configs/llama-tiny.yaml" 2>&1); code=$?
+set -e
+[ $code -eq 2 ] && grep -q "model.vocab_size=N" <<<"$out" || fail "vocab from the tokenizer: exit $code, '$out'"
+set +e
+out=$("$LOOM" info "$SRC/configs/llama3-8b.yaml" --set model.n_kv_heads=5 2>&1); code=$?
+set -e
+[ $code -eq 2 ] && grep -q "model.n_kv_heads: 5 does not divide model.n_heads=32" <<<"$out" || fail "bad n_kv_heads: exit $code, '$out'"
+echo PASS
