@@ -37,6 +37,16 @@ target_include_directories(loom_deps SYSTEM BEFORE INTERFACE ${CMAKE_BINARY_DIR}
 # LibTorch's headers are not ours: keep -Wall -Wextra for loom's code only.
 target_include_directories(loom_deps SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
+  # NCCL: the one the torch wheel ships (what libtorch_cuda loads), else the CUDA toolkit's.
+  get_filename_component(torch_site "${TORCH_INSTALL_PREFIX}/.." ABSOLUTE)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${torch_site}/nvidia/nccl/include ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${torch_site}/nvidia/nccl/lib ${CUDAToolkit_LIBRARY_DIR})
+  if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+    message(FATAL_ERROR "LibTorch is a CUDA build but NCCL was not found: install the CUDA toolkit's NCCL")
+  endif()
+  message(STATUS "loom: CUDA build with NCCL ${NCCL_LIBRARY}")
   set(LOOM_CUDA ON)
   target_compile_definitions(loom_deps INTERFACE LOOM_CUDA=1)
+  target_include_directories(loom_deps SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+  target_link_libraries(loom_deps INTERFACE ${NCCL_LIBRARY})
 endif()

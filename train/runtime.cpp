@@ -15,10 +15,11 @@ int64_t configure_threads(const RuntimeConfig& runtime, int64_t local_ranks) {
   return threads;
 }
 
-torch::Device runtime_device(const RuntimeConfig& runtime) {
+torch::Device runtime_device(const RuntimeConfig& runtime, int64_t local_rank) {
   if (runtime.device == "cuda") {
     LOOM_CHECK(torch::cuda::is_available(), "runtime.device=cuda but no CUDA device is visible; use runtime.device=cpu");
-    return torch::Device(torch::kCUDA);
+    const auto gpus = static_cast<int64_t>(torch::cuda::device_count());
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % gpus));
   }
   return torch::Device(torch::kCPU);
 }

@@ -9,7 +9,8 @@ namespace loom {
 // Threads for this rank: runtime.threads, or the cores divided among the ranks on this node.
 int64_t configure_threads(const RuntimeConfig& runtime, int64_t local_ranks = 1);
 
-torch::Device runtime_device(const RuntimeConfig& runtime);
+// runtime.device; for cuda, the GPU of this rank's place on its node (local rank modulo the GPUs).
+torch::Device runtime_device(const RuntimeConfig& runtime, int64_t local_rank = 0);
 
 // Enables bf16 autocast for precision.dtype=bf16 while alive (fp32 master weights stay untouched).
 class AutocastGuard {

@@ -10,6 +10,7 @@
 #include "data/tokenizer.h"
 #include "optim/cross_entropy.h"
 #include "optim/optimizer.h"
+#include "parallel/nccl_communicator.h"
 #include "train/runtime.h"
 
 namespace loom {
@@ -56,7 +57,7 @@ Trainer::Trainer(Config config, const ProcessGroup& processes)
     : config_(std::move(config)),
       world_(processes.world(config_.parallel.timeout_s)),
       mesh_(config_, *world_),
-      device_(runtime_device(config_.runtime)),
+      device_(runtime_device(config_.runtime, processes.info().local_rank)),
       sampler_(static_cast<uint64_t>(config_.run.seed), config_.data.seq_len),
       schedule_(config_) {
   validate_batch_split(config_, mesh_.dp());
@@ -75,7 +76,13 @@ Trainer::Trainer(Config config, const ProcessGroup& processes)
   model_ = Gpt(config_.model);
   model_->to(device_);
   optimizer_ = make_adamw(*model_, config_.optim);
-  gradient_sync_ = std::make_unique<GradientSync>(model_->parameters(), mesh_.dp_group(), config_.parallel.bucket_mb);
+  // CUDA gradients are reduced by NCCL; the MPI group of the same ranks carries its unique id.
+  if (device_.is_cuda() && mesh_.dp() > 1)
+    nccl_dp_group_ = make_nccl_communicator(mesh_.dp_group(), device_.index(), "NCCL " + mesh_.dp_group().name(),
+                                            config_.parallel.timeout_s);
+  gradient_sync_ = std::make_unique<GradientSync>(model_->parameters(),
+                                                  nccl_dp_group_ ? *nccl_dp_group_ : mesh_.dp_group(),
+                                                  config_.parallel.bucket_mb);
   spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
                count_parameters(config_.model), threads, config_.precision.dtype, device_.str(), mesh_.dp(), mesh_.tp(),
                mesh_.pp(), gradient_sync_->bucket_count());

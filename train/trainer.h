@@ -47,6 +47,7 @@ class Trainer {
   LmSampler sampler_;
   Gpt model_{nullptr};
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<Communicator> nccl_dp_group_;  // CUDA runs: the DP group over NCCL
   std::unique_ptr<GradientSync> gradient_sync_;
   LrSchedule schedule_;
   std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
