@@ -46,7 +46,7 @@ expect_job_failure() {  # expect_job_failure FAULT PATTERN
   local started=$SECONDS
   set +e
   out=$(LOOM_FAULT_INJECTION=$1 timeout 120 "${MPIRUN[@]}" -x LOOM_FAULT_INJECTION -np 2 "$LOOM" train \
-        $(tiny_args "$WORK/fault") "${common[@]}" --set parallel.dp=2 --set parallel.timeout_s=5 2>&1)
+        $(tiny_args "$WORK/fault") "${common[@]}" --set parallel.dp=2 --set parallel.timeout_s=20 2>&1)
   code=$?
   set -e
   [ $code -ne 0 ] && [ $code -ne 124 ] || fail "$1: exit code $code (expected a non-zero exit, not a hang)"
@@ -55,5 +55,5 @@ expect_job_failure() {  # expect_job_failure FAULT PATTERN
 }
 expect_job_failure "throw@5:rank1" "rank 1 dp1-tp0-pp0.*injected fault (LOOM_FAULT_INJECTION) on rank 1 at step 5"
 expect_job_failure "crash@5:rank1" "exited\|terminated\|aborted"
-expect_job_failure "stall@5:rank1" "did not finish within parallel.timeout_s=5s"
+expect_job_failure "stall@5:rank1" "did not finish within parallel.timeout_s=20s"
 echo PASS
