@@ -15,12 +15,16 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 import decoder_cases
 
 
+def gpt2_config(cfg):
+    return GPT2Config(vocab_size=cfg["vocab_size"], n_positions=cfg["max_seq_len"], n_embd=cfg["d_model"],
+                      n_layer=cfg["n_layers"], n_head=cfg["n_heads"], n_inner=cfg["d_ff"],
+                      activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                      layer_norm_epsilon=cfg["norm_eps"], tie_word_embeddings=True, bos_token_id=None,
+                      eos_token_id=None)
+
+
 def gpt2(cfg, p):
-    config = GPT2Config(vocab_size=cfg["vocab_size"], n_positions=cfg["max_seq_len"], n_embd=cfg["d_model"],
-                        n_layer=cfg["n_layers"], n_head=cfg["n_heads"], n_inner=cfg["d_ff"],
-                        activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                        layer_norm_epsilon=cfg["norm_eps"], tie_word_embeddings=True, bos_token_id=None,
-                        eos_token_id=None)
+    config = gpt2_config(cfg)
     sd = {"transformer.wte.weight": p["token_embedding.weight"], "transformer.wpe.weight": p["position_embedding.weight"],
           "transformer.ln_f.weight": p["final_norm.weight"], "transformer.ln_f.bias": p["final_norm.bias"],
           "lm_head.weight": p["token_embedding.weight"]}
@@ -34,17 +38,23 @@ def gpt2(cfg, p):
     return GPT2LMHeadModel(config), sd
 
 
-def llama(cfg, p):
+def llama_config(cfg):
     H, C = cfg["n_heads"], cfg["d_model"]
     K, D = cfg["n_kv_heads"] or H, C // H
     rope = {"rope_type": "default", "rope_theta": cfg["rope_theta"]}
     if cfg["rope_scaling"] == "linear":
         rope.update(rope_type="linear", factor=cfg["rope_scaling_factor"])
-    config = LlamaConfig(vocab_size=cfg["vocab_size"], hidden_size=C, intermediate_size=cfg["d_ff"],
-                         num_hidden_layers=cfg["n_layers"], num_attention_heads=H, num_key_value_heads=K,
-                         head_dim=D, max_position_embeddings=cfg["max_seq_len"], rms_norm_eps=cfg["norm_eps"],
-                         rope_parameters=rope, attention_bias=cfg["bias"], mlp_bias=cfg["bias"],
-                         tie_word_embeddings=cfg["tie_embeddings"], hidden_act="silu")
+    return LlamaConfig(vocab_size=cfg["vocab_size"], hidden_size=C, intermediate_size=cfg["d_ff"],
+                       num_hidden_layers=cfg["n_layers"], num_attention_heads=H, num_key_value_heads=K,
+                       head_dim=D, max_position_embeddings=cfg["max_seq_len"], rms_norm_eps=cfg["norm_eps"],
+                       rope_parameters=rope, attention_bias=cfg["bias"], mlp_bias=cfg["bias"],
+                       tie_word_embeddings=cfg["tie_embeddings"], hidden_act="silu")
+
+
+def llama(cfg, p):
+    H, C = cfg["n_heads"], cfg["d_model"]
+    K, D = cfg["n_kv_heads"] or H, C // H
+    config = llama_config(cfg)
     sd = {"model.embed_tokens.weight": p["token_embedding.weight"], "model.norm.weight": p["final_norm.weight"],
           "lm_head.weight": p["token_embedding.weight" if cfg["tie_embeddings"] else "lm_head.weight"]}
     kinds = ["weight", "bias"] if cfg["bias"] else ["weight"]

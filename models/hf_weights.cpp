@@ -1,0 +1,204 @@
+#include "models/hf_weights.h"
+
+#include <map>
+#include <set>
+
+#include "core/config_fields.h"
+#include "core/error.h"
+
+namespace loom {
+namespace {
+
+// One stored tensor: rows [row_begin, row_begin + rows) of a loom parameter (rows < 0: all of it),
+// transposed on disk when `transpose`.
+struct Piece {
+  std::string name;
+  std::string param;
+  bool transpose = false;
+  int64_t row_begin = 0;
+  int64_t rows = -1;
+};
+
+const char* kGpt2Prefix = "transformer.";
+
+std::vector<Piece> pieces(const ModelConfig& c, GptImpl& model) {
+  std::vector<Piece> out;
+  const auto kinds = c.bias ? std::vector<std::string>{"weight", "bias"} : std::vector<std::string>{"weight"};
+  switch (weight_names(c)) {
+    case WeightNames::kLoom:
+      for (const auto& p : model.named_parameters()) out.push_back({p.key(), p.key()});
+      break;
+    case WeightNames::kGpt2: {
+      const std::string t = kGpt2Prefix;
+      out = {{t + "wte.weight", "token_embedding.weight"}, {t + "wpe.weight", "position_embedding.weight"}};
+      const std::vector<std::pair<std::string, std::string>> layers = {{"ln_1", "ln1"}, {"attn.c_attn", "attention.qkv"},
+          {"attn.c_proj", "attention.out"}, {"ln_2", "ln2"}, {"mlp.c_fc", "mlp.up"}, {"mlp.c_proj", "mlp.down"}};
+      for (int64_t i = 0; i < c.n_layers; ++i) {
+        const std::string hf = t + "h." + std::to_string(i) + ".", loom = "blocks." + std::to_string(i) + ".";
+        for (const auto& [h, l] : layers) {
+          out.push_back({hf + h + ".weight", loom + l + ".weight", /*transpose=*/h.rfind("ln_", 0) != 0});
+          out.push_back({hf + h + ".bias", loom + l + ".bias"});
+        }
+      }
+      out.push_back({t + "ln_f.weight", "final_norm.weight"});
+      out.push_back({t + "ln_f.bias", "final_norm.bias"});
+      break;
+    }
+    case WeightNames::kLlama: {
+      const int64_t q = c.n_heads * c.head_dim(), kv = c.kv_heads() * c.head_dim();
+      out.push_back({"model.embed_tokens.weight", "token_embedding.weight"});
+      for (int64_t i = 0; i < c.n_layers; ++i) {
+        const std::string hf = "model.layers." + std::to_string(i) + ".", loom = "blocks." + std::to_string(i) + ".";
+        out.push_back({hf + "input_layernorm.weight", loom + "ln1.weight"});
+        for (const auto& kind : kinds) {
+          const std::string qkv = loom + "attention.qkv." + kind;
+          out.push_back({hf + "self_attn.q_proj." + kind, qkv, false, 0, q});
+          out.push_back({hf + "self_attn.k_proj." + kind, qkv, false, q, kv});
+          out.push_back({hf + "self_attn.v_proj." + kind, qkv, false, q + kv, kv});
+          out.push_back({hf + "self_attn.o_proj." + kind, loom + "attention.out." + kind});
+        }
+        out.push_back({hf + "post_attention_layernorm.weight", loom + "ln2.weight"});
+        for (const auto& kind : kinds)
+          for (const char* m : {"gate", "up", "down"})
+            out.push_back({hf + "mlp." + m + "_proj." + kind, loom + "mlp." + m + "." + kind});
+      }
+      out.push_back({"model.norm.weight", "final_norm.weight"});
+      break;
+    }
+  }
+  if (!c.tie_embeddings && weight_names(c) != WeightNames::kLoom) out.push_back({"lm_head.weight", "lm_head.weight"});
+  return out;
+}
+
+// The part of the parameter a piece covers (a view).
+torch::Tensor slice(const torch::Tensor& param, const Piece& piece) {
+  return piece.rows < 0 ? param : param.narrow(0, piece.row_begin, piece.rows);
+}
+
+std::map<std::string, torch::Tensor> parameters_by_name(GptImpl& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : model.named_parameters()) out[p.key()] = p.value();
+  return out;
+}
+
+// Tensors a Hugging Face file may hold that the model rightly has no place for.
+bool ignorable(WeightNames names, const ModelConfig& c, const std::string& name) {
+  auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (names == WeightNames::kLoom) return false;
+  if (name == "lm_head.weight" && c.tie_embeddings) return true;  // some writers keep the tied copy
+  if (names == WeightNames::kGpt2) return ends_with(".attn.bias") || ends_with(".attn.masked_bias");
+  return ends_with("rotary_emb.inv_freq");
+}
+
+}  // namespace
+
+WeightNames weight_names(const ModelConfig& c) {
+  const bool full_attention = c.attention_window == 0;
+  if (c.position == "learned" && c.norm == "layernorm" && c.activation == "gelu" && c.bias && full_attention &&
+      c.kv_heads() == c.n_heads)
+    return WeightNames::kGpt2;
+  if (c.position == "rope" && c.norm == "rmsnorm" && c.activation == "swiglu" && full_attention && c.rope_scaling != "ntk")
+    return WeightNames::kLlama;
+  return WeightNames::kLoom;
+}
+
+std::string weight_names_label(WeightNames names) {
+  switch (names) {
+    case WeightNames::kGpt2: return "gpt2";
+    case WeightNames::kLlama: return "llama";
+    case WeightNames::kLoom: break;
+  }
+  return "loom";
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> export_weights(GptImpl& model) {
+  const auto params = parameters_by_name(model);
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::set<std::string> covered;
+  for (const auto& piece : pieces(model.config(), model)) {
+    auto t = slice(params.at(piece.param).detach(), piece);
+    out.emplace_back(piece.name, (piece.transpose ? t.t() : t).to(torch::kCPU).contiguous());
+    covered.insert(piece.param);
+  }
+  LOOM_CHECK(covered.size() == params.size(), "internal: the ", weight_names_label(weight_names(model.config())),
+             " name mapping misses ", params.size() - covered.size(), " parameters");
+  return out;
+}
+
+void import_weights(GptImpl& model, const SafetensorsFile& file, const std::string& source) {
+  const ModelConfig& c = model.config();
+  const WeightNames names = weight_names(c);
+  const std::string family = weight_names_label(names);
+  // GPT-2 files come with and without the "transformer." prefix; compare without it.
+  auto key = [&](const std::string& name) {
+    const std::string prefix = kGpt2Prefix;
+    return names == WeightNames::kGpt2 && name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+  };
+  std::map<std::string, torch::Tensor> stored;
+  for (const auto& [name, tensor] : file.tensors) stored[key(name)] = tensor;
+
+  const auto params = parameters_by_name(model);
+  torch::NoGradGuard no_grad;
+  for (const auto& piece : pieces(c, model)) {
+    auto found = stored.find(key(piece.name));
+    LOOM_CHECK(found != stored.end(), source, ": no tensor ", piece.name, " (the model.* config names its weights as ",
+               family, ", see models/hf_weights.h)");
+    const torch::Tensor& t = found->second;
+    auto target = slice(params.at(piece.param), piece);
+    const auto expected = piece.transpose ? target.t().sizes() : target.sizes();
+    LOOM_CHECK(t.sizes() == expected, source, ": tensor ", piece.name, " has shape ", t.sizes(),
+               " but the model.* config needs ", expected);
+    LOOM_CHECK(t.is_floating_point(), source, ": tensor ", piece.name, " has dtype ", t.scalar_type(),
+               ", not a floating-point type");
+    target.copy_(piece.transpose ? t.t() : t);
+    stored.erase(found);
+  }
+  for (const auto& [name, tensor] : stored)
+    LOOM_CHECK(ignorable(names, c, name), source, ": tensor ", name, " has no place in the model (", family,
+               " names; does the model.* config match the file?)");
+}
+
+void load_weights_file(GptImpl& model, const std::filesystem::path& path) {
+  import_weights(model, read_safetensors(path), path.string());
+}
+
+nlohmann::ordered_json hf_config_json(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  switch (weight_names(c)) {
+    case WeightNames::kGpt2:
+      j = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", c.vocab_size},
+           {"n_positions", c.max_seq_len}, {"n_ctx", c.max_seq_len}, {"n_embd", c.d_model}, {"n_layer", c.n_layers},
+           {"n_head", c.n_heads}, {"n_inner", c.ffn_dim()}, {"activation_function", "gelu_new"},
+           {"layer_norm_epsilon", c.norm_eps}, {"resid_pdrop", c.dropout}, {"embd_pdrop", c.dropout},
+           {"attn_pdrop", c.dropout}, {"initializer_range", c.init_std}, {"tie_word_embeddings", c.tie_embeddings},
+           {"dtype", "float32"}};
+      break;
+    case WeightNames::kLlama: {
+      nlohmann::ordered_json rope = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
+      if (c.rope_scaling == "linear") rope = {{"rope_type", "linear"}, {"rope_theta", c.rope_theta}, {"factor", c.rope_scaling_factor}};
+      j = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", c.vocab_size},
+           {"hidden_size", c.d_model}, {"intermediate_size", c.ffn_dim()}, {"num_hidden_layers", c.n_layers},
+           {"num_attention_heads", c.n_heads}, {"num_key_value_heads", c.kv_heads()}, {"head_dim", c.head_dim()},
+           {"max_position_embeddings", c.max_seq_len}, {"rms_norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta},
+           {"rope_parameters", rope}, {"attention_bias", c.bias}, {"mlp_bias", c.bias}, {"hidden_act", "silu"},
+           {"attention_dropout", c.dropout}, {"initializer_range", c.init_std}, {"tie_word_embeddings", c.tie_embeddings},
+           {"dtype", "float32"}};
+      break;
+    }
+    case WeightNames::kLoom: {
+      Config config;
+      config.model = c;
+      nlohmann::ordered_json model;
+      visit_fields(config, [&](const std::string& path, auto& member, const char*) {
+        if (path.rfind("model.", 0) == 0 && path != "model.init_from") model[path.substr(6)] = member;
+      });
+      j = {{"model_type", "loom"}, {"loom_model", model}};
+      break;
+    }
+  }
+  return j;
+}
+
+}  // namespace loom

@@ -1,0 +1,47 @@
+// Model weights under Hugging Face's names, in and out of safetensors files. The names follow from the
+// config: learned positions + layernorm + gelu (+ biases, full attention) is the GPT-2 family
+// (GPT2LMHeadModel); rope + rmsnorm + swiglu (no window, no NTK scaling) is the LLaMA family
+// (LlamaForCausalLM, GQA included); anything else keeps loom's own parameter names.
+//
+// GPT-2: transformer.{wte,wpe,ln_f}, transformer.h.N.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
+//   mlp.c_proj}. Its Conv1D layers store (in, out) matrices, so those weights are loom's transposed; c_attn is
+//   loom's fused qkv as is ([q | k | v] rows become columns). The tied head is absent (lm_head.weight is
+//   written only for an untied head). Reading also accepts names without "transformer." (the original
+//   OpenAI-converted files) and ignores their attn.bias / attn.masked_bias mask buffers.
+// LLaMA: model.embed_tokens, model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
+//   post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm, lm_head. loom's fused qkv rows
+//   [q: H*D | k: K*D | v: K*D] are q_proj, k_proj and v_proj. No q/k row permutation: loom's RoPE already
+//   pairs feature i with i + D/2 (rotate_half, models/positions.h), the convention of Hugging Face's files;
+//   the permutation HF's conversion script applies maps Meta's interleaved pairs to it.
+#pragma once
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/gpt.h"
+#include "models/safetensors.h"
+
+namespace loom {
+
+enum class WeightNames { kLoom, kGpt2, kLlama };
+WeightNames weight_names(const ModelConfig& config);
+std::string weight_names_label(WeightNames names);  // "loom", "gpt2", "llama"
+
+// The model's parameters under its family's names, as CPU tensors in the stored layout.
+std::vector<std::pair<std::string, torch::Tensor>> export_weights(GptImpl& model);
+
+// Copies every parameter of the model from the file's tensors (any float dtype, converted). A missing
+// tensor, a shape that differs from the config's, or a tensor the model has no place for is a loom::Error
+// naming the file and the tensor. `source` names the file in messages.
+void import_weights(GptImpl& model, const SafetensorsFile& file, const std::string& source);
+void load_weights_file(GptImpl& model, const std::filesystem::path& path);
+
+// config.json for the family (GPT2Config / LlamaConfig fields); for loom names, the model.* keys.
+nlohmann::ordered_json hf_config_json(const ModelConfig& config);
+
+}  // namespace loom
