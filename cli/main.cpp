@@ -23,6 +23,10 @@ commands:
   tokenize --tokenizer MODEL --out FILE TEXT  text file (one line per document) -> token file
   config CONFIG [--set ...] [--get KEY]        print the resolved config (or one key)
   config --reference                          every config key with its default and meaning
+  eval CONFIG_OR_RUN_DIR [--set ...] [--split valid|test] [--step S] [--json]
+                                              mean loss and perplexity on data.valid
+  export RUN_DIR --format safetensors --out DIR [--step S]
+                                              weights + config.json for Hugging Face transformers
 )";
 
 int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes) {
@@ -30,7 +34,8 @@ int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes
   const std::map<std::string, Command> commands = {
       {"train", loom::cli::train_command},       {"generate", loom::cli::generate_command},
       {"info", loom::cli::info_command},         {"tokenize", loom::cli::tokenize_command},
-      {"config", loom::cli::config_command},
+      {"config", loom::cli::config_command},     {"eval", loom::cli::eval_command},
+      {"export", loom::cli::export_command},
   };
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << kUsage;

@@ -36,6 +36,7 @@ struct ModelConfig {
   double dropout = 0.1;
   bool tie_embeddings = true;
   double init_std = 0.02;
+  std::string init_from;  // safetensors weights a fresh run starts from; empty: random init
 
   int64_t ffn_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }

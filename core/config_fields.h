@@ -30,6 +30,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.dropout", c.model.dropout, "Dropout on embeddings, attention probabilities and residual branches.");
   v("model.tie_embeddings", c.model.tie_embeddings, "Share the token embedding with the output projection.");
   v("model.init_std", c.model.init_std, "Std of the normal weight init; residual projections use init_std / sqrt(2 * n_layers).");
+  v("model.init_from", c.model.init_from, "A .safetensors file (Hugging Face GPT-2 or LLaMA names, or loom's; see `loom export`) whose weights a fresh run starts from instead of the random init; shapes must match the model.* keys. A resumed run uses its checkpoint.");
 
   v("data.train", c.data.train, "Training token file (made by scripts/prepare_kjv.sh or `loom tokenize`).");
   v("data.valid", c.data.valid, "Validation token file; empty disables evaluation.");

@@ -1,4 +1,5 @@
 // Range and cross-key checks of a parsed Config. Every message names the key, and where it was set.
+#include <filesystem>
 #include <set>
 #include <sstream>
 
@@ -90,6 +91,8 @@ void validate(const Config& c) {
   check.require(m.max_seq_len > 0, "model.max_seq_len", m.max_seq_len, " must be > 0");
   check.require(m.dropout >= 0 && m.dropout < 1, "model.dropout", m.dropout, " must be in [0, 1)");
   check.require(m.init_std > 0, "model.init_std", m.init_std, " must be > 0");
+  check.require(m.init_from.empty() || std::filesystem::path(m.init_from).extension() == ".safetensors", "model.init_from",
+                "'", m.init_from, "' is not a .safetensors file");
   const int64_t sizes[] = {m.vocab_size, m.d_model, m.n_layers, m.d_ff, m.max_seq_len, m.n_kv_heads, m.attention_window};
   for (int64_t s : sizes) check.require(s <= (int64_t{1} << 24), "model", "a size of ", s, " is beyond what loom builds");
 

@@ -10,7 +10,9 @@
 #include "data/tokenizer.h"
 #include "optim/cross_entropy.h"
 #include "optim/optimizer.h"
+#include "models/hf_weights.h"
 #include "parallel/nccl_communicator.h"
+#include "train/evaluate.h"
 #include "train/runtime.h"
 
 namespace loom {
@@ -75,6 +77,8 @@ Trainer::Trainer(Config config, const ProcessGroup& processes)
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
   model_ = Gpt(config_.model);
   model_->to(device_);
+  if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
+    load_weights_file(*model_, config_.model.init_from);
   optimizer_ = make_adamw(*model_, config_.optim);
   // CUDA gradients are reduced by NCCL; the MPI group of the same ranks carries its unique id.
   if (device_.is_cuda() && mesh_.dp() > 1)
@@ -170,24 +174,7 @@ bool Trainer::any_rank_stopping() {
 
 double Trainer::evaluate() {
   LOOM_CHECK(valid_data_ != nullptr, "no validation data (data.valid)");
-  torch::NoGradGuard no_grad;
-  model_->eval();
-  AutocastGuard autocast(config_.precision, device_);
-  // eval_batches global batches; each DP rank takes its slice in micro-batches, as in training: the
-  // same validation set whatever the layout and micro_batch_size.
-  const int64_t micro = config_.micro_batch_size(mesh_.dp());
-  const int64_t accumulation = config_.accumulation_steps(mesh_.dp());
-  double total = 0;
-  for (int64_t b = 0; b < config_.train.eval_batches; ++b) {
-    const int64_t first = b * config_.train.batch_size + mesh_.coords().dp * micro * accumulation;
-    for (int64_t m = 0; m < accumulation; ++m) {
-      auto batch = sampler_.eval_batch(*valid_data_, first + m * micro, micro);
-      auto logits = model_->forward(batch.inputs.to(device_));
-      total += cross_entropy(logits.flatten(0, 1), batch.targets.to(device_).flatten()).item<double>();
-    }
-  }
-  const auto micro_batches = static_cast<double>(std::max<int64_t>(1, config_.train.eval_batches * accumulation));
-  return mean_over(mesh_.dp_group(), total / micro_batches);
+  return evaluate_loss(*model_, *valid_data_, config_, mesh_, device_);
 }
 
 void Trainer::maybe_evaluate(bool final_step) {

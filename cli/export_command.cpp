@@ -1,0 +1,43 @@
+// `loom export RUN_DIR --format safetensors --out DIR [--step S]`: a run's trained weights as
+// DIR/model.safetensors under Hugging Face's names for the model's family (GPT-2 or LLaMA; other variants
+// keep loom's names) and DIR/config.json (GPT2Config / LlamaConfig fields), so that transformers'
+// from_pretrained(DIR) loads it and `model.init_from: DIR/model.safetensors` starts a loom run from it.
+// It writes no tokenizer: the run's SentencePiece model stays where tokenizer.model points.
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "models/hf_weights.h"
+#include "train/inference.h"
+
+namespace loom::cli {
+
+int export_command(const Argv& argv, const ProcessGroup&) {
+  const auto args = parse_args(argv, {"format", "out", "step"}, {}, 1,
+                               "loom export RUN_DIR --format safetensors --out DIR [--step S]");
+  const std::string format = args.option_or("format", "safetensors");
+  if (format != "safetensors") throw ConfigError("--format: '" + format + "' is not a format loom writes (safetensors)");
+  const auto out = args.option("out");
+  if (!out) throw ConfigError("--out DIR is required: the directory for model.safetensors and config.json");
+  std::optional<int64_t> step;
+  if (args.option("step")) step = args.int_option("step", 0);
+
+  auto loaded = load_trained_model(args.positional[0], step);
+  const ModelConfig& model = loaded.config.model;
+  const std::string names = weight_names_label(weight_names(model));
+  const auto weights = export_weights(*loaded.model);
+  const std::filesystem::path dir = *out;
+  std::filesystem::create_directories(dir);
+  write_safetensors(dir / "model.safetensors", weights,
+                    {{"format", "pt"}, {"loom_names", names}, {"loom_step", std::to_string(loaded.step)}});
+  write_file_atomic(dir / "config.json", hf_config_json(model).dump(2) + "\n");
+  spdlog::info("exported step {} of {}: {} tensors under {} names to {}", loaded.step, args.positional[0],
+               weights.size(), names, (dir / "model.safetensors").string());
+  return 0;
+}
+
+}  // namespace loom::cli
