@@ -79,4 +79,15 @@ rm "$WORK/init.safetensors"
 tiny_train "$WORK/warm" "${llama[@]}" --set model.init_from="$WORK/init.safetensors" --set train.max_steps=20 \
   >>"$WORK/warm.log" 2>&1 || { cat "$WORK/warm.log"; fail "the resumed run needed the init_from file"; }
 grep -q "resumed from .*/checkpoints/10" "$WORK/warm.log" || fail "did not resume"
+# Usage errors exit 2 before any work.
+usage_error() {  # usage_error PATTERN loom-args...
+  local pattern=$1; shift
+  set +e; out=$("$LOOM" "$@" 2>&1); code=$?; set -e
+  [ $code -eq 2 ] && grep -q -- "$pattern" <<<"$out" || fail "'$*' exited $code: $out"
+}
+usage_error "model.init_from: 'w.bin' is not a .safetensors file" eval "$SRC/tests/e2e/tiny.yaml" --set model.init_from=w.bin
+usage_error "is not a format loom writes" export "$run" --format onnx --out "$WORK/x"
+usage_error "--out DIR is required" export "$run"
+usage_error "--split: 'train' is not valid or test" eval "$run" --split train
+usage_error "a run dir's checkpoint fixes the model" eval "$run" --set model.d_ff=8
 echo PASS

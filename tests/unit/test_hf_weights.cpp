@@ -180,6 +180,21 @@ TEST_CASE("hf weights: export then import is bitwise for every family", "[safete
   }
 }
 
+TEST_CASE("hf weights: half-precision files load converted to the model's fp32", "[safetensors][hf]") {
+  torch::manual_seed(9);
+  loom::Gpt source(small(kLlama));
+  auto weights = loom::export_weights(*source);
+  for (auto& [name, t] : weights) t = t.to(torch::kBFloat16);  // as Hugging Face publishes LLaMA weights
+  const auto path = loom::test::scratch_dir("hf-bf16") / "bf16.safetensors";
+  loom::write_safetensors(path, weights);
+  loom::Gpt target(small(kLlama));
+  loom::load_weights_file(*target, path);
+  const auto params = target->named_parameters();
+  CHECK(params["token_embedding.weight"].scalar_type() == torch::kFloat);
+  CHECK(torch::equal(params["blocks.0.mlp.gate.weight"],
+                     source->named_parameters()["blocks.0.mlp.gate.weight"].to(torch::kBFloat16).to(torch::kFloat)));
+}
+
 TEST_CASE("hf weights: GPT-2 names and layouts are Hugging Face's", "[safetensors][hf]") {
   torch::manual_seed(3);
   loom::Gpt model(small({}));
