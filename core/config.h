@@ -90,6 +90,7 @@ struct ParallelConfig {
   int64_t pp = 1;
   double bucket_mb = 25.0;
   double timeout_s = 300.0;
+  int64_t zero = 0;  // 1: ZeRO-1, optimizer state sharded across DP ranks
 };
 
 struct CheckpointConfig {

@@ -39,7 +39,7 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // Plus the head: the final norm's input (e sbh) and the logits (e) with their fp32 log-probabilities for
 // the loss (4), sbV/t each. The layout is kept simple: a rank holds ceil(n_layers / pp) layers and the
 // head (an upper bound for middle stages), and weights, gradients and optimizer state are the parameter
-// count / (tp * pp), ignoring replicated norms and biases and uneven stages. A 1F1B pipeline keeps up to
+// count / (tp * pp) (the optimizer state also / dp with ZeRO-1), ignoring replicated norms and biases and uneven stages. A 1F1B pipeline keeps up to
 // pp micro-batches in flight on its first stage; this counts one.
 MemoryEstimate estimate_memory(const Config& config) {
   const ModelConfig& m = config.model;
@@ -53,7 +53,8 @@ MemoryEstimate estimate_memory(const Config& config) {
   // bf16 copy of each weight for the step.
   out.weights = 4 * params + (bf16 ? 2 * params : 0);
   out.gradients = 4 * params;
-  out.optimizer = 8 * params;
+  // ZeRO-1 keeps 1/dp of the AdamW state on each rank (its shard of every gradient bucket).
+  out.optimizer = 8 * (config.parallel.zero == 1 ? (params + dp - 1) / dp : params);
 
   const double e = bf16 ? 2 : 4;
   const double s = static_cast<double>(config.data.seq_len);

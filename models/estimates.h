@@ -21,7 +21,7 @@ double training_flops_per_token(const ModelConfig& config, int64_t seq_len);
 struct MemoryEstimate {
   int64_t weights = 0;      // fp32 parameters (+ the bf16 copies autocast keeps during a step)
   int64_t gradients = 0;    // fp32, one per parameter
-  int64_t optimizer = 0;    // AdamW's two fp32 moments
+  int64_t optimizer = 0;    // AdamW's two fp32 moments (1/dp of them per rank with ZeRO-1)
   int64_t activations = 0;  // what one micro-batch's forward keeps for its backward
   int64_t total() const { return weights + gradients + optimizer + activations; }
 };

@@ -5,16 +5,25 @@ namespace {
 constexpr size_t kDecayGroup = 0;  // make_adamw's first group; the second never decays
 }  // namespace
 
-std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const OptimConfig& config) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (auto& p : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+std::vector<std::vector<torch::Tensor>> weight_decay_groups(torch::nn::Module& model) {
+  std::vector<std::vector<torch::Tensor>> groups(2);
+  for (auto& p : model.parameters()) groups[p.dim() >= 2 ? kDecayGroup : 1].push_back(p);
+  return groups;
+}
+
+std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::vector<torch::Tensor>>& groups,
+                                                const OptimConfig& config) {
   auto options = torch::optim::AdamWOptions(config.lr).betas({config.betas[0], config.betas[1]}).eps(config.eps);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options));
-  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(options));
-  auto optimizer = std::make_unique<torch::optim::AdamW>(std::move(groups), options);
+  std::vector<torch::optim::OptimizerParamGroup> param_groups;
+  for (const auto& group : groups)
+    param_groups.emplace_back(group, std::make_unique<torch::optim::AdamWOptions>(options));
+  auto optimizer = std::make_unique<torch::optim::AdamW>(std::move(param_groups), options);
   apply_group_options(*optimizer, config);
   return optimizer;
+}
+
+std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const OptimConfig& config) {
+  return make_adamw(weight_decay_groups(model), config);
 }
 
 void apply_group_options(torch::optim::AdamW& optimizer, const OptimConfig& config) {
@@ -30,12 +39,12 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
-  std::vector<torch::Tensor> squares;
+double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards) {
+  auto squared = torch::zeros({1}, torch::kDouble);
   for (const auto& p : parameters)
-    if (p.grad().defined()) squares.push_back(p.grad().to(torch::kFloat).pow(2).sum());
-  if (squares.empty()) return 0.0;
-  const double norm = torch::stack(squares).sum().sqrt().item<double>();
+    if (p.grad().defined()) squared += p.grad().to(torch::kFloat).pow(2).sum().to(torch::kDouble).cpu();
+  if (shards != nullptr) shards->all_reduce(squared);
+  const double norm = std::sqrt(squared.item<double>());
   if (max_norm > 0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);
     for (const auto& p : parameters)

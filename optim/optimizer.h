@@ -6,9 +6,16 @@
 #include <memory>
 
 #include "core/config.h"
+#include "parallel/communicator.h"
 
 namespace loom {
 
+// {parameters that decay (matrices, embeddings), parameters that do not (biases, norm gains)}.
+std::vector<std::vector<torch::Tensor>> weight_decay_groups(torch::nn::Module& model);
+
+// groups: {decay, no decay}, as weight_decay_groups returns (or their ZeRO-1 shards).
+std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::vector<torch::Tensor>>& groups,
+                                                const OptimConfig& config);
 std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const OptimConfig& config);
 
 // torch::load(optimizer) restores per-parameter state but not the group options: set them again.
@@ -17,6 +24,7 @@ void apply_group_options(torch::optim::AdamW& optimizer, const OptimConfig& conf
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
 // Scales gradients so their global L2 norm is at most max_norm (0: no clipping). Returns the norm before.
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
+// With `shards`, each rank holds a disjoint part of the gradients and the squared norms are summed over it.
+double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards = nullptr);
 
 }  // namespace loom

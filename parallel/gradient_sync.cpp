@@ -20,38 +20,66 @@ class ReadyHook : public torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
-GradientSync::GradientSync(const std::vector<torch::Tensor>& parameters, Communicator& dp_group, double bucket_mb)
-    : dp_group_(dp_group) {
+GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& dp_group,
+                           double bucket_mb, bool shard_optimizer_state)
+    : dp_group_(dp_group), sharded_(shard_optimizer_state), group_count_(groups.size()) {
   const auto bucket_bytes = static_cast<int64_t>(bucket_mb * 1024 * 1024);
-  // Backward produces gradients roughly from the last layer to the first: bucket in that order.
-  std::vector<std::vector<torch::Tensor>> groups(1);
-  int64_t bytes = 0;
-  for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
-    const auto& p = *it;
-    if (!p.requires_grad()) continue;
-    const bool dtype_change = !groups.back().empty() && groups.back().front().dtype() != p.dtype();
-    if (!groups.back().empty() && (bytes >= bucket_bytes || dtype_change)) {
-      groups.emplace_back();
-      bytes = 0;
+  const int64_t ranks = dp_group_.size();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    // Backward produces gradients roughly from the last layer to the first: bucket in that order.
+    std::vector<std::vector<torch::Tensor>> chunks(1);
+    int64_t bytes = 0;
+    for (auto it = groups[g].rbegin(); it != groups[g].rend(); ++it) {
+      const auto& p = *it;
+      if (!p.requires_grad()) continue;
+      const bool dtype_change = !chunks.back().empty() && chunks.back().front().dtype() != p.dtype();
+      if (!chunks.back().empty() && (bytes >= bucket_bytes || dtype_change)) {
+        chunks.emplace_back();
+        bytes = 0;
+      }
+      chunks.back().push_back(p);
+      bytes += p.numel() * static_cast<int64_t>(p.element_size());
     }
-    groups.back().push_back(p);
-    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    for (auto& chunk : chunks) {
+      if (chunk.empty()) continue;
+      int64_t numel = 0;
+      for (const auto& p : chunk) numel += p.numel();
+      if (sharded_) numel = (numel + ranks - 1) / ranks * ranks;  // equal shards; the padding stays zero
+      Bucket bucket;
+      bucket.group = g;
+      const auto options = chunk.front().options().requires_grad(false);
+      bucket.flat_grad = torch::zeros({numel}, options);
+      if (sharded_) bucket.flat_param = torch::zeros({numel}, options);
+      int64_t offset = 0;
+      for (auto& p : chunk) {
+        p.mutable_grad() = bucket.flat_grad.narrow(0, offset, p.numel()).view_as(p);
+        offset += p.numel();
+        if (ranks > 1)
+          torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<ReadyHook>(this, buckets_.size()));
+      }
+      if (sharded_) {
+        const int64_t size = numel / ranks;
+        bucket.shard = bucket.flat_param.narrow(0, dp_group_.rank() * size, size);
+        bucket.shard.mutable_grad() = torch::zeros({size}, options);
+      }
+      bucket.parameters = std::move(chunk);
+      buckets_.push_back(std::move(bucket));
+    }
   }
-  for (auto& group : groups) {
-    if (group.empty()) continue;
-    int64_t numel = 0;
-    for (const auto& p : group) numel += p.numel();
-    Bucket bucket;
-    bucket.flat = torch::zeros({numel}, group.front().options().requires_grad(false));
+  relink_parameters();
+}
+
+void GradientSync::relink_parameters() {
+  if (!sharded_) return;
+  torch::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
     int64_t offset = 0;
-    for (auto& p : group) {
-      p.mutable_grad() = bucket.flat.narrow(0, offset, p.numel()).view_as(p);
+    for (auto& p : bucket.parameters) {
+      auto storage = bucket.flat_param.narrow(0, offset, p.numel()).view_as(p);
+      storage.copy_(p);
+      p.set_data(storage);
       offset += p.numel();
-      if (dp_group_.size() > 1)
-        torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<ReadyHook>(this, buckets_.size()));
     }
-    bucket.parameters = std::move(group);
-    buckets_.push_back(std::move(bucket));
   }
 }
 
@@ -62,11 +90,11 @@ GradientSync::~GradientSync() {
 }
 
 void GradientSync::zero_grad() {
-  for (auto& bucket : buckets_) bucket.flat.zero_();
+  for (auto& bucket : buckets_) bucket.flat_grad.zero_();
 }
 
 void GradientSync::prepare_last_backward() {
-  armed_ = dp_group_.size() > 1;
+  armed_ = true;
   for (auto& bucket : buckets_) {
     bucket.ready = 0;
     bucket.work.reset();
@@ -79,7 +107,10 @@ void GradientSync::on_gradient_ready(size_t index) {
   if (++bucket.ready == bucket.parameters.size()) launch(bucket);
 }
 
-void GradientSync::launch(Bucket& bucket) { bucket.work = dp_group_.all_reduce_async(bucket.flat); }
+void GradientSync::launch(Bucket& bucket) {
+  bucket.work = sharded_ ? dp_group_.reduce_scatter_async(bucket.flat_grad, bucket.shard.mutable_grad())
+                         : dp_group_.all_reduce_async(bucket.flat_grad);
+}
 
 void GradientSync::finish() {
   last_wait_s_ = 0;
@@ -92,7 +123,35 @@ void GradientSync::finish() {
   for (auto& bucket : buckets_) bucket.work->wait();
   last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double scale = 1.0 / static_cast<double>(dp_group_.size());
-  for (auto& bucket : buckets_) bucket.flat.mul_(scale);
+  for (auto& bucket : buckets_) (sharded_ ? bucket.shard.mutable_grad() : bucket.flat_grad).mul_(scale);
+}
+
+std::vector<std::vector<torch::Tensor>> GradientSync::optimizer_groups() const {
+  std::vector<std::vector<torch::Tensor>> groups(group_count_);
+  for (const auto& bucket : buckets_) {
+    if (sharded_) {
+      groups[bucket.group].push_back(bucket.shard);
+    } else {
+      groups[bucket.group].insert(groups[bucket.group].end(), bucket.parameters.begin(), bucket.parameters.end());
+    }
+  }
+  return groups;
+}
+
+std::vector<torch::Tensor> GradientSync::optimizer_parameters() const {
+  std::vector<torch::Tensor> all;
+  for (const auto& group : optimizer_groups()) all.insert(all.end(), group.begin(), group.end());
+  return all;
+}
+
+void GradientSync::gather_parameters() {
+  if (!sharded_) return;
+  std::vector<std::pair<torch::Tensor, std::shared_ptr<Work>>> pending;
+  for (auto& bucket : buckets_) {
+    auto mine = bucket.shard.detach().clone();  // the gather writes over the shard's own storage
+    pending.emplace_back(mine, dp_group_.all_gather_async(mine, bucket.flat_param));
+  }
+  for (auto& [tensor, work] : pending) work->wait();
 }
 
 }  // namespace loom

@@ -1,8 +1,14 @@
-// Data-parallel gradient averaging in flat buckets (parallel.bucket_mb). Every parameter's .grad is a
-// view into its bucket's flat buffer, so accumulation over micro-batches writes straight into what is
-// reduced. During the step's last backward a bucket's all-reduce starts as soon as all its gradients
-// are accumulated (post-accumulate-grad hooks), overlapping the rest of backward; earlier micro-batches
-// only accumulate. With a DP group of one there is no communication, just the flat buffers.
+// Data-parallel gradient averaging in flat buckets (parallel.bucket_mb), and ZeRO-1 (parallel.zero: 1).
+// Every parameter's .grad is a view into its bucket's flat buffer, so accumulation over micro-batches
+// writes straight into what is reduced. During the step's last backward a bucket's reduction starts as
+// soon as all its gradients are accumulated (post-accumulate-grad hooks), overlapping the rest of
+// backward; earlier micro-batches only accumulate. A bucket never mixes parameter groups (weight decay
+// or not), so a bucket shard belongs to one optimizer group.
+//   zero 0: all-reduce each bucket; the optimizer steps the parameters themselves.
+//   zero 1: the parameters become views into padded flat buffers; each bucket's gradient is
+//           reduce-scattered, each rank's optimizer steps only its shard of every bucket (so it keeps
+//           1/dp of the optimizer state), and gather_parameters() all-gathers the updated shards.
+// With a DP group of one there is no communication, just the flat buffers.
 #pragma once
 #include <torch/torch.h>
 
@@ -15,7 +21,8 @@ namespace loom {
 
 class GradientSync {
  public:
-  GradientSync(const std::vector<torch::Tensor>& parameters, Communicator& dp_group, double bucket_mb);
+  GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& dp_group, double bucket_mb,
+               bool shard_optimizer_state);
   ~GradientSync();
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -23,6 +30,17 @@ class GradientSync {
   void zero_grad();              // zeros the buffers in place (the .grad views stay)
   void prepare_last_backward();  // the next backward completes this step's gradients: reduce during it
   void finish();                 // starts what has not started, waits for all, divides by the DP size
+
+  // What the optimizer steps, per group: the parameters (zero 0) or this rank's bucket shards (zero 1),
+  // each with its averaged gradient.
+  std::vector<std::vector<torch::Tensor>> optimizer_groups() const;
+  std::vector<torch::Tensor> optimizer_parameters() const;
+  bool sharded() const { return sharded_; }
+  // zero 1: after the optimizer step, every rank gets every updated shard.
+  void gather_parameters();
+  // zero 1: makes the parameters views into the flat buffers again, keeping their values (a checkpoint
+  // load replaces their storage).
+  void relink_parameters();
 
   size_t bucket_count() const { return buckets_.size(); }
   // Seconds finish() spent waiting for communication that backward had not already hidden.
@@ -32,14 +50,19 @@ class GradientSync {
 
  private:
   struct Bucket {
-    torch::Tensor flat;
+    size_t group = 0;
     std::vector<torch::Tensor> parameters;
+    torch::Tensor flat_grad;   // padded to a multiple of the DP size when sharded
+    torch::Tensor flat_param;  // sharded only: the parameters' storage
+    torch::Tensor shard;       // sharded only: this rank's slice of flat_param, gradient = its reduced slice
     size_t ready = 0;
     std::shared_ptr<Work> work;
   };
   void launch(Bucket& bucket);
 
   Communicator& dp_group_;
+  bool sharded_;
+  size_t group_count_;
   std::vector<Bucket> buckets_;
   bool armed_ = false;
   double last_wait_s_ = 0;

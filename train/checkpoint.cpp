@@ -15,10 +15,12 @@ namespace {
 constexpr const char* kManifest = "manifest.json";
 constexpr int kFormat = 1;
 
-// The shard holding this rank's state: DP replicas share the one written by DP rank 0.
-std::string shard_name(const Mesh& mesh) {
+// The shard holding this rank's state: DP replicas share the one written by DP rank 0, unless each
+// holds its own part of the optimizer state.
+std::string shard_name(const Mesh& mesh, bool per_dp_rank) {
   const auto c = mesh.coords();
-  return "shard-dp0-tp" + std::to_string(c.tp) + "-pp" + std::to_string(c.pp) + ".pt";
+  return "shard-dp" + std::to_string(per_dp_rank ? c.dp : 0) + "-tp" + std::to_string(c.tp) + "-pp" +
+         std::to_string(c.pp) + ".pt";
 }
 
 bool is_step_name(const std::string& name) {
@@ -100,7 +102,7 @@ void write_manifest(const fs::path& dir, const Config& config, const Mesh& mesh,
   manifest["format"] = kFormat;
   manifest["step"] = state.step;
   manifest["tokens"] = state.tokens;
-  manifest["layout"] = {{"dp", mesh.dp()}, {"tp", mesh.tp()}, {"pp", mesh.pp()}};
+  manifest["layout"] = {{"dp", mesh.dp()}, {"tp", mesh.tp()}, {"pp", mesh.pp()}, {"zero", config.parallel.zero}};
   for (const auto& entry : fs::directory_iterator(dir)) {
     const auto name = entry.path().filename().string();
     manifest["files"][name] = {{"bytes", fs::file_size(entry.path())}, {"crc32", crc32_file(entry.path())}};
@@ -133,7 +135,8 @@ void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& 
       fs::create_directories(tmp_dir);
     });
   bool ok = all_ranks_ok(world, error.empty());
-  if (ok && mesh.coords().dp == 0) attempt([&] { write_shard(tmp_dir / shard_name(mesh), parts, state); });
+  if (ok && (mesh.coords().dp == 0 || parts.sharded_optimizer))
+    attempt([&] { write_shard(tmp_dir / shard_name(mesh, parts.sharded_optimizer), parts, state); });
   ok = ok && all_ranks_ok(world, error.empty());
   if (ok && leader) attempt([&] {
       write_manifest(tmp_dir, config, mesh, state);
@@ -192,7 +195,14 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
     throw Error("checkpoint " + dir.string() + " was written with layout " + layout.dump() +
                 " and cannot be loaded with tp=" + std::to_string(mesh.tp()) + " pp=" + std::to_string(mesh.pp()) +
                 " (tensor/pipeline resharding is not available yet)");
-  const auto shard_path = dir / shard_name(mesh);
+  const bool sharded = layout.value("zero", 0) == 1;
+  if (parts.optimizer != nullptr && (sharded || parts.sharded_optimizer) &&
+      (sharded != parts.sharded_optimizer || layout.at("dp") != mesh.dp()))
+    throw Error("checkpoint " + dir.string() + " has layout " + layout.dump() + ": resuming it with dp=" +
+                std::to_string(mesh.dp()) + " zero=" + std::to_string(parts.sharded_optimizer ? 1 : 0) +
+                " would re-partition ZeRO-1 optimizer state, which is not available yet: resume with the "
+                "checkpoint's parallel.dp and parallel.zero");
+  const auto shard_path = dir / shard_name(mesh, sharded && parts.optimizer != nullptr);
   torch::serialize::InputArchive shard;
   try {
     shard.load_from(shard_path.string());

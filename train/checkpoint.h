@@ -23,12 +23,14 @@ struct TrainState {
 struct CheckpointParts {
   torch::nn::Module& model;
   torch::optim::Optimizer* optimizer = nullptr;  // null for inference-only loads
+  bool sharded_optimizer = false;                // ZeRO-1: every DP rank's optimizer state differs
 };
 
 std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir, int64_t step);
 
-// Collective over mesh.world(): DP rank 0 of each (tp, pp) writes its shard (DP replicas are identical),
-// rank 0 the config and manifest. If any rank fails, every rank throws and no checkpoint appears.
+// Collective over mesh.world(): DP rank 0 of each (tp, pp) writes its shard (DP replicas are identical;
+// with a sharded optimizer every rank writes its own), rank 0 the config and manifest. If any rank
+// fails, every rank throws and no checkpoint appears.
 void save_checkpoint(const std::filesystem::path& run_dir, const Config& config, const Mesh& mesh,
                      const CheckpointParts& parts, const TrainState& state);
 
@@ -39,7 +41,8 @@ std::optional<std::string> checkpoint_problem(const std::filesystem::path& dir);
 std::optional<int64_t> latest_checkpoint(const std::filesystem::path& run_dir);
 
 // Restores model (and optimizer, RNG state if given) from the shard of this rank's (tp, pp) position;
-// the DP size may differ from the checkpoint's. Returns the counters.
+// the DP size may differ from the checkpoint's, except for a sharded (ZeRO-1) optimizer, whose
+// re-partitioning is not available yet. Returns the counters.
 TrainState load_checkpoint(const std::filesystem::path& run_dir, int64_t step, const Mesh& mesh,
                            const CheckpointParts& parts, bool restore_rng = true);
 

@@ -79,14 +79,14 @@ Trainer::Trainer(Config config, const ProcessGroup& processes)
   model_->to(device_);
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
     load_weights_file(*model_, config_.model.init_from);
-  optimizer_ = make_adamw(*model_, config_.optim);
   // CUDA gradients are reduced by NCCL; the MPI group of the same ranks carries its unique id.
   if (device_.is_cuda() && mesh_.dp() > 1)
     nccl_dp_group_ = make_nccl_communicator(mesh_.dp_group(), device_.index(), "NCCL " + mesh_.dp_group().name(),
                                             config_.parallel.timeout_s);
-  gradient_sync_ = std::make_unique<GradientSync>(model_->parameters(),
+  gradient_sync_ = std::make_unique<GradientSync>(weight_decay_groups(*model_),
                                                   nccl_dp_group_ ? *nccl_dp_group_ : mesh_.dp_group(),
-                                                  config_.parallel.bucket_mb);
+                                                  config_.parallel.bucket_mb, config_.parallel.zero == 1);
+  optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
   spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
                count_parameters(config_.model), threads, config_.precision.dtype, device_.str(), mesh_.dp(), mesh_.tp(),
                mesh_.pp(), gradient_sync_->bucket_count());
@@ -102,7 +102,8 @@ void Trainer::resume_or_start() {
   auto chosen = torch::tensor({is_leader() ? latest_checkpoint(run_dir).value_or(-1) : int64_t{-1}}, torch::kLong);
   mesh_.world().broadcast(chosen, 0);
   if (const int64_t step = chosen.item<int64_t>(); step >= 0) {
-    state_ = load_checkpoint(run_dir, step, mesh_, {*model_, optimizer_.get()});
+    state_ = load_checkpoint(run_dir, step, mesh_, checkpoint_parts());
+    gradient_sync_->relink_parameters();
     apply_group_options(*optimizer_, config_.optim);
     last_checkpoint_step_ = state_.step;
     spdlog::info("resumed from {} (step {}, {} tokens)", checkpoint_dir(run_dir, step).string(), state_.step,
@@ -125,8 +126,11 @@ TrainState Trainer::run() {
     set_learning_rate(*optimizer_, lr);
     maybe_inject_fault(state_.step + 1, mesh_.rank());
     const double loss = train_step();
-    const double grad_norm = clip_grad_norm(model_->parameters(), config_.optim.grad_clip);
+    // With ZeRO-1 each rank holds a disjoint shard of the gradients: the norm sums over the DP group.
+    const double grad_norm = clip_grad_norm(gradient_sync_->optimizer_parameters(), config_.optim.grad_clip,
+                                            gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr);
     optimizer_->step();
+    gradient_sync_->gather_parameters();
     state_.step += 1;
     state_.tokens += config_.train.batch_size * config_.data.seq_len;
     interval_tokens_ += config_.train.batch_size * config_.data.seq_len;
@@ -204,8 +208,12 @@ void Trainer::log_step(double loss, double lr, double grad_norm) {
   interval_tokens_ = 0;
 }
 
+CheckpointParts Trainer::checkpoint_parts() {
+  return {*model_, optimizer_.get(), gradient_sync_->sharded()};
+}
+
 void Trainer::checkpoint() {
-  save_checkpoint(config_.run.dir, config_, mesh_, {*model_, optimizer_.get()}, state_);
+  save_checkpoint(config_.run.dir, config_, mesh_, checkpoint_parts(), state_);
   if (is_leader()) prune_checkpoints(config_.run.dir, config_.checkpoint.keep);
   last_checkpoint_step_ = state_.step;
   spdlog::info("checkpoint {}", checkpoint_dir(config_.run.dir, state_.step).string());

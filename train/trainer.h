@@ -36,6 +36,7 @@ class Trainer {
   void log_step(double loss, double lr, double grad_norm);
   void maybe_evaluate(bool final_step);
   void checkpoint();
+  CheckpointParts checkpoint_parts();
   bool is_leader() const { return mesh_.rank() == 0; }
 
   Config config_;

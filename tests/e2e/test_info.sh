@@ -31,6 +31,15 @@ split = json.loads(subprocess.check_output([loom, "info", f"{configs}/llama2-7b.
                                             "--set", "parallel.pp=4", "--set", "parallel.dp=1"]))
 assert split["memory"]["optimizer"] * 32 >= base["memory"]["optimizer"] > split["memory"]["optimizer"] * 31
 assert split["memory"]["activations"] < base["memory"]["activations"] / 4
+# ZeRO-1 over 8 DP ranks keeps an eighth of the AdamW state per rank; nothing else changes.
+zero = json.loads(subprocess.check_output([loom, "info", f"{configs}/llama2-7b.yaml", "--json", "--set", "parallel.dp=8",
+                                           "--set", "parallel.zero=1"]))
+plain = json.loads(subprocess.check_output([loom, "info", f"{configs}/llama2-7b.yaml", "--json", "--set", "parallel.dp=8"]))
+assert zero["memory"]["optimizer"] == (plain["memory"]["optimizer"] // 8 + 7) // 8 * 8 or \
+    abs(zero["memory"]["optimizer"] * 8 - plain["memory"]["optimizer"]) <= 64, (zero["memory"], plain["memory"])
+assert zero["memory"]["weights"] == plain["memory"]["weights"]
+print(f"llama2-7b optimizer state per rank at dp=8: {plain['memory']['optimizer'] / 2**30:.2f} GiB plain, "
+      f"{zero['memory']['optimizer'] / 2**30:.2f} GiB with ZeRO-1")
 PY
 
 set +e

@@ -123,7 +123,7 @@ TEST_CASE("checkpoint: a round trip restores parameters, AdamW state, counters a
   const auto manifest = nlohmann::json::parse(loom::read_file(dir / "manifest.json"));
   CHECK(manifest["step"] == 2);
   CHECK(manifest["tokens"] == 128);
-  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"tp", 1}, {"pp", 1}}));
+  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 0}}));
   CHECK(manifest["files"][kShard]["bytes"] == fs::file_size(dir / kShard));
   CHECK(manifest["files"][kShard]["crc32"] == loom::crc32_file(dir / kShard));
   CHECK(manifest["files"]["config.yaml"]["crc32"] == loom::crc32_file(dir / "config.yaml"));
