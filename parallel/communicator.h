@@ -52,6 +52,10 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
 };
 
+// The error a Work throws when its peers do not arrive within parallel.timeout_s (what: "all_reduce
+// over the dp group of dp0-tp0-pp0"), the same for every backend.
+std::string collective_timeout_message(const std::string& what, double timeout_s);
+
 // The group of this process alone: every collective is the identity, and nothing is ever waited for.
 std::unique_ptr<Communicator> make_self_communicator(const std::string& name = "self");
 

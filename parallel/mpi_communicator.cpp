@@ -137,8 +137,7 @@ class MpiWork : public Work {
   void wait() override {
     const auto limit = std::chrono::duration<double>(timeout_s_);
     if (done_.wait_for(limit) != std::future_status::ready)
-      throw Error(what_ + " did not finish within parallel.timeout_s=" + std::to_string(static_cast<int>(timeout_s_)) +
-                  "s: a rank of the group has failed or stalled");
+      throw Error(collective_timeout_message(what_, timeout_s_));
     done_.get();
   }
 

@@ -68,8 +68,7 @@ class NcclWork : public Work {
       LOOM_NCCL_CHECK(async_error);
       if (std::chrono::steady_clock::now() > deadline) {
         ncclCommAbort(comm_);
-        throw Error(what_ + " did not finish within parallel.timeout_s=" + std::to_string(static_cast<int>(timeout_s_)) +
-                    "s: a rank of the group has failed or stalled");
+        throw Error(collective_timeout_message(what_, timeout_s_));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
