@@ -66,10 +66,10 @@ GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups
       buckets_.push_back(std::move(bucket));
     }
   }
-  relink_parameters();
+  flatten_parameters();
 }
 
-void GradientSync::relink_parameters() {
+void GradientSync::flatten_parameters() {
   if (!sharded_) return;
   torch::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
@@ -94,7 +94,8 @@ void GradientSync::zero_grad() {
 }
 
 void GradientSync::prepare_last_backward() {
-  armed_ = true;
+  // A group of one has nothing to reduce; with ZeRO-1 the reduce-scatter still fills the shard's gradient.
+  armed_ = dp_group_.size() > 1 || sharded_;
   for (auto& bucket : buckets_) {
     bucket.ready = 0;
     bucket.work.reset();
@@ -122,6 +123,7 @@ void GradientSync::finish() {
   const auto start = std::chrono::steady_clock::now();
   for (auto& bucket : buckets_) bucket.work->wait();
   last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (dp_group_.size() == 1) return;
   const double scale = 1.0 / static_cast<double>(dp_group_.size());
   for (auto& bucket : buckets_) (sharded_ ? bucket.shard.mutable_grad() : bucket.flat_grad).mul_(scale);
 }

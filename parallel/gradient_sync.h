@@ -38,9 +38,6 @@ class GradientSync {
   bool sharded() const { return sharded_; }
   // zero 1: after the optimizer step, every rank gets every updated shard.
   void gather_parameters();
-  // zero 1: makes the parameters views into the flat buffers again, keeping their values (a checkpoint
-  // load replaces their storage).
-  void relink_parameters();
 
   size_t bucket_count() const { return buckets_.size(); }
   // Seconds finish() spent waiting for communication that backward had not already hidden.
@@ -59,6 +56,7 @@ class GradientSync {
     std::shared_ptr<Work> work;
   };
   void launch(Bucket& bucket);
+  void flatten_parameters();  // zero 1: the parameters become views into the flat buffers
 
   Communicator& dp_group_;
   bool sharded_;

@@ -41,26 +41,40 @@ std::vector<int64_t> step_dirs(const fs::path& run_dir) {
 
 torch::Tensor scalar(int64_t v) { return torch::tensor({v}, torch::kLong); }
 
-// Module::load takes whatever shapes the archive holds; a checkpoint of another architecture must be
-// refused with the model untouched, so every parameter's stored shape is compared first. The archive
-// nests like Module::save writes it: a module's own parameters, then one sub-archive per child.
-void check_shapes(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix,
-                  const fs::path& shard) {
-  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+// Copies a shard's values into the model's existing tensors. Module::load would instead re-point each
+// parameter at the stored tensor (set_), taking whatever shape it has and cutting the parameter loose
+// from any storage it shares (the flat buffers of ZeRO-1, the device it was moved to). Shapes are all
+// checked before anything is written, so a checkpoint of another architecture leaves the model untouched.
+// The archive nests like Module::save writes it: a module's own tensors, then one sub-archive per child.
+using Assignments = std::vector<std::pair<torch::Tensor, torch::Tensor>>;  // (model tensor, stored value)
+
+void collect_values(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix,
+                    const fs::path& shard, Assignments& out) {
+  auto take = [&](const std::string& key, const torch::Tensor& target, bool is_buffer) {
     torch::Tensor stored;
-    const std::string name = prefix + p.key();
-    if (!archive.try_read(p.key(), stored))
+    const std::string name = prefix + key;
+    if (!archive.try_read(key, stored, is_buffer))
       throw Error(shard.string() + " does not fit this model: it has no " + name + " (was the model config changed?)");
-    if (stored.sizes() != p.value().sizes())
+    if (stored.sizes() != target.sizes())
       throw Error(shard.string() + " does not fit this model: " + name + " is " + c10::str(stored.sizes()) +
-                  " in the checkpoint and " + c10::str(p.value().sizes()) + " in the model (was the model config changed?)");
-  }
+                  " in the checkpoint and " + c10::str(target.sizes()) + " in the model (was the model config changed?)");
+    out.emplace_back(target, stored);
+  };
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) take(p.key(), p.value(), false);
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) take(b.key(), b.value(), true);
   for (const auto& child : module.named_children()) {
     torch::serialize::InputArchive child_archive;
     if (!archive.try_read(child.key(), child_archive))
       throw Error(shard.string() + " does not fit this model: it has no " + prefix + child.key());
-    check_shapes(*child.value(), child_archive, prefix + child.key() + ".", shard);
+    collect_values(*child.value(), child_archive, prefix + child.key() + ".", shard, out);
   }
+}
+
+void load_model_values(torch::nn::Module& model, torch::serialize::InputArchive& archive, const fs::path& shard) {
+  Assignments assignments;
+  collect_values(model, archive, "", shard, assignments);
+  torch::NoGradGuard no_grad;
+  for (auto& [target, stored] : assignments) target.copy_(stored);
 }
 
 }  // namespace
@@ -208,8 +222,7 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
     shard.load_from(shard_path.string());
     torch::serialize::InputArchive model_archive;
     shard.read("model", model_archive);
-    check_shapes(parts.model, model_archive, "", shard_path);
-    parts.model.load(model_archive);
+    load_model_values(parts.model, model_archive, shard_path);
     if (parts.optimizer != nullptr) {
       torch::serialize::InputArchive optimizer_archive;
       shard.read("optimizer", optimizer_archive);

@@ -103,7 +103,6 @@ void Trainer::resume_or_start() {
   mesh_.world().broadcast(chosen, 0);
   if (const int64_t step = chosen.item<int64_t>(); step >= 0) {
     state_ = load_checkpoint(run_dir, step, mesh_, checkpoint_parts());
-    gradient_sync_->relink_parameters();
     apply_group_options(*optimizer_, config_.optim);
     last_checkpoint_step_ = state_.step;
     spdlog::info("resumed from {} (step {}, {} tokens)", checkpoint_dir(run_dir, step).string(), state_.step,
