@@ -42,7 +42,8 @@ fi
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_BASEDIR=$PWD  # relative paths: clones in other directories share the cache
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON >"$BUILD_DIR.configure.log" 2>&1 \
-  || { cat "$BUILD_DIR.configure.log"; exit 1; }
+mkdir -p "$BUILD_DIR"
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON >"$BUILD_DIR/configure.log" 2>&1 \
+  || { cat "$BUILD_DIR/configure.log"; exit 1; }
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 echo "setup: built $BUILD_DIR/loom"
