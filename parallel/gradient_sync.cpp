@@ -146,6 +146,30 @@ std::vector<torch::Tensor> GradientSync::optimizer_parameters() const {
   return all;
 }
 
+std::vector<std::vector<ParameterSlice>> GradientSync::optimizer_slices() const {
+  std::vector<std::vector<std::vector<ParameterSlice>>> per_group(group_count_);
+  for (const auto& bucket : buckets_) {
+    auto& group = per_group[bucket.group];
+    if (!sharded_) {
+      for (const auto& p : bucket.parameters) group.push_back({{p, 0, 0, p.numel()}});
+      continue;
+    }
+    // The shard is [begin, end) of the bucket's flat buffer, where the parameters lie end to end.
+    const int64_t begin = dp_group_.rank() * bucket.shard.numel(), end = begin + bucket.shard.numel();
+    std::vector<ParameterSlice> slices;
+    int64_t offset = 0;
+    for (const auto& p : bucket.parameters) {
+      const int64_t first = std::max(begin, offset), last = std::min(end, offset + p.numel());
+      if (first < last) slices.push_back({p, first - offset, first - begin, last - first});
+      offset += p.numel();
+    }
+    group.push_back(std::move(slices));
+  }
+  std::vector<std::vector<ParameterSlice>> all;  // in optimizer_parameters() order: group by group
+  for (auto& group : per_group) all.insert(all.end(), group.begin(), group.end());
+  return all;
+}
+
 void GradientSync::gather_parameters() {
   if (!sharded_) return;
   std::vector<std::pair<torch::Tensor, std::shared_ptr<Work>>> pending;

@@ -19,6 +19,16 @@
 
 namespace loom {
 
+// Which elements of a parameter an optimizer tensor holds: `length` elements of the flattened
+// `parameter` from `parameter_offset`, stored from `offset` of the optimizer tensor. This is what makes
+// optimizer state portable between layouts (train/optimizer_state).
+struct ParameterSlice {
+  torch::Tensor parameter;
+  int64_t parameter_offset = 0;
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
 class GradientSync {
  public:
   GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& dp_group, double bucket_mb,
@@ -35,6 +45,9 @@ class GradientSync {
   // each with its averaged gradient.
   std::vector<std::vector<torch::Tensor>> optimizer_groups() const;
   std::vector<torch::Tensor> optimizer_parameters() const;
+  // Per optimizer_parameters() entry, the parameter elements it holds (zero 0: one whole parameter;
+  // zero 1: the parts of the bucket's parameters that fall in this rank's shard; padding holds none).
+  std::vector<std::vector<ParameterSlice>> optimizer_slices() const;
   bool sharded() const { return sharded_; }
   // zero 1: after the optimizer step, every rank gets every updated shard.
   void gather_parameters();

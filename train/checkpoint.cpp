@@ -7,20 +7,27 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "train/optimizer_state.h"
 
 namespace loom {
 namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kManifest = "manifest.json";
-constexpr int kFormat = 1;
+constexpr int kFormat = 2;  // 2: optimizer state by parameter range (train/optimizer_state)
 
 // The shard holding this rank's state: DP replicas share the one written by DP rank 0, unless each
 // holds its own part of the optimizer state.
+std::string shard_name(int64_t dp, const MeshCoords& c) {
+  return "shard-dp" + std::to_string(dp) + "-tp" + std::to_string(c.tp) + "-pp" + std::to_string(c.pp) + ".pt";
+}
 std::string shard_name(const Mesh& mesh, bool per_dp_rank) {
-  const auto c = mesh.coords();
-  return "shard-dp" + std::to_string(per_dp_rank ? c.dp : 0) + "-tp" + std::to_string(c.tp) + "-pp" +
-         std::to_string(c.pp) + ".pt";
+  return shard_name(per_dp_rank ? mesh.coords().dp : 0, mesh.coords());
+}
+
+OptimizerLayout optimizer_layout(const CheckpointParts& parts) {
+  if (parts.optimizer_slices.empty()) return whole_parameter_layout(*parts.optimizer);
+  return {parts.optimizer, parts.optimizer_slices};
 }
 
 bool is_step_name(const std::string& name) {
@@ -97,11 +104,7 @@ void write_shard(const fs::path& path, const CheckpointParts& parts, const Train
   torch::serialize::OutputArchive model_archive;
   parts.model.save(model_archive);
   shard.write("model", model_archive);
-  if (parts.optimizer != nullptr) {
-    torch::serialize::OutputArchive optimizer_archive;
-    parts.optimizer->save(optimizer_archive);
-    shard.write("optimizer", optimizer_archive);
-  }
+  if (parts.optimizer != nullptr) write_optimizer_state(shard, optimizer_layout(parts), parts.model);
   shard.write("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
   shard.write("state.step", scalar(state.step));
   shard.write("state.tokens", scalar(state.tokens));
@@ -203,31 +206,32 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   const auto dir = checkpoint_dir(run_dir, step);
   if (auto problem = checkpoint_problem(dir)) throw Error("checkpoint " + dir.string() + ": " + *problem);
   const auto manifest = nlohmann::json::parse(read_file(dir / kManifest));
+  if (manifest.value("format", 0) != kFormat)
+    throw Error("checkpoint " + dir.string() + " was written by another version of loom (format " +
+                std::to_string(manifest.value("format", 0)) + ", this loom reads " + std::to_string(kFormat) +
+                "): start a new run.dir or use that version");
   const auto& layout = manifest.at("layout");
-  // Any DP size can resume (replicas are identical); TP and PP resharding is not available yet.
+  // Any DP size can resume (replicas are identical, optimizer state is re-partitioned); TP and PP
+  // resharding is not available yet.
   if (layout.at("tp") != mesh.tp() || layout.at("pp") != mesh.pp())
     throw Error("checkpoint " + dir.string() + " was written with layout " + layout.dump() +
                 " and cannot be loaded with tp=" + std::to_string(mesh.tp()) + " pp=" + std::to_string(mesh.pp()) +
                 " (tensor/pipeline resharding is not available yet)");
-  const bool sharded = layout.value("zero", 0) == 1;
-  if (parts.optimizer != nullptr && (sharded || parts.sharded_optimizer) &&
-      (sharded != parts.sharded_optimizer || layout.at("dp") != mesh.dp()))
-    throw Error("checkpoint " + dir.string() + " has layout " + layout.dump() + ": resuming it with dp=" +
-                std::to_string(mesh.dp()) + " zero=" + std::to_string(parts.sharded_optimizer ? 1 : 0) +
-                " would re-partition ZeRO-1 optimizer state, which is not available yet: resume with the "
-                "checkpoint's parallel.dp and parallel.zero");
-  const auto shard_path = dir / shard_name(mesh, sharded && parts.optimizer != nullptr);
+  // Every shard of a (tp, pp) position holds the same model; with ZeRO-1 each holds its part of the optimizer.
+  const int64_t saved_dp = layout.value("zero", 0) == 1 ? layout.at("dp").get<int64_t>() : 1;
+  std::vector<fs::path> shard_paths;
+  for (int64_t d = 0; d < saved_dp; ++d) shard_paths.push_back(dir / shard_name(d, mesh.coords()));
+  const bool same_partition = saved_dp == mesh.dp() && parts.sharded_optimizer;
+  const auto shard_path = same_partition ? shard_paths[mesh.coords().dp] : shard_paths[0];
   torch::serialize::InputArchive shard;
   try {
     shard.load_from(shard_path.string());
     torch::serialize::InputArchive model_archive;
     shard.read("model", model_archive);
     load_model_values(parts.model, model_archive, shard_path);
-    if (parts.optimizer != nullptr) {
-      torch::serialize::InputArchive optimizer_archive;
-      shard.read("optimizer", optimizer_archive);
-      parts.optimizer->load(optimizer_archive);
-    }
+    if (parts.optimizer != nullptr)
+      read_optimizer_state(same_partition ? std::vector<fs::path>{shard_path} : shard_paths, optimizer_layout(parts),
+                           parts.model);
   } catch (const c10::Error& e) {
     throw Error(shard_path.string() + " does not fit this model (was the config changed?): " + e.what_without_backtrace());
   }

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/config.h"
+#include "parallel/gradient_sync.h"
 #include "parallel/mesh.h"
 
 namespace loom {
@@ -22,8 +23,11 @@ struct TrainState {
 
 struct CheckpointParts {
   torch::nn::Module& model;
-  torch::optim::Optimizer* optimizer = nullptr;  // null for inference-only loads
-  bool sharded_optimizer = false;                // ZeRO-1: every DP rank's optimizer state differs
+  torch::optim::AdamW* optimizer = nullptr;  // null for inference-only loads
+  bool sharded_optimizer = false;            // ZeRO-1: every DP rank's optimizer state differs
+  // Per optimizer tensor, the parameter elements it holds (GradientSync::optimizer_slices); empty: every
+  // optimizer tensor is a whole parameter.
+  std::vector<std::vector<ParameterSlice>> optimizer_slices = {};
 };
 
 std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir, int64_t step);
@@ -40,9 +44,9 @@ std::optional<std::string> checkpoint_problem(const std::filesystem::path& dir);
 // Newest complete checkpoint; broken ones are skipped with a warning naming the problem.
 std::optional<int64_t> latest_checkpoint(const std::filesystem::path& run_dir);
 
-// Restores model (and optimizer, RNG state if given) from the shard of this rank's (tp, pp) position;
-// the DP size may differ from the checkpoint's, except for a sharded (ZeRO-1) optimizer, whose
-// re-partitioning is not available yet. Returns the counters.
+// Restores model (and optimizer, RNG state if given) from the shards of this rank's (tp, pp) position.
+// The DP size and ZeRO-1 may differ from the checkpoint's: optimizer state is stored per parameter range
+// and re-partitioned on load. Returns the counters.
 TrainState load_checkpoint(const std::filesystem::path& run_dir, int64_t step, const Mesh& mesh,
                            const CheckpointParts& parts, bool restore_rng = true);
 

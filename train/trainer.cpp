@@ -208,7 +208,7 @@ void Trainer::log_step(double loss, double lr, double grad_norm) {
 }
 
 CheckpointParts Trainer::checkpoint_parts() {
-  return {*model_, optimizer_.get(), gradient_sync_->sharded()};
+  return {*model_, optimizer_.get(), gradient_sync_->sharded(), gradient_sync_->optimizer_slices()};
 }
 
 void Trainer::checkpoint() {

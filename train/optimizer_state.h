@@ -1,0 +1,33 @@
+// AdamW state in checkpoints, stored by parameter name and element range rather than by optimizer
+// tensor, so that it loads under another layout: a ZeRO-1 shard of any DP size, or ZeRO-1 off. A
+// rank's shard file holds the slices it owns; loading reassembles each parameter's moments from every
+// file that holds a piece of them and cuts out what this rank's optimizer tensors need.
+// Not here: the model's weights (checkpoint.cpp) and group options such as lr (apply_group_options).
+#pragma once
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "parallel/gradient_sync.h"
+
+namespace loom {
+
+// The optimizer's tensors in its group order, each with the parameter elements it holds.
+struct OptimizerLayout {
+  torch::optim::AdamW* optimizer = nullptr;
+  std::vector<std::vector<ParameterSlice>> slices;  // one entry per optimizer tensor
+};
+
+// Every optimizer tensor is a whole parameter (no GradientSync, or ZeRO-1 off).
+OptimizerLayout whole_parameter_layout(torch::optim::AdamW& optimizer);
+
+void write_optimizer_state(torch::serialize::OutputArchive& archive, const OptimizerLayout& layout,
+                           torch::nn::Module& model);
+
+// `shards`: the files holding pieces of the state (read in turn, each only once). Throws loom::Error naming
+// the parameter when an element this rank needs is in none of them.
+void read_optimizer_state(const std::vector<std::filesystem::path>& shards, const OptimizerLayout& layout,
+                          torch::nn::Module& model);
+
+}  // namespace loom
