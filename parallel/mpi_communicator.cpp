@@ -5,6 +5,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -289,7 +290,15 @@ std::unique_ptr<Communicator> ProcessGroup::world(double timeout_s) const {
 }
 
 void ProcessGroup::abort(int exit_code) const {
-  if (mpi_ && info_.world_size > 1) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  if (mpi_ && info_.world_size > 1) {
+    // MPI_Abort asks mpirun to end every rank. When mpirun's node cannot be reached (a cut link) it may
+    // never return: this rank leaves regardless, and mpirun learns of the lost node by its keepalive.
+    std::thread([exit_code] {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      std::_Exit(exit_code);
+    }).detach();
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+  }
   std::_Exit(exit_code);
 }
 

@@ -46,3 +46,16 @@ sigkill_resume() {
   killed_at=$(ls "$run/checkpoints" | sort -n | tail -1)
   tiny_train "$run" "$@" >>"$run.log" 2>&1
 }
+# same_losses_within REFERENCE_RUN RUN LABEL TOLERANCE: the same rows, each loss within TOLERANCE.
+same_losses_within() {
+  losses "$1" > "$1.losses"; losses "$2" > "$2.losses"
+  python3 - "$1.losses" "$2.losses" "$3" "$4" <<'PY' || fail "$3: losses differ from $1"
+import sys
+a = [l.split() for l in open(sys.argv[1])]
+b = [l.split() for l in open(sys.argv[2])]
+assert [x[:2] for x in a] == [x[:2] for x in b], "different rows"
+worst = max(abs(float(x[2]) - float(y[2])) for x, y in zip(a, b))
+assert worst < float(sys.argv[4]), worst
+print(f"{sys.argv[3]}: {len(a)} rows, max |loss diff| {worst:.1e}")
+PY
+}

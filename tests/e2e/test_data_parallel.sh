@@ -11,24 +11,12 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 common=(--set model.dropout=0 --set train.max_steps=20 --set schedule.total_steps=20 --set train.micro_batch_size=0)
 
 tiny_train "$WORK/single" "${common[@]}" --set train.micro_batch_size=8 >/dev/null 2>&1
-losses "$WORK/single" > "$WORK/single.txt"
 dp_train() {  # dp_train RANKS RUN_DIR [--set ...]
   local ranks=$1 dir=$2; shift 2
   # shellcheck disable=SC2046
   "${MPIRUN[@]}" -np "$ranks" "$LOOM" train $(tiny_args "$dir") "${common[@]}" --set parallel.dp=-1 "$@"
 }
-same_curve() {  # same_curve RUN_DIR WHAT
-  losses "$1" > "$1.txt"
-  python3 - "$WORK/single.txt" "$1.txt" "$2" <<'PY' || fail "$2: losses differ from the single process"
-import sys
-a = [l.split() for l in open(sys.argv[1])]
-b = [l.split() for l in open(sys.argv[2])]
-assert [x[:2] for x in a] == [x[:2] for x in b], "different rows"
-worst = max(abs(float(x[2]) - float(y[2])) for x, y in zip(a, b))
-assert worst < 1e-5, worst
-print(f"{sys.argv[3]}: {len(a)} rows, max |loss diff| {worst:.1e}")
-PY
-}
+same_curve() { same_losses_within "$WORK/single" "$1" "$2" 1e-5; }
 
 dp_train 2 "$WORK/dp2" >/dev/null 2>&1 || fail "DP=2 run failed"
 same_curve "$WORK/dp2" "DP=2"
