@@ -18,5 +18,6 @@ int tokenize_command(const Argv& argv, const ProcessGroup& processes);
 int config_command(const Argv& argv, const ProcessGroup& processes);
 int eval_command(const Argv& argv, const ProcessGroup& processes);
 int export_command(const Argv& argv, const ProcessGroup& processes);
+int comm_bench_command(const Argv& argv, const ProcessGroup& processes);
 
 }  // namespace loom::cli
