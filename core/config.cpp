@@ -161,7 +161,7 @@ void apply_override(Config& config, const std::string& assignment) {
 
 std::string Config::where(const std::string& key_path) const {
   auto it = origin.find(key_path);
-  return it == origin.end() ? "(default)" : it->second;
+  return it == origin.end() ? source + " (default)" : it->second;
 }
 
 int64_t Config::micro_batch_size(int64_t dp) const {
@@ -176,6 +176,7 @@ int64_t Config::schedule_total_steps() const {
 
 Config parse_config(const std::string& yaml_text, const std::string& name, const std::vector<std::string>& overrides) {
   Config config;
+  config.source = name;
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);

@@ -116,8 +116,10 @@ struct Config {
   CheckpointConfig checkpoint;
   RuntimeConfig runtime;
 
-  // Where each key that was set came from ("configs/x.yaml:12" or "--set"), for error messages.
+  // Where each key that was set came from ("configs/x.yaml:12" or "--set"), for error messages; a key
+  // left at its default is "configs/x.yaml (default)".
   std::map<std::string, std::string> origin;
+  std::string source;  // the config file's name
   std::string where(const std::string& key_path) const;
 
   int64_t micro_batch_size(int64_t dp) const;

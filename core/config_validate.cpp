@@ -93,8 +93,12 @@ void validate(const Config& c) {
   check.require(m.init_std > 0, "model.init_std", m.init_std, " must be > 0");
   check.require(m.init_from.empty() || std::filesystem::path(m.init_from).extension() == ".safetensors", "model.init_from",
                 "'", m.init_from, "' is not a .safetensors file");
-  const int64_t sizes[] = {m.vocab_size, m.d_model, m.n_layers, m.d_ff, m.max_seq_len, m.n_kv_heads, m.attention_window};
-  for (int64_t s : sizes) check.require(s <= (int64_t{1} << 24), "model", "a size of ", s, " is beyond what loom builds");
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"model.vocab_size", m.vocab_size}, {"model.d_model", m.d_model},         {"model.n_layers", m.n_layers},
+      {"model.d_ff", m.d_ff},             {"model.max_seq_len", m.max_seq_len}, {"model.n_kv_heads", m.n_kv_heads},
+      {"model.attention_window", m.attention_window}};
+  for (const auto& [key, size] : sizes)
+    check.require(size <= (int64_t{1} << 24), key, size, " is beyond what loom builds (at most 2^24)");
 
   check.require(c.data.seq_len > 0, "data.seq_len", c.data.seq_len, " must be > 0");
   check.require(c.data.seq_len <= m.max_seq_len, "data.seq_len", c.data.seq_len,

@@ -49,7 +49,7 @@ TEST_CASE("config: an empty file gives the documented defaults", "[config]") {
   CHECK(c.schedule.name == "warmup_cosine");
   CHECK(c.schedule_total_steps() == c.train.max_steps);
   CHECK(c.origin.empty());
-  CHECK(c.where("model.d_model") == "(default)");
+  CHECK(c.where("model.d_model") == "empty.yaml (default)");
 }
 
 TEST_CASE("config: values of every type are parsed and their origin recorded", "[config]") {
@@ -95,9 +95,9 @@ TEST_CASE("config: a validation error names file, line, key and the constraint",
         "x.yaml:2: optim.eps: 0 must be > 0\nx.yaml:4: train.max_steps: 0 must be > 0");
   // One bad value can break several constraints; each is named.
   CHECK(config_error("optim:\n  lr: -1\n") ==
-        "x.yaml:2: optim.lr: -1 must be > 0\n(default): schedule.min_lr: 0 must be in [0, optim.lr=-1]");
+        "x.yaml:2: optim.lr: -1 must be > 0\nx.yaml (default): schedule.min_lr: 0 must be in [0, optim.lr=-1]");
   // A key left at its default is named as such.
-  CHECK(config_error("model:\n  max_seq_len: 64\n") == "(default): data.seq_len: 128 exceeds model.max_seq_len=64");
+  CHECK(config_error("model:\n  max_seq_len: 64\n") == "x.yaml (default): data.seq_len: 128 exceeds model.max_seq_len=64");
   CHECK(config_error("train:\n  batch_size: 30\n  micro_batch_size: 4\n") ==
         "x.yaml:2: train.batch_size: 30 must be a multiple of train.micro_batch_size * parallel.dp = 4 * 1");
   CHECK(starts_with(config_error("precision:\n  dtype: fp16\n"), "x.yaml:2: precision.dtype: fp16 training needs"));
