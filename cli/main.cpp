@@ -27,6 +27,7 @@ commands:
                                               mean loss and perplexity on data.valid
   export RUN_DIR --format safetensors --out DIR [--step S]
                                               weights + config.json for Hugging Face transformers
+  status RUN_DIR [--json]                      last step, losses, elapsed time, checkpoints and their integrity
   comm-bench [--mb 1,4,16,64] [--bucket-mb B] [--iterations N] [--json]
                                               under mpirun: all-reduce bandwidth, MPI vs loom's buckets
 )";
@@ -38,6 +39,7 @@ int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes
       {"info", loom::cli::info_command},         {"tokenize", loom::cli::tokenize_command},
       {"config", loom::cli::config_command},     {"eval", loom::cli::eval_command},
       {"export", loom::cli::export_command},     {"comm-bench", loom::cli::comm_bench_command},
+      {"status", loom::cli::status_command},
   };
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << kUsage;

@@ -34,7 +34,9 @@ bool is_step_name(const std::string& name) {
   return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-std::vector<int64_t> step_dirs(const fs::path& run_dir) {
+}  // namespace
+
+std::vector<int64_t> checkpoint_steps(const fs::path& run_dir) {
   std::vector<int64_t> steps;
   const auto root = run_dir / "checkpoints";
   if (!fs::is_directory(root)) return steps;
@@ -45,6 +47,8 @@ std::vector<int64_t> step_dirs(const fs::path& run_dir) {
   std::sort(steps.begin(), steps.end());
   return steps;
 }
+
+namespace {
 
 torch::Tensor scalar(int64_t v) { return torch::tensor({v}, torch::kLong); }
 
@@ -109,8 +113,14 @@ void write_shard(const fs::path& path, const CheckpointParts& parts, const Train
   shard.write("state.step", scalar(state.step));
   shard.write("state.tokens", scalar(state.tokens));
   shard.write("state.elapsed_s", torch::tensor({state.elapsed_s}, torch::kDouble));
-  shard.save_to(path.string());
-  fsync_path(path);
+  // Serialised in memory and written by loom's own checked I/O: LibTorch's file writer aborts the
+  // process when the disk fills up, instead of reporting it.
+  std::string bytes;
+  shard.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  write_file_atomic(path, bytes);
 }
 
 void write_manifest(const fs::path& dir, const Config& config, const Mesh& mesh, const TrainState& state) {
@@ -189,7 +199,7 @@ std::optional<std::string> checkpoint_problem(const fs::path& dir) {
 }
 
 std::optional<int64_t> latest_checkpoint(const fs::path& run_dir) {
-  auto steps = step_dirs(run_dir);
+  auto steps = checkpoint_steps(run_dir);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const auto dir = checkpoint_dir(run_dir, *it);
     if (auto problem = checkpoint_problem(dir)) {
@@ -257,7 +267,7 @@ void prune_checkpoints(const fs::path& run_dir, int64_t keep) {
   if (!fs::is_directory(root)) return;
   for (const auto& entry : fs::directory_iterator(root))
     if (entry.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(entry.path());
-  auto steps = step_dirs(run_dir);
+  auto steps = checkpoint_steps(run_dir);
   std::vector<int64_t> complete;
   for (int64_t s : steps)
     if (!checkpoint_problem(checkpoint_dir(run_dir, s))) complete.push_back(s);

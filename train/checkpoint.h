@@ -41,6 +41,9 @@ void save_checkpoint(const std::filesystem::path& run_dir, const Config& config,
 // Checks the manifest and every checksum; returns the reason it is not loadable, or nothing if it is.
 std::optional<std::string> checkpoint_problem(const std::filesystem::path& dir);
 
+// Steps of every checkpoint directory of the run, complete or not, in increasing order.
+std::vector<int64_t> checkpoint_steps(const std::filesystem::path& run_dir);
+
 // Newest complete checkpoint; broken ones are skipped with a warning naming the problem.
 std::optional<int64_t> latest_checkpoint(const std::filesystem::path& run_dir);
 

@@ -7,8 +7,9 @@
 
 namespace loom {
 
-MetricsLog::MetricsLog(const std::filesystem::path& run_dir, int64_t keep_through_step) {
-  const auto path = run_dir / "metrics.jsonl";
+MetricsLog::MetricsLog(const std::filesystem::path& run_dir, int64_t keep_through_step)
+    : path_(run_dir / "metrics.jsonl") {
+  const auto& path = path_;
   std::string kept;
   if (std::filesystem::exists(path)) {
     std::istringstream lines(read_file(path));
@@ -25,6 +26,7 @@ MetricsLog::MetricsLog(const std::filesystem::path& run_dir, int64_t keep_throug
 void MetricsLog::write(const nlohmann::json& row) {
   out_ << row.dump() << "\n";
   out_.flush();
+  if (!out_) throw Error("cannot write " + path_.string() + " (is the disk full?)");
 }
 
 std::string format_duration(double seconds) {

@@ -16,6 +16,7 @@ class MetricsLog {
   void write(const nlohmann::json& row);
 
  private:
+  std::filesystem::path path_;
   std::ofstream out_;
 };
 

@@ -41,6 +41,20 @@ double mean_over(Communicator& group, double value) {
   return t.item<double>() / static_cast<double>(group.size());
 }
 
+// The newest complete checkpoint, -1 for a fresh run. A run whose checkpoints are all broken is not started
+// afresh over them: that would silently throw away the run.
+int64_t resumable_checkpoint(const fs::path& run_dir) {
+  if (auto step = latest_checkpoint(run_dir)) return *step;
+  const auto broken = checkpoint_steps(run_dir);
+  if (broken.empty()) return -1;
+  std::string problems;
+  for (int64_t step : broken)
+    problems += "\n  " + checkpoint_dir(run_dir, step).string() + ": " +
+                checkpoint_problem(checkpoint_dir(run_dir, step)).value_or("complete");
+  throw Error("no complete checkpoint to resume in " + (run_dir / "checkpoints").string() + ":" + problems +
+              "\nrestore the damaged files, or move those directories away to start the run again from step 0");
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -99,7 +113,7 @@ void Trainer::resume_or_start() {
     write_file_atomic(run_dir / "config.yaml", to_yaml(config_));
   }
   // Rank 0 picks the checkpoint so that every rank resumes from the same one.
-  auto chosen = torch::tensor({is_leader() ? latest_checkpoint(run_dir).value_or(-1) : int64_t{-1}}, torch::kLong);
+  auto chosen = torch::tensor({is_leader() ? resumable_checkpoint(run_dir) : int64_t{-1}}, torch::kLong);
   mesh_.world().broadcast(chosen, 0);
   if (const int64_t step = chosen.item<int64_t>(); step >= 0) {
     state_ = load_checkpoint(run_dir, step, mesh_, checkpoint_parts());
