@@ -216,10 +216,13 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   const auto dir = checkpoint_dir(run_dir, step);
   if (auto problem = checkpoint_problem(dir)) throw Error("checkpoint " + dir.string() + ": " + *problem);
   const auto manifest = nlohmann::json::parse(read_file(dir / kManifest));
-  if (manifest.value("format", 0) != kFormat)
+  // Format 1 stored the optimizer state in LibTorch's own archive, in an order this loom no longer has:
+  // its weights still load (generation, evaluation), its training does not resume.
+  const int format = manifest.value("format", 0);
+  if (format != kFormat && (format != 1 || parts.optimizer != nullptr))
     throw Error("checkpoint " + dir.string() + " was written by another version of loom (format " +
-                std::to_string(manifest.value("format", 0)) + ", this loom reads " + std::to_string(kFormat) +
-                "): start a new run.dir or use that version");
+                std::to_string(format) + ", this loom resumes format " + std::to_string(kFormat) +
+                "): start a new run.dir (`loom export` and model.init_from carry its weights over)");
   const auto& layout = manifest.at("layout");
   // Any DP size can resume (replicas are identical, optimizer state is re-partitioned); TP and PP
   // resharding is not available yet.
