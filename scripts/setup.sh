@@ -15,7 +15,8 @@ PYTHON=${PYTHON:-python3}
 BUILD_DIR=${BUILD_DIR:-build}
 packages=(build-essential cmake ccache pkg-config python3 python3-pip git
           libopenmpi-dev openmpi-bin libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
-          libsentencepiece-dev sentencepiece diatheke sword-text-kjv sword-text-web sword-text-sparv)
+          libsentencepiece-dev sentencepiece diatheke sword-text-kjv sword-text-web sword-text-sparv
+          python3-matplotlib)
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
