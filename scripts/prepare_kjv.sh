@@ -3,7 +3,7 @@
 #   OUT/{train,valid,test}.txt   one verse per line, Strong's numbers and markup stripped
 #   OUT/tokenizer.model          SentencePiece BPE (byte fallback) trained on train.txt
 #   OUT/{train,valid,test}.bin   token files (loom tokenize), EOS after every verse
-# The split is by whole books, fixed:
+# The split is by whole books, fixed (scripts/bible_verses.sh, shared with prepare_bible_mt.sh):
 #   valid = Ruth, Jonah, Philippians      test = Esther, Micah, Colossians      train = the other 60 books
 # (psalm titles and paragraph marks are dropped). Re-running with the same arguments is a no-op.
 #
@@ -22,13 +22,13 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--out DIR] [--vocab N] [--loom PATH]" >&2; exit 2 ;;
   esac
 done
-for tool in diatheke spm_train; do
+for tool in spm_train; do
   command -v "$tool" >/dev/null || { echo "$0: $tool is missing: run scripts/setup.sh" >&2; exit 1; }
 done
 [ -x "$loom" ] || { echo "$0: $loom is not built: run scripts/setup.sh" >&2; exit 1; }
 
 stamp="$out/.prepared"
-want="kjv vocab=$vocab script=$(sha1sum "$0" | cut -c1-12)"
+want="kjv vocab=$vocab script=$(cat "$0" scripts/bible_verses.sh | sha1sum | cut -c1-12)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "prepare_kjv: $out is up to date ($want)"
   exit 0
@@ -36,23 +36,10 @@ fi
 mkdir -p "$out"
 rm -f "$stamp"
 
-diatheke -b engKJV2006eb -f plain -k "Genesis 1:1-Revelation of John 22:21" > "$out/raw.txt"
-awk -v out="$out" '
-  BEGIN { split("Ruth Jonah Philippians", v, " "); for (i in v) valid[v[i]] = 1
-          split("Esther Micah Colossians", t, " "); for (i in t) test[t[i]] = 1 }
-  match($0, /^[ \t]*([1-3I]* ?[A-Za-z][A-Za-z ]*) [0-9]+:[0-9]+: /) {
-    head = substr($0, RSTART, RLENGTH); text = substr($0, RSTART + RLENGTH)
-    sub(/^[ \t]+/, "", head); book = head; sub(/ [0-9]+:[0-9]+: $/, "", book)
-    gsub(/¶/, "", text); gsub(/[ \t]+/, " ", text); sub(/^ /, "", text); sub(/ $/, "", text)
-    if (text == "") next
-    split_name = (book in valid) ? "valid" : (book in test) ? "test" : "train"
-    print text > (out "/" split_name ".txt"); n[split_name]++
-  }
-  END { printf "prepare_kjv: %d train, %d valid, %d test verses\n", n["train"], n["valid"], n["test"] }
-' "$out/raw.txt"
-rm "$out/raw.txt"
-[ "$(wc -l < "$out/train.txt")" -gt 20000 ] || { echo "$0: the KJV export looks incomplete" >&2; exit 1; }
-
+# Verse extraction, cleaning and the book split are shared with prepare_bible_mt.sh.
+scripts/bible_verses.sh engKJV2006eb | awk -F '\t' -v out="$out" '
+  { print $3 > (out "/" $1 ".txt"); n[$1]++ }
+  END { printf "prepare_kjv: %d train, %d valid, %d test verses\n", n["train"], n["valid"], n["test"] }'
 spm_train --input="$out/train.txt" --model_prefix="$out/tokenizer" --model_type=bpe --vocab_size="$vocab" \
   --byte_fallback=true --character_coverage=1.0 --num_threads="$(nproc)" --minloglevel=2 >/dev/null 2>&1 \
   || { echo "$0: spm_train failed" >&2; exit 1; }
