@@ -21,6 +21,7 @@ commands:
                    [--seed S] [--step S] [--no-cache]
   info CONFIG [--set ...] [--json]            parameters and training FLOPs per token
   tokenize --tokenizer MODEL --out FILE TEXT  text file (one line per document) -> token file
+           [--target TARGET_TEXT]             ... or line-aligned source/target files -> pair file
   config CONFIG [--set ...] [--get KEY]        print the resolved config (or one key)
   config --reference                          every config key with its default and meaning
   eval CONFIG_OR_RUN_DIR [--set ...] [--split valid|test] [--step S] [--json]
@@ -30,6 +31,7 @@ commands:
   status RUN_DIR [--json]                      last step, losses, elapsed time, checkpoints and their integrity
   comm-bench [--mb 1,4,16,64] [--bucket-mb B] [--iterations N] [--json]
                                               under mpirun: all-reduce bandwidth, MPI vs loom's buckets
+  bleu REF_FILE [--json] < HYP_FILE           corpus BLEU of the lines on stdin, as sacreBLEU computes it
 )";
 
 int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes) {
@@ -40,6 +42,7 @@ int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes
       {"config", loom::cli::config_command},     {"eval", loom::cli::eval_command},
       {"export", loom::cli::export_command},     {"comm-bench", loom::cli::comm_bench_command},
       {"status", loom::cli::status_command},
+      {"bleu", loom::cli::bleu_command},
   };
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << kUsage;

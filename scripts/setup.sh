@@ -4,13 +4,15 @@
 #   Debian: compiler, CMake, ccache, OpenMPI, yaml-cpp, spdlog, Catch2, nlohmann-json, sentencepiece,
 #           diatheke + the Bible modules (KJV, WEB, Reina-Valera 1909)
 #   PyPI:   the pinned torch wheel (its LibTorch is what loom links; tests also use it for golden values),
-#           transformers and safetensors (golden logits of Hugging Face's GPT-2 and LLaMA)
+#           transformers and safetensors (golden logits of Hugging Face's GPT-2 and LLaMA),
+#           sacrebleu (the reference `loom bleu` is tested against)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.11.0
 TRANSFORMERS_VERSION=5.24.0
 SAFETENSORS_VERSION=0.8.0
+SACREBLEU_VERSION=2.5.1
 PYTHON=${PYTHON:-python3}
 BUILD_DIR=${BUILD_DIR:-build}
 packages=(build-essential cmake ccache pkg-config python3 python3-pip git
@@ -38,6 +40,13 @@ sys.exit((torch.__version__.split('+')[0], transformers.__version__, safetensors
   # Debian's own python3 refuses system-wide pip installs unless told; other pythons ignore the flag.
   "$PYTHON" -m pip install --quiet --break-system-packages "torch==$TORCH_VERSION" numpy \
     "transformers==$TRANSFORMERS_VERSION" "safetensors==$SAFETENSORS_VERSION"
+fi
+
+if ! "$PYTHON" -c "
+import sys, sacrebleu
+sys.exit(sacrebleu.__version__ != '$SACREBLEU_VERSION')" 2>/dev/null; then
+  echo "setup: installing sacrebleu==$SACREBLEU_VERSION from PyPI"
+  "$PYTHON" -m pip install --quiet --break-system-packages "sacrebleu==$SACREBLEU_VERSION"
 fi
 
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
