@@ -13,9 +13,16 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// A pair file is a token file too, but its stream is not a text to model.
+void check_stream(const TokenFile& file) {
+  LOOM_CHECK(file.layout() == TokenLayout::kStream, file.path().string(), " holds ", layout_name(file.layout()),
+             ": a language model trains on a token stream (loom tokenize without --target)");
+}
+
 }  // namespace
 
 int64_t LmSampler::window_start(const TokenFile& file, int64_t step, int64_t index) const {
+  check_stream(file);
   const int64_t positions = file.size() - seq_len_;  // valid starts: [0, size - seq_len - 1]
   LOOM_CHECK(positions > 0, file.path().string(), ": ", file.size(), " tokens are too few for data.seq_len=", seq_len_);
   const uint64_t h = mix(mix(mix(seed_) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(index));
@@ -29,6 +36,7 @@ LmBatch LmSampler::train_batch(const TokenFile& file, int64_t step, int64_t firs
 }
 
 LmBatch LmSampler::eval_batch(const TokenFile& file, int64_t first, int64_t count) const {
+  check_stream(file);
   const int64_t windows = (file.size() - 1) / seq_len_;
   LOOM_CHECK(windows > 0, file.path().string(), ": ", file.size(), " tokens are too few for data.seq_len=", seq_len_);
   std::vector<int64_t> starts;

@@ -16,6 +16,14 @@ constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'T', 'O', 'K', '\0'};
 constexpr uint32_t kVersion = 1;
 }  // namespace
 
+const char* layout_name(TokenLayout layout) {
+  switch (layout) {
+    case TokenLayout::kStream: return "a token stream";
+    case TokenLayout::kPairs: return "translation pairs";
+  }
+  return "an unknown layout";
+}
+
 TokenFile::TokenFile(const std::filesystem::path& path) : path_(path) {
   const std::string name = path.string();
   const int fd = ::open(name.c_str(), O_RDONLY);
@@ -42,6 +50,8 @@ TokenFile::TokenFile(const std::filesystem::path& path) : path_(path) {
   if (header_.version != kVersion)
     fail("token file version " + std::to_string(header_.version) + ", this loom reads version " +
          std::to_string(kVersion) + ": re-create it with loom tokenize");
+  if (header_.layout > static_cast<uint32_t>(TokenLayout::kPairs))
+    fail("unknown layout " + std::to_string(header_.layout) + ": re-create it with loom tokenize");
   if (header_.token_bytes != 2 && header_.token_bytes != 4)
     fail("bad token width " + std::to_string(header_.token_bytes));
   const size_t expected = sizeof header_ + header_.count * header_.token_bytes;
@@ -76,7 +86,7 @@ torch::Tensor TokenFile::slice(int64_t start, int64_t length) const {
 }
 
 void write_token_file(const std::filesystem::path& path, const std::vector<int32_t>& tokens, int64_t vocab_size,
-                      uint32_t tokenizer_crc) {
+                      uint32_t tokenizer_crc, TokenLayout layout) {
   TokenFileHeader header{};
   std::memcpy(header.magic, kMagic, sizeof kMagic);
   header.version = kVersion;
@@ -84,6 +94,7 @@ void write_token_file(const std::filesystem::path& path, const std::vector<int32
   header.count = tokens.size();
   header.vocab_size = static_cast<uint64_t>(vocab_size);
   header.tokenizer_crc = tokenizer_crc;
+  header.layout = static_cast<uint32_t>(layout);
 
   std::string data(tokens.size() * header.token_bytes, '\0');
   for (size_t i = 0; i < tokens.size(); ++i) {

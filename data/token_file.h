@@ -1,6 +1,8 @@
 // Token files: a 64-byte header (magic, version, token width, count, vocabulary size, CRC-32 of the
-// tokenizer model and of the token data) followed by little-endian token ids, 2 or 4 bytes each.
+// tokenizer model and of the token data, layout) followed by little-endian token ids, 2 or 4 bytes each.
 // Opened read-only through mmap, so training reads tokens, never text. Text -> tokens is `loom tokenize`.
+// Layouts: a stream of documents each ended by EOS (language modelling), or translation pairs, the
+// same stream read as source, EOS, target, EOS per pair (data/pair_file.h indexes it).
 #pragma once
 #include <torch/torch.h>
 
@@ -11,6 +13,9 @@
 
 namespace loom {
 
+enum class TokenLayout : uint32_t { kStream = 0, kPairs = 1 };
+const char* layout_name(TokenLayout layout);
+
 struct TokenFileHeader {
   char magic[8];
   uint32_t version;
@@ -19,7 +24,8 @@ struct TokenFileHeader {
   uint64_t vocab_size;
   uint32_t tokenizer_crc;
   uint32_t data_crc;
-  uint8_t reserved[24];
+  uint32_t layout;  // TokenLayout; files written before it existed hold 0 (a stream) there
+  uint8_t reserved[20];
 };
 static_assert(sizeof(TokenFileHeader) == 64, "token file header must stay 64 bytes");
 
@@ -34,6 +40,7 @@ class TokenFile {
   int64_t size() const { return static_cast<int64_t>(header_.count); }
   int64_t vocab_size() const { return static_cast<int64_t>(header_.vocab_size); }
   uint32_t tokenizer_crc() const { return header_.tokenizer_crc; }
+  TokenLayout layout() const { return static_cast<TokenLayout>(header_.layout); }
   const std::filesystem::path& path() const { return path_; }
 
   int64_t at(int64_t index) const;
@@ -49,6 +56,6 @@ class TokenFile {
 };
 
 void write_token_file(const std::filesystem::path& path, const std::vector<int32_t>& tokens, int64_t vocab_size,
-                      uint32_t tokenizer_crc);
+                      uint32_t tokenizer_crc, TokenLayout layout = TokenLayout::kStream);
 
 }  // namespace loom

@@ -22,6 +22,7 @@ class Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const;
   int64_t vocab_size() const;
   int32_t eos_id() const;
+  int32_t bos_id() const;
   uint32_t checksum() const { return checksum_; }
 
  private:
