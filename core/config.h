@@ -74,6 +74,7 @@ struct ScheduleConfig {
 struct TrainConfig {
   int64_t max_steps = 1000;
   int64_t batch_size = 32;
+  int64_t batch_tokens = 0;      // encoder-decoder runs: padded tokens per global batch; 0 off
   int64_t micro_batch_size = 0;  // 0: batch_size / dp
   int64_t log_every = 10;
   int64_t eval_every = 100;
