@@ -130,7 +130,7 @@ void validate(const Config& c) {
   check.require(t.max_steps > 0, "train.max_steps", t.max_steps, " must be > 0");
   check.require(t.batch_size > 0, "train.batch_size", t.batch_size, " must be > 0");
   check.require(t.batch_tokens >= 0, "train.batch_tokens", t.batch_tokens, " must be >= 0 (0: off)");
-  check.require(m.arch != "gpt" || t.batch_tokens == 0, "train.batch_tokens",
+  check.require(m.arch != "gpt" || t.batch_tokens <= 0, "train.batch_tokens",
                 "token-based batching is for encoder-decoder runs; a gpt language model batches train.batch_size "
                 "windows of data.seq_len tokens: leave it 0");
   check.require(t.micro_batch_size >= 0, "train.micro_batch_size", t.micro_batch_size, " must be >= 0");

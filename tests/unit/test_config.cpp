@@ -103,6 +103,9 @@ TEST_CASE("config: a validation error names file, line, key and the constraint",
   CHECK(starts_with(config_error("precision:\n  dtype: fp16\n"), "x.yaml:2: precision.dtype: fp16 training needs"));
   CHECK(config_error("schedule:\n  name: cosine\n") ==
         "x.yaml:2: schedule.name: 'cosine' is not one of warmup_cosine, inverse_sqrt, constant, linear, wsd");
+  CHECK(config_error("train:\n  batch_tokens: -1\n") == "x.yaml:2: train.batch_tokens: -1 must be >= 0 (0: off)");
+  CHECK(starts_with(config_error("train:\n  batch_tokens: 4096\n"),
+                    "x.yaml:2: train.batch_tokens: token-based batching is for encoder-decoder runs"));
 }
 
 TEST_CASE("config: unknown keys and sections are rejected with the known keys", "[config]") {
