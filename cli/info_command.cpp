@@ -31,7 +31,8 @@ std::string gib(int64_t bytes) {
 }
 
 std::string describe_variant(const ModelConfig& m) {
-  std::string out = m.norm + ", " + m.position + " positions";
+  std::string out = m.norm + (m.norm_position == "post" ? " (post-norm)" : "") + ", " + m.position + " positions";
+  if (m.scale_embeddings) out += ", embeddings x sqrt(d_model)";
   if (m.position == "rope") {
     char rope[96];
     if (m.rope_scaling == "none") {
@@ -79,8 +80,11 @@ int info_command(const Argv& argv, const ProcessGroup&) {
     std::cout << out.dump() << std::endl;
     return 0;
   }
-  std::printf("model          %s, %ld layers, d_model %ld, %ld heads (%ld kv), d_ff %ld, vocab %ld, context %ld\n",
-              m.arch.c_str(), static_cast<long>(m.n_layers), static_cast<long>(m.d_model), static_cast<long>(m.n_heads),
+  const std::string layers = m.encoder_decoder()
+                                 ? std::to_string(m.encoder_layers()) + " encoder + " + std::to_string(m.n_layers) + " decoder"
+                                 : std::to_string(m.n_layers);
+  std::printf("model          %s, %s layers, d_model %ld, %ld heads (%ld kv), d_ff %ld, vocab %ld, context %ld\n",
+              m.arch.c_str(), layers.c_str(), static_cast<long>(m.d_model), static_cast<long>(m.n_heads),
               static_cast<long>(m.kv_heads()), static_cast<long>(m.ffn_dim()), static_cast<long>(m.vocab_size),
               static_cast<long>(m.max_seq_len));
   std::printf("variant        %s\n", describe_variant(m).c_str());

@@ -127,7 +127,7 @@ void apply_yaml(Config& config, const YAML::Node& root, const std::string& name)
       throw ConfigError(line_of(name, section.first) + ": " + section_name +
                         (is_section ? ": expected a mapping of keys, got " + describe(section.second)
                                     : ": unknown section (sections: run, model, data, tokenizer, optim, schedule, "
-                                      "train, precision, parallel, checkpoint, runtime)"));
+                                      "train, decode, precision, parallel, checkpoint, runtime)"));
     for (const auto& entry : section.second) {
       const std::string key = section_name + "." + entry.first.as<std::string>();
       const std::string where = line_of(name, entry.first);

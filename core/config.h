@@ -16,15 +16,17 @@ struct RunConfig {
 };
 
 struct ModelConfig {
-  std::string arch = "gpt";
+  std::string arch = "gpt";  // gpt | transformer (encoder-decoder)
   int64_t vocab_size = 0;  // 0: taken from the tokenizer
   int64_t d_model = 256;
-  int64_t n_layers = 4;
+  int64_t n_layers = 4;          // transformer: decoder layers
+  int64_t n_encoder_layers = 0;  // transformer: 0 means n_layers
   int64_t n_heads = 4;
   int64_t n_kv_heads = 0;  // 0: n_heads
   int64_t d_ff = 0;        // 0: 4 * d_model
   int64_t max_seq_len = 256;
   std::string norm = "layernorm";  // layernorm | rmsnorm
+  std::string norm_position = "pre";  // pre | post (transformer only)
   double norm_eps = 1e-5;
   std::string position = "learned";  // learned | sinusoidal | rope | alibi
   double rope_theta = 10000.0;
@@ -35,6 +37,7 @@ struct ModelConfig {
   int64_t attention_window = 0;  // 0: full causal attention
   double dropout = 0.1;
   bool tie_embeddings = true;
+  bool scale_embeddings = false;  // token embeddings * sqrt(d_model)
   double init_std = 0.02;
   std::string init_from;  // safetensors weights a fresh run starts from; empty: random init
 
@@ -42,12 +45,20 @@ struct ModelConfig {
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t head_dim() const { return d_model / n_heads; }
   bool gated_mlp() const { return activation == "swiglu" || activation == "geglu"; }
+  bool encoder_decoder() const { return arch == "transformer"; }
+  int64_t encoder_layers() const { return n_encoder_layers > 0 ? n_encoder_layers : n_layers; }
 };
 
 struct DataConfig {
   std::string train;
   std::string valid;
   int64_t seq_len = 128;
+  // Synthetic source -> target pairs for the encoder-decoder (data/synthetic_pairs.h) instead of files.
+  std::string synthetic;  // "" (none) | reverse | copy
+  int64_t synthetic_vocab = 32;
+  int64_t synthetic_min_len = 1;
+  int64_t synthetic_max_len = 16;
+  int64_t synthetic_valid_size = 512;
 };
 
 struct TokenizerConfig {
@@ -81,6 +92,15 @@ struct TrainConfig {
   int64_t eval_batches = 20;
 };
 
+// Decoding for translation (loom translate, loom eval of a translation run).
+struct DecodeConfig {
+  int64_t beam = 5;  // 1: greedy
+  double length_penalty = 1.0;
+  double max_len_a = 1.5;
+  int64_t max_len_b = 10;
+  int64_t batch_size = 32;
+};
+
 struct PrecisionConfig {
   std::string dtype = "fp32";
 };
@@ -112,6 +132,7 @@ struct Config {
   OptimConfig optim;
   ScheduleConfig schedule;
   TrainConfig train;
+  DecodeConfig decode;
   PrecisionConfig precision;
   ParallelConfig parallel;
   CheckpointConfig checkpoint;

@@ -10,15 +10,17 @@ void visit_fields(Config& c, Visitor&& v) {
   v("run.dir", c.run.dir, "Run directory: resolved config, metrics.jsonl, checkpoints/. Training again with the same dir resumes.");
   v("run.seed", c.run.seed, "Seed for initialization, data sampling and dropout.");
 
-  v("model.arch", c.model.arch, "Model family: `gpt`, the decoder-only pre-norm stack (GPT-2, LLaMA and the others are its options below; presets in configs/).");
+  v("model.arch", c.model.arch, "Model family: `gpt`, the decoder-only pre-norm stack (GPT-2, LLaMA and the others are its options below; presets in configs/), or `transformer`, the encoder-decoder of Vaswani et al. (shared source/target embedding; configs/transformer-*.yaml).");
   v("model.vocab_size", c.model.vocab_size, "Vocabulary size; 0 takes the tokenizer's.");
   v("model.d_model", c.model.d_model, "Hidden size.");
-  v("model.n_layers", c.model.n_layers, "Number of Transformer blocks.");
+  v("model.n_layers", c.model.n_layers, "Number of Transformer blocks (transformer: decoder blocks).");
+  v("model.n_encoder_layers", c.model.n_encoder_layers, "transformer: encoder blocks; 0 means model.n_layers.");
   v("model.n_heads", c.model.n_heads, "Attention (query) heads; must divide d_model.");
   v("model.n_kv_heads", c.model.n_kv_heads, "Key/value heads for grouped-query attention (1: multi-query); must divide n_heads. 0 means n_heads.");
   v("model.d_ff", c.model.d_ff, "MLP inner size (gated MLPs: of each of the gate and up projections); 0 means 4 * d_model.");
   v("model.max_seq_len", c.model.max_seq_len, "Context length: the longest sequence the model sees (training and generation), the size of a learned position table.");
   v("model.norm", c.model.norm, "`layernorm` (weight and bias) or `rmsnorm` (weight only), before each sublayer and at the end.");
+  v("model.norm_position", c.model.norm_position, "`pre`: x + f(norm(x)) with a final norm after the stack; `post`: norm(x + f(x)) as in the original Transformer, no final norm (transformer only).");
   v("model.norm_eps", c.model.norm_eps, "Epsilon of the norms.");
   v("model.position", c.model.position, "`learned` table, `sinusoidal` (fixed, added to the embeddings), `rope` (rotary, half-split as Hugging Face LLaMA) or `alibi` (linear attention biases).");
   v("model.rope_theta", c.model.rope_theta, "RoPE base: frequencies theta^(-2i/head_dim).");
@@ -29,12 +31,18 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.attention_window", c.model.attention_window, "Sliding-window attention: each position sees itself and the window - 1 before it, and a generation cache keeps at most that many. 0: full causal attention.");
   v("model.dropout", c.model.dropout, "Dropout on embeddings, attention probabilities and residual branches.");
   v("model.tie_embeddings", c.model.tie_embeddings, "Share the token embedding with the output projection.");
+  v("model.scale_embeddings", c.model.scale_embeddings, "Multiply token embeddings by sqrt(d_model) (the original Transformer); they are then initialized with std d_model^-0.5 instead of init_std.");
   v("model.init_std", c.model.init_std, "Std of the normal weight init; residual projections use init_std / sqrt(2 * n_layers).");
   v("model.init_from", c.model.init_from, "A .safetensors file (Hugging Face GPT-2 or LLaMA names, or loom's; see `loom export`) whose weights a fresh run starts from instead of the random init; shapes must match the model.* keys. A resumed run uses its checkpoint.");
 
   v("data.train", c.data.train, "Training token file (made by scripts/prepare_kjv.sh or `loom tokenize`).");
   v("data.valid", c.data.valid, "Validation token file; empty disables evaluation.");
   v("data.seq_len", c.data.seq_len, "Tokens per training sequence (windows of seq_len + 1).");
+  v("data.synthetic", c.data.synthetic, "transformer: train on generated pairs instead of files: `reverse` (target = source reversed) or `copy`; empty: none.");
+  v("data.synthetic_vocab", c.data.synthetic_vocab, "Vocabulary of the synthetic pairs (ids 0-2 are padding/unk, bos, eos; sequences use 3 .. vocab - 1).");
+  v("data.synthetic_min_len", c.data.synthetic_min_len, "Shortest synthetic source sequence.");
+  v("data.synthetic_max_len", c.data.synthetic_max_len, "Longest synthetic source sequence.");
+  v("data.synthetic_valid_size", c.data.synthetic_valid_size, "Pairs in the fixed synthetic validation set.");
 
   v("tokenizer.model", c.tokenizer.model, "SentencePiece model the token files were made with (checked by checksum).");
 
@@ -58,6 +66,12 @@ void visit_fields(Config& c, Visitor&& v) {
   v("train.log_every", c.train.log_every, "Steps between progress lines and metrics rows.");
   v("train.eval_every", c.train.eval_every, "Steps between validation passes; 0 evaluates only at the end.");
   v("train.eval_batches", c.train.eval_batches, "Batches of train.batch_size validation sequences per evaluation (consecutive windows of the validation file).");
+
+  v("decode.beam", c.decode.beam, "Beam size for translation (1: greedy); `loom translate --beam` overrides it.");
+  v("decode.length_penalty", c.decode.length_penalty, "Beam search ranks finished hypotheses by log-probability / length^length_penalty (0: raw log-probability).");
+  v("decode.max_len_a", c.decode.max_len_a, "Translations end after at most max_len_a * source length + max_len_b tokens.");
+  v("decode.max_len_b", c.decode.max_len_b, "See decode.max_len_a.");
+  v("decode.batch_size", c.decode.batch_size, "Source sentences decoded together.");
 
   v("precision.dtype", c.precision.dtype, "`fp32`, or `bf16` autocast (fp32 master weights). `fp16` needs loss scaling and is not available yet.");
 

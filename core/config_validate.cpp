@@ -56,7 +56,44 @@ void validate(const Config& c) {
   check.require(!c.run.dir.empty(), "run.dir", "must not be empty");
   check.require(c.run.seed >= 0, "run.seed", c.run.seed, " must be >= 0");
 
-  check.require(m.arch == "gpt", "model.arch", "'", m.arch, "' is not a model family loom knows (gpt)");
+  check.require(one_of(m.arch, {"gpt", "transformer"}), "model.arch", "'", m.arch,
+                "' is not a model family loom knows (gpt, transformer)");
+  check.require(m.n_encoder_layers >= 0, "model.n_encoder_layers", m.n_encoder_layers, " must be >= 0 (0: n_layers)");
+  check.require(one_of(m.norm_position, {"pre", "post"}), "model.norm_position", "'", m.norm_position,
+                "' is not one of pre, post");
+  if (m.arch == "gpt") {
+    check.require(m.norm_position == "pre", "model.norm_position", "post applies to model.arch=transformer only");
+    check.require(m.n_encoder_layers == 0, "model.n_encoder_layers", "applies to model.arch=transformer only");
+    check.require(c.data.synthetic.empty(), "data.synthetic", "synthetic pairs train model.arch=transformer, not gpt");
+  }
+  if (m.arch == "transformer") {
+    check.require(one_of(m.position, {"learned", "sinusoidal"}), "model.position", "model.arch=transformer takes ",
+                  "learned or sinusoidal positions, not ", m.position);
+    check.require(m.attention_window == 0, "model.attention_window", "model.arch=transformer attends to whole sequences");
+    check.require(c.parallel.tp == 1 && c.parallel.pp == 1, "parallel", "model.arch=transformer trains with data ",
+                  "parallelism only so far (tp = pp = 1)");
+    check.require(m.init_from.empty(), "model.init_from", "importing weights applies to model.arch=gpt only");
+  }
+  const auto& d = c.data;
+  check.require(one_of(d.synthetic, {"", "reverse", "copy"}), "data.synthetic", "'", d.synthetic,
+                "' is not one of reverse, copy (or empty)");
+  if (!d.synthetic.empty()) {
+    check.require(d.synthetic_vocab > 3, "data.synthetic_vocab", d.synthetic_vocab, " must be > 3 (ids 0-2 are reserved)");
+    check.require(d.synthetic_min_len >= 1, "data.synthetic_min_len", d.synthetic_min_len, " must be >= 1");
+    check.require(d.synthetic_max_len >= d.synthetic_min_len, "data.synthetic_max_len", d.synthetic_max_len,
+                  " must be >= data.synthetic_min_len=", d.synthetic_min_len);
+    check.require(d.synthetic_max_len + 1 <= m.max_seq_len, "data.synthetic_max_len", d.synthetic_max_len,
+                  " + 1 (bos or eos) exceeds model.max_seq_len=", m.max_seq_len);
+    check.require(d.synthetic_valid_size > 0, "data.synthetic_valid_size", d.synthetic_valid_size, " must be > 0");
+    check.require(m.vocab_size == 0 || m.vocab_size >= d.synthetic_vocab, "model.vocab_size", m.vocab_size,
+                  " is smaller than data.synthetic_vocab=", d.synthetic_vocab);
+  }
+  const auto& dec = c.decode;
+  check.require(dec.beam >= 1, "decode.beam", dec.beam, " must be >= 1 (1: greedy)");
+  check.require(dec.length_penalty >= 0, "decode.length_penalty", dec.length_penalty, " must be >= 0");
+  check.require(dec.max_len_a >= 0, "decode.max_len_a", dec.max_len_a, " must be >= 0");
+  check.require(dec.max_len_b >= 1, "decode.max_len_b", dec.max_len_b, " must be >= 1");
+  check.require(dec.batch_size >= 1, "decode.batch_size", dec.batch_size, " must be >= 1");
   check.require(m.vocab_size >= 0, "model.vocab_size", m.vocab_size, " must be >= 0 (0: the tokenizer's)");
   check.require(m.d_model > 0, "model.d_model", m.d_model, " must be > 0");
   check.require(m.n_layers > 0, "model.n_layers", m.n_layers, " must be > 0");
@@ -95,6 +132,7 @@ void validate(const Config& c) {
                 "'", m.init_from, "' is not a .safetensors file");
   const std::pair<const char*, int64_t> sizes[] = {
       {"model.vocab_size", m.vocab_size}, {"model.d_model", m.d_model},         {"model.n_layers", m.n_layers},
+      {"model.n_encoder_layers", m.n_encoder_layers},
       {"model.d_ff", m.d_ff},             {"model.max_seq_len", m.max_seq_len}, {"model.n_kv_heads", m.n_kv_heads},
       {"model.attention_window", m.attention_window}};
   for (const auto& [key, size] : sizes)

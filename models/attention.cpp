@@ -4,6 +4,24 @@
 #include "models/layers.h"
 
 namespace loom {
+namespace {
+
+// Adds a key padding mask (B, S) (true: padded) to what scores_mask returned: (B, 1, T, S) bool, or
+// (B, H, T, S) with ALiBi's float bias. A causal flag becomes an explicit mask, since SDPA takes one or
+// the other.
+torch::Tensor with_key_padding(const std::optional<torch::Tensor>& mask, bool* is_causal,
+                               const torch::Tensor& key_padding, int64_t T, int64_t S) {
+  const auto keep = ~key_padding.to(torch::kBool).view({key_padding.size(0), 1, 1, S});  // (B, 1, 1, S)
+  if (*is_causal) {
+    *is_causal = false;
+    return keep & torch::ones({T, S}, keep.options()).tril();
+  }
+  if (!mask) return keep;
+  if (mask->scalar_type() == torch::kBool) return keep & *mask;
+  return mask->masked_fill(~keep, -std::numeric_limits<float>::infinity());
+}
+
+}  // namespace
 
 AttentionImpl::AttentionImpl(const AttentionOptions& options)
     : options_(options),
@@ -43,36 +61,66 @@ std::optional<torch::Tensor> AttentionImpl::scores_mask(int64_t first, int64_t T
   return bias.masked_fill(~visible, -std::numeric_limits<float>::infinity()).to(q.scalar_type());
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache) {
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::cross_qkv(const torch::Tensor& x,
+                                                                                 const torch::Tensor& memory,
+                                                                                 KVCache* cache) const {
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t H = heads_, K = kv_heads_, D = head_dim_;
-  // (B, T, (H + 2K) D) -> q (B, H, T, D), k and v (B, K, T, D)
-  const auto qkv = qkv_->forward(x).split({H * D, K * D, K * D}, -1);
-  auto q = qkv[0].view({B, T, H, D}).transpose(1, 2);
-  auto k = qkv[1].view({B, T, K, D}).transpose(1, 2);
-  auto v = qkv[2].view({B, T, K, D}).transpose(1, 2);
-
-  const int64_t first = cache != nullptr ? cache->seen : 0;  // absolute position of x's first token
-  if (options_.position == PositionKind::kRope) {
-    const auto [cos, sin] = rope_cos_sin(first, T, D, options_.rope, q.options());
-    q = apply_rope(q, cos, sin);
-    k = apply_rope(k, cos, sin);
-  }
+  const auto& w = qkv_->weight;
+  const auto& b = qkv_->bias;  // undefined without biases
+  auto rows = [&](const torch::Tensor& t, int64_t from, int64_t n) { return t.defined() ? t.narrow(0, from, n) : t; };
+  auto q = torch::nn::functional::linear(x, rows(w, 0, H * D), rows(b, 0, H * D)).view({B, T, H, D}).transpose(1, 2);
+  if (cache != nullptr && cache->length() > 0) return {q, cache->k, cache->v};  // the encoder's, computed once
+  const int64_t S = memory.size(1);
+  // (B, S, 2 K D) -> k and v (B, K, S, D)
+  const auto kv = torch::nn::functional::linear(memory, rows(w, H * D, 2 * K * D), rows(b, H * D, 2 * K * D)).chunk(2, -1);
+  auto k = kv[0].view({memory.size(0), S, K, D}).transpose(1, 2);
+  auto v = kv[1].view({memory.size(0), S, K, D}).transpose(1, 2);
   if (cache != nullptr) {
-    if (cache->length() > 0) {
-      k = torch::cat({cache->k, k}, 2);
-      v = torch::cat({cache->v, v}, 2);
-    }
-    // A sliding window never looks further back than window - 1 positions: keep the last `window`.
-    const int64_t keep = options_.window > 0 ? std::min(k.size(2), options_.window) : k.size(2);
-    cache->k = k.narrow(2, k.size(2) - keep, keep);
-    cache->v = v.narrow(2, v.size(2) - keep, keep);
-    cache->seen = first + T;
+    cache->k = k;
+    cache->v = v;
+    cache->seen = S;
   }
+  return {q, k, v};
+}
 
-  const int64_t S = k.size(2);
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, const AttentionInputs& inputs) {
+  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t H = heads_, K = kv_heads_, D = head_dim_;
+  torch::Tensor q, k, v;
+  std::optional<torch::Tensor> mask;
   bool is_causal = false;
-  const auto mask = scores_mask(first, T, first + T - S, S, q, &is_causal);
+  if (inputs.memory.defined()) {
+    std::tie(q, k, v) = cross_qkv(x, inputs.memory, cache);  // every memory position is visible
+  } else {
+    // (B, T, (H + 2K) D) -> q (B, H, T, D), k and v (B, K, T, D)
+    const auto qkv = qkv_->forward(x).split({H * D, K * D, K * D}, -1);
+    q = qkv[0].view({B, T, H, D}).transpose(1, 2);
+    k = qkv[1].view({B, T, K, D}).transpose(1, 2);
+    v = qkv[2].view({B, T, K, D}).transpose(1, 2);
+
+    const int64_t first = cache != nullptr ? cache->seen : 0;  // absolute position of x's first token
+    if (options_.position == PositionKind::kRope) {
+      const auto [cos, sin] = rope_cos_sin(first, T, D, options_.rope, q.options());
+      q = apply_rope(q, cos, sin);
+      k = apply_rope(k, cos, sin);
+    }
+    if (cache != nullptr) {
+      if (cache->length() > 0) {
+        k = torch::cat({cache->k, k}, 2);
+        v = torch::cat({cache->v, v}, 2);
+      }
+      // A sliding window never looks further back than window - 1 positions: keep the last `window`.
+      const int64_t keep = options_.window > 0 ? std::min(k.size(2), options_.window) : k.size(2);
+      cache->k = k.narrow(2, k.size(2) - keep, keep);
+      cache->v = v.narrow(2, v.size(2) - keep, keep);
+      cache->seen = first + T;
+    }
+    const int64_t S = k.size(2);
+    mask = scores_mask(first, T, first + T - S, S, q, &is_causal);
+  }
+  if (inputs.key_padding.defined()) mask = with_key_padding(mask, &is_causal, inputs.key_padding, T, k.size(2));
+
   const double dropout = is_training() ? options_.dropout : 0.0;
   auto y = at::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal, std::nullopt,
                                             /*enable_gqa=*/K != H);  // (B, H, T, D)

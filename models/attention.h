@@ -1,11 +1,16 @@
-// Causal self-attention with grouped-query heads, RoPE or ALiBi, an optional sliding window, and a KV
-// cache for generation. Shapes: B batch, T new positions, S cached + new positions, H query heads,
-// K key/value heads (K divides H; K = 1 is multi-query), D head size, C model size.
+// Multi-head attention, one module for every use: causal self-attention (the GPT and the decoder) with
+// grouped-query heads, RoPE or ALiBi, an optional sliding window and a KV cache for generation;
+// bidirectional self-attention (options.causal = false, the encoder) with a key padding mask; and
+// cross-attention (AttentionInputs::memory given: queries from x, keys and values from the encoder
+// output, computed once into the cache when decoding incrementally). Shapes: B batch, T new positions,
+// S cached + new positions (or memory positions), H query heads, K key/value heads (K divides H; K = 1 is
+// multi-query), D head size, C model size.
 //
 // Q, K and V come from one fused projection whose output rows are laid out [q: H*D | k: K*D | v: K*D],
 // each section head-major (head h owns rows h*D .. h*D + D - 1 of its section). A tensor-parallel rank
 // holding heads [h0, h0 + H/tp) and kv heads [k0, k0 + K/tp) takes those rows of each section and builds
 // this same layer with n_heads = H/tp and n_kv_heads = K/tp; the output projection splits by columns.
+// Cross-attention uses the same fused weight: its q rows project x, its k and v rows project the memory.
 #pragma once
 #include <torch/torch.h>
 
@@ -20,6 +25,12 @@ struct KVCache {
   torch::Tensor v;
   int64_t seen = 0;
   int64_t length() const { return k.defined() ? k.size(2) : 0; }
+};
+
+// What one call attends to besides x's own positions; both empty for plain self-attention.
+struct AttentionInputs {
+  torch::Tensor memory;       // (B, S, C): cross-attention to these positions (the encoder output)
+  torch::Tensor key_padding;  // (B, S) bool, true at padded keys (x's own, or the memory's for cross-attention)
 };
 
 struct AttentionOptions {
@@ -42,8 +53,9 @@ class AttentionImpl : public torch::nn::Module {
   explicit AttentionImpl(const AttentionOptions& options);
 
   // x: (B, T, C) -> (B, T, C). With a cache, x holds the positions after the ones seen and the cache grows
-  // (keeping at most `window` positions).
-  torch::Tensor forward(const torch::Tensor& x, KVCache* cache = nullptr);
+  // (keeping at most `window` positions). For cross-attention (inputs.memory defined) the cache holds the
+  // memory's keys and values: filled by the first call, reused as they are by the later ones.
+  torch::Tensor forward(const torch::Tensor& x, KVCache* cache = nullptr, const AttentionInputs& inputs = {});
 
   int64_t n_heads() const { return heads_; }
   int64_t n_kv_heads() const { return kv_heads_; }
@@ -55,6 +67,9 @@ class AttentionImpl : public torch::nn::Module {
   // bool (T, S) mask or, with ALiBi, a float (H, T, S) bias with -inf where masked.
   std::optional<torch::Tensor> scores_mask(int64_t first, int64_t T, int64_t key_first, int64_t S,
                                            const torch::Tensor& q, bool* is_causal) const;
+  // q (B, H, T, D) from x, and the memory's k and v (B, K, S, D) from the k and v rows of the fused weight.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> cross_qkv(const torch::Tensor& x, const torch::Tensor& memory,
+                                                                    KVCache* cache) const;
 
   AttentionOptions options_;
   int64_t heads_, kv_heads_, head_dim_;

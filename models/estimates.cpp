@@ -11,17 +11,32 @@ int64_t count_parameters(const ModelConfig& c) {
   const int64_t attention = linear(C, Q + 2 * KV) + linear(Q, C);
   const int64_t mlp = (c.gated_mlp() ? 2 : 1) * linear(C, F) + linear(F, C);
   const int64_t block = 2 * norm + attention + mlp;
-  const int64_t embeddings = c.vocab_size * C + (c.position == "learned" ? c.max_seq_len * C : 0);
   const int64_t head = c.tie_embeddings ? 0 : c.vocab_size * C;  // the untied head has no bias
-  return embeddings + c.n_layers * block + norm + head;
+  const int64_t position_table = c.position == "learned" ? c.max_seq_len * C : 0;
+  if (c.encoder_decoder()) {
+    // One shared token embedding, a position table per side, decoder blocks with a cross-attention and
+    // its norm, and final norms only in the pre-norm variant.
+    const int64_t final_norms = c.norm_position == "pre" ? 2 * norm : 0;
+    return c.vocab_size * C + 2 * position_table + c.encoder_layers() * block +
+           c.n_layers * (block + norm + attention) + final_norms + head;
+  }
+  return c.vocab_size * C + position_table + c.n_layers * block + norm + head;
 }
 
 double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
   const double C = static_cast<double>(c.d_model), F = static_cast<double>(c.ffn_dim());
   const double Q = static_cast<double>(c.n_heads * c.head_dim()), KV = static_cast<double>(c.kv_heads() * c.head_dim());
-  const double per_layer = C * (Q + 2 * KV) + Q * C + (c.gated_mlp() ? 3.0 : 2.0) * C * F;
-  const double matmul_weights = c.n_layers * per_layer + static_cast<double>(c.vocab_size) * C;
+  const double attention = C * (Q + 2 * KV) + Q * C;
+  const double per_layer = attention + (c.gated_mlp() ? 3.0 : 2.0) * C * F;
   const int64_t keys = c.attention_window > 0 ? std::min(seq_len, c.attention_window) : seq_len;
+  if (c.encoder_decoder()) {
+    // Per target token together with one source token (source and target both seq_len long): encoder
+    // and decoder blocks, the decoder's cross-attention, and three attentions over seq_len keys.
+    const double layers = static_cast<double>(c.encoder_layers() + c.n_layers);
+    const double matmul_weights = layers * per_layer + c.n_layers * attention + static_cast<double>(c.vocab_size) * C;
+    return 6.0 * matmul_weights + 12.0 * (layers + c.n_layers) * Q * static_cast<double>(keys);
+  }
+  const double matmul_weights = c.n_layers * per_layer + static_cast<double>(c.vocab_size) * C;
   return 6.0 * matmul_weights + 12.0 * c.n_layers * Q * static_cast<double>(keys);
 }
 
@@ -70,6 +85,15 @@ MemoryEstimate estimate_memory(const Config& config) {
                        a * s * s * b * (e + dropout * (1 + e));
   const double layer = whole + split / t;
   const double head = e * s * b * h + s * b * static_cast<double>(m.vocab_size) / t * (e + 4);
+  if (m.encoder_decoder()) {
+    // Source and target both seq_len long. A decoder block adds a cross-attention sub-layer: its norm's
+    // input, q, the memory's k and v, the output projection's input, scores and a dropout mask.
+    const double cross = e * s * b * h + dropout * s * b * h +
+                         (e * s * b * (2 * q + 2 * kv) + a * s * s * b * (e + dropout * (1 + e))) / t;
+    const double blocks = static_cast<double>(m.encoder_layers()) * layer + static_cast<double>(m.n_layers) * (layer + cross);
+    out.activations = static_cast<int64_t>(blocks + head);
+    return out;
+  }
   const int64_t layers = (m.n_layers + pp - 1) / pp;
   out.activations = static_cast<int64_t>(static_cast<double>(layers) * layer + head);
   return out;

@@ -14,7 +14,8 @@ int64_t count_parameters(const ModelConfig& config);
 // Training FLOPs per token (forward + backward) at sequence length seq_len: 6 x (every weight a token
 // multiplies through, the LM head included) + 12 x n_layers x n_heads x head_dim x (keys each query sees:
 // seq_len, or the attention window if smaller) for attention scores and weighted values (no discount for
-// the causal mask).
+// the causal mask). For the encoder-decoder: per target token with one source token, both sequences
+// seq_len long (encoder, decoder and cross-attention weights; encoder, decoder and cross attention).
 double training_flops_per_token(const ModelConfig& config, int64_t seq_len);
 
 // Bytes one rank holds while training, for the config's precision and parallel layout.

@@ -1,0 +1,136 @@
+#include "models/encoder_decoder.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "models/gpt.h"
+
+namespace loom {
+
+torch::Tensor padding_mask(const torch::Tensor& lengths, int64_t S) {
+  return torch::arange(S, lengths.options().dtype(torch::kLong)).unsqueeze(0) >= lengths.unsqueeze(1);
+}
+
+void DecoderState::select(const torch::Tensor& rows) {
+  memory = memory.index_select(0, rows);
+  source_padding = source_padding.index_select(0, rows);
+  for (auto* caches : {&self, &cross}) {
+    for (auto& cache : *caches) {
+      if (cache.length() == 0) continue;
+      cache.k = cache.k.index_select(0, rows);
+      cache.v = cache.v.index_select(0, rows);
+    }
+  }
+}
+
+EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config)
+    : config_(config),
+      position_(position_kind(config.position)),
+      embedding_scale_(config.scale_embeddings ? std::sqrt(static_cast<double>(config.d_model)) : 1.0) {
+  LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
+  LOOM_CHECK(position_ == PositionKind::kLearned || position_ == PositionKind::kSinusoidal,
+             "the encoder-decoder takes learned or sinusoidal positions");
+  const int64_t C = config.d_model;
+  BlockOptions encoder_block = block_options(config);
+  encoder_block.post_norm = config.norm_position == "post";
+  encoder_block.attention.causal = false;
+  BlockOptions decoder_block = encoder_block;
+  decoder_block.attention.causal = true;
+  decoder_block.cross_attention = true;
+
+  token_embedding_ = register_module("token_embedding", torch::nn::Embedding(config.vocab_size, C));
+  if (position_ == PositionKind::kLearned) {
+    encoder_positions_ = register_module("encoder_positions", torch::nn::Embedding(config.max_seq_len, C));
+    decoder_positions_ = register_module("decoder_positions", torch::nn::Embedding(config.max_seq_len, C));
+  }
+  dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
+  auto encoder = register_module("encoder", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.encoder_layers(); ++i) {
+    encoder_.push_back(Block(encoder_block));
+    encoder->push_back(encoder_.back());
+  }
+  auto decoder = register_module("decoder", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.n_layers; ++i) {
+    decoder_.push_back(Block(decoder_block));
+    decoder->push_back(decoder_.back());
+  }
+  if (!encoder_block.post_norm) {
+    encoder_norm_ = register_module("encoder_norm", Norm(encoder_block.norm));
+    decoder_norm_ = register_module("decoder_norm", Norm(encoder_block.norm));
+  }
+  if (!config.tie_embeddings)
+    lm_head_ = register_module("lm_head", make_linear(C, config.vocab_size, /*bias=*/false, config.init_std));
+
+  torch::NoGradGuard no_grad;
+  // Scaled embeddings start at unit variance after the scaling (as fairseq), so that they and the
+  // positions are of one size; the tied head then gives logits of unit variance too.
+  const double embedding_std = config.scale_embeddings ? 1.0 / embedding_scale_ : config.init_std;
+  torch::nn::init::normal_(token_embedding_->weight, 0.0, embedding_std);
+  for (auto& table : {encoder_positions_, decoder_positions_})
+    if (table) torch::nn::init::normal_(table->weight, 0.0, config.init_std);
+}
+
+torch::Tensor EncoderDecoderImpl::embed(const torch::Tensor& tokens, int64_t first_position, Side side) {
+  const int64_t T = tokens.size(1);
+  TORCH_CHECK(first_position + T <= config_.max_seq_len, "sequence of ", first_position + T,
+              " positions exceeds model.max_seq_len=", config_.max_seq_len);
+  auto x = token_embedding_->forward(tokens);  // (B, T, C)
+  if (embedding_scale_ != 1.0) x = x * embedding_scale_;
+  if (position_ == PositionKind::kLearned) {
+    auto& table = side == Side::kSource ? encoder_positions_ : decoder_positions_;
+    x = x + table->forward(torch::arange(first_position, first_position + T, tokens.options().dtype(torch::kLong)));
+  } else {
+    x = x + sinusoidal_positions(first_position, T, config_.d_model, x.options());
+  }
+  return dropout_->forward(x);
+}
+
+torch::Tensor EncoderDecoderImpl::head(const torch::Tensor& hidden) {
+  const auto h = decoder_norm_ ? decoder_norm_->forward(hidden) : hidden;
+  return lm_head_ ? lm_head_->forward(h) : torch::nn::functional::linear(h, token_embedding_->weight);
+}
+
+torch::Tensor EncoderDecoderImpl::encode(const torch::Tensor& source, const torch::Tensor& source_padding) {
+  auto x = embed(source, 0, Side::kSource);
+  BlockInputs inputs;
+  inputs.padding = source_padding;
+  for (auto& block : encoder_) x = block->forward(x, nullptr, inputs);
+  return encoder_norm_ ? encoder_norm_->forward(x) : x;
+}
+
+torch::Tensor EncoderDecoderImpl::run_decoder(const torch::Tensor& x, const torch::Tensor& memory,
+                                              const torch::Tensor& source_padding, DecoderState* state) {
+  auto h = x;
+  for (int64_t i = 0; i < n_decoder_blocks(); ++i) {
+    BlockInputs inputs{torch::Tensor(), memory, source_padding, state != nullptr ? &state->cross[i] : nullptr};
+    h = decoder_[i]->forward(h, state != nullptr ? &state->self[i] : nullptr, inputs);
+  }
+  return head(h);
+}
+
+torch::Tensor EncoderDecoderImpl::decode(const torch::Tensor& target, const torch::Tensor& memory,
+                                         const torch::Tensor& source_padding) {
+  return run_decoder(embed(target, 0, Side::kTarget), memory, source_padding, nullptr);
+}
+
+torch::Tensor EncoderDecoderImpl::forward(const torch::Tensor& source, const torch::Tensor& source_lengths,
+                                          const torch::Tensor& target_inputs) {
+  const auto padding = padding_mask(source_lengths, source.size(1));
+  return decode(target_inputs, encode(source, padding), padding);
+}
+
+DecoderState EncoderDecoderImpl::start_decoding(const torch::Tensor& source, const torch::Tensor& source_lengths) {
+  DecoderState state;
+  state.source_padding = padding_mask(source_lengths, source.size(1));
+  state.memory = encode(source, state.source_padding);
+  state.self.resize(decoder_.size());
+  state.cross.resize(decoder_.size());
+  return state;
+}
+
+torch::Tensor EncoderDecoderImpl::decode_step(const torch::Tensor& tokens, DecoderState& state) {
+  const auto x = embed(tokens, state.seen(), Side::kTarget);
+  return run_decoder(x, state.memory, state.source_padding, &state);
+}
+
+}  // namespace loom

@@ -1,0 +1,82 @@
+// The encoder-decoder Transformer (Vaswani et al. 2017, model.arch: transformer): an encoder of
+// bidirectional self-attention blocks over the source, a decoder of causal self-attention +
+// cross-attention blocks over the target, one token embedding shared by source and target (the
+// vocabulary is joint) and, with model.tie_embeddings, by the output projection. Built from the GPT's
+// layers (models/block.h, models/attention.h): post-norm as in the paper or pre-norm, sinusoidal or
+// learned positions, ReLU or GELU, embeddings scaled by sqrt(d_model) with model.scale_embeddings.
+// Exposed as embed -> encoder blocks / decoder blocks -> head, like the GPT.
+//
+// Padding: source keys are masked in the encoder's self-attention and the decoder's cross-attention
+// (from source_lengths). The decoder needs only its causal mask: target padding trails, so a real
+// target position never sees a padded one, and padded positions are ignored by the loss.
+// Shapes: B batch, S source positions, T target positions, C d_model, V vocabulary.
+#pragma once
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "core/config.h"
+#include "models/attention.h"
+#include "models/block.h"
+#include "models/layers.h"
+
+namespace loom {
+
+// (B) lengths -> (B, S) bool, true at positions >= the row's length.
+torch::Tensor padding_mask(const torch::Tensor& lengths, int64_t S);
+
+// What incremental decoding keeps between steps: the encoder output and, per decoder block, the cached
+// self-attention keys/values of the target so far and the cross-attention keys/values of the memory.
+struct DecoderState {
+  torch::Tensor memory;          // (B, S, C)
+  torch::Tensor source_padding;  // (B, S) bool
+  std::vector<KVCache> self;
+  std::vector<KVCache> cross;
+  int64_t seen() const { return self.empty() ? 0 : self[0].seen; }
+  void select(const torch::Tensor& rows);  // keeps batch rows `rows` (int64), in that order (beam reordering)
+};
+
+class EncoderDecoderImpl : public torch::nn::Module {
+ public:
+  explicit EncoderDecoderImpl(const ModelConfig& config);
+
+  // source (B, S), source_lengths (B), target_inputs (B, T) (bos + target) -> logits (B, T, V)
+  torch::Tensor forward(const torch::Tensor& source, const torch::Tensor& source_lengths,
+                        const torch::Tensor& target_inputs);
+
+  // source (B, S), source_padding (B, S) -> memory (B, S, C)
+  torch::Tensor encode(const torch::Tensor& source, const torch::Tensor& source_padding);
+  // target (B, T) from position 0, memory (B, S, C) -> logits (B, T, V)
+  torch::Tensor decode(const torch::Tensor& target, const torch::Tensor& memory, const torch::Tensor& source_padding);
+
+  // Incremental decoding: encode once, then feed the target a step at a time (tokens (B, t) continue
+  // the positions the state has seen) -> logits (B, t, V) of the new positions.
+  DecoderState start_decoding(const torch::Tensor& source, const torch::Tensor& source_lengths);
+  torch::Tensor decode_step(const torch::Tensor& tokens, DecoderState& state);
+
+  enum class Side { kSource, kTarget };
+  torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position, Side side);  // (B, T) -> (B, T, C)
+  torch::Tensor head(const torch::Tensor& hidden);                                      // (B, T, C) -> (B, T, V)
+  Block& encoder_block(int64_t i) { return encoder_[i]; }
+  Block& decoder_block(int64_t i) { return decoder_[i]; }
+  int64_t n_encoder_blocks() const { return static_cast<int64_t>(encoder_.size()); }
+  int64_t n_decoder_blocks() const { return static_cast<int64_t>(decoder_.size()); }
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  torch::Tensor run_decoder(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& source_padding,
+                            DecoderState* state);
+
+  ModelConfig config_;
+  PositionKind position_;
+  double embedding_scale_;
+  torch::nn::Embedding token_embedding_{nullptr};
+  torch::nn::Embedding encoder_positions_{nullptr}, decoder_positions_{nullptr};  // learned positions only
+  torch::nn::Dropout dropout_{nullptr};
+  std::vector<Block> encoder_, decoder_;
+  Norm encoder_norm_{nullptr}, decoder_norm_{nullptr};  // pre-norm only: the stacks' outputs are not normed
+  torch::nn::Linear lm_head_{nullptr};                  // only when untied
+};
+TORCH_MODULE(EncoderDecoder);
+
+}  // namespace loom
