@@ -24,8 +24,11 @@ commands:
            [--target TARGET_TEXT]             ... or line-aligned source/target files -> pair file
   config CONFIG [--set ...] [--get KEY]        print the resolved config (or one key)
   config --reference                          every config key with its default and meaning
-  eval CONFIG_OR_RUN_DIR [--set ...] [--split valid|test] [--step S] [--json]
-                                              mean loss and perplexity on data.valid
+  eval CONFIG_OR_RUN_DIR [--set ...] [--split valid|test] [--step S] [--beam N] [--json]
+                                              mean loss and perplexity on data.valid (translation
+                                              runs: also the quality of their translations)
+  translate RUN_DIR [--beam N] [--step S] [--set decode.*=...] < SOURCE
+                                              translate stdin lines with a transformer run
   export RUN_DIR --format safetensors --out DIR [--step S]
                                               weights + config.json for Hugging Face transformers
   status RUN_DIR [--json]                      last step, losses, elapsed time, checkpoints and their integrity
@@ -43,6 +46,7 @@ int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes
       {"export", loom::cli::export_command},     {"comm-bench", loom::cli::comm_bench_command},
       {"status", loom::cli::status_command},
       {"bleu", loom::cli::bleu_command},
+      {"translate", loom::cli::translate_command},
   };
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << kUsage;

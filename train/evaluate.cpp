@@ -1,33 +1,30 @@
 #include "train/evaluate.h"
 
-#include <algorithm>
-
-#include "data/lm_sampler.h"
-#include "optim/cross_entropy.h"
 #include "train/runtime.h"
 
 namespace loom {
 
-double evaluate_loss(GptImpl& model, const TokenFile& data, const Config& config, const Mesh& mesh, torch::Device device) {
+EvalLoss evaluate_loss(Task& task, const Config& config, const Mesh& mesh, torch::Device device) {
   torch::NoGradGuard no_grad;
-  model.eval();
+  task.model().eval();
   AutocastGuard autocast(config.precision, device);
-  const LmSampler sampler(static_cast<uint64_t>(config.run.seed), config.data.seq_len);  // eval windows ignore the seed
   const int64_t micro = config.micro_batch_size(mesh.dp());
   const int64_t accumulation = config.accumulation_steps(mesh.dp());
-  double total = 0;
+  double loss_sum = 0;  // sum over tokens
+  int64_t tokens = 0;
   for (int64_t b = 0; b < config.train.eval_batches; ++b) {
     const int64_t first = b * config.train.batch_size + mesh.coords().dp * micro * accumulation;
     for (int64_t m = 0; m < accumulation; ++m) {
-      auto batch = sampler.eval_batch(data, first + m * micro, micro);
-      auto logits = model.forward(batch.inputs.to(device));  // (B, T, V)
-      total += cross_entropy(logits.flatten(0, 1), batch.targets.to(device).flatten()).item<double>();
+      const auto batch = task.eval_batch(first + m * micro, micro);
+      const int64_t n = batch_tokens(batch);
+      loss_sum += task.loss(batch, device, /*label_smoothing=*/0.0).item<double>() * static_cast<double>(n);
+      tokens += n;
     }
   }
-  const auto micro_batches = static_cast<double>(std::max<int64_t>(1, config.train.eval_batches * accumulation));
-  auto mean = torch::tensor({total / micro_batches}, torch::kDouble);
-  mesh.dp_group().all_reduce(mean);
-  return mean.item<double>() / static_cast<double>(mesh.dp_group().size());
+  auto sums = torch::tensor({loss_sum, static_cast<double>(tokens)}, torch::kDouble);
+  mesh.dp_group().all_reduce(sums);
+  const double total_tokens = sums[1].item<double>();
+  return {total_tokens > 0 ? sums[0].item<double>() / total_tokens : 0.0, static_cast<int64_t>(total_tokens)};
 }
 
 }  // namespace loom

@@ -18,10 +18,14 @@ LoadedModel load_trained_model(const std::filesystem::path& run_dir, std::option
   LoadedModel loaded;
   loaded.config = load_config((dir / "config.yaml").string());
   configure_threads(loaded.config.runtime);
-  loaded.model = Gpt(loaded.config.model);
-  loaded.model->to(runtime_device(loaded.config.runtime));
+  if (loaded.config.model.encoder_decoder()) {
+    loaded.translator = EncoderDecoder(loaded.config.model);
+  } else {
+    loaded.model = Gpt(loaded.config.model);
+  }
+  loaded.module().to(runtime_device(loaded.config.runtime));
   const Mesh mesh(loaded.config, 1, 0);
-  load_checkpoint(run_dir, *step, mesh, {*loaded.model, nullptr}, /*restore_rng=*/false);
+  load_checkpoint(run_dir, *step, mesh, {loaded.module(), nullptr}, /*restore_rng=*/false);
   loaded.step = *step;
   return loaded;
 }

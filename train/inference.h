@@ -5,14 +5,18 @@
 #include <optional>
 
 #include "core/config.h"
+#include "models/encoder_decoder.h"
 #include "models/gpt.h"
 
 namespace loom {
 
+// One of model and translator is set, as the run's model.arch says.
 struct LoadedModel {
   Config config;
   Gpt model{nullptr};
+  EncoderDecoder translator{nullptr};
   int64_t step = 0;
+  torch::nn::Module& module() { return translator ? static_cast<torch::nn::Module&>(*translator) : *model; }
 };
 
 // step: a checkpoint step, or the newest complete one. Throws loom::Error if run_dir is not a run dir.

@@ -7,10 +7,8 @@
 #include "core/file_io.h"
 #include "core/logging.h"
 #include "core/signals.h"
-#include "data/tokenizer.h"
-#include "optim/cross_entropy.h"
+#include "models/estimates.h"
 #include "optim/optimizer.h"
-#include "models/hf_weights.h"
 #include "parallel/nccl_communicator.h"
 #include "train/evaluate.h"
 #include "train/runtime.h"
@@ -19,26 +17,11 @@ namespace loom {
 namespace fs = std::filesystem;
 namespace {
 
-std::unique_ptr<TokenFile> open_data(const std::string& path, const std::string& key, const Config& config) {
-  if (path.empty()) return nullptr;
-  if (!fs::exists(path))
-    throw Error(config.where(key) + ": " + key + ": " + path + " does not exist (scripts/prepare_kjv.sh makes the KJV data)");
-  return std::make_unique<TokenFile>(path);
-}
-
-void check_tokenizer(const Config& config, const TokenFile& data) {
-  if (config.tokenizer.model.empty()) return;
-  const Tokenizer tokenizer(config.tokenizer.model);
-  if (tokenizer.checksum() != data.tokenizer_crc())
-    throw Error(data.path().string() + " was not made with tokenizer.model=" + config.tokenizer.model +
-                " (checksum mismatch): re-run the data preparation or point tokenizer.model at the right model");
-}
-
-// The mean of a per-rank value over a group.
-double mean_over(Communicator& group, double value) {
+// The sum of a per-rank value over a group.
+double sum_over(Communicator& group, double value) {
   auto t = torch::tensor({value}, torch::kDouble);
   group.all_reduce(t);
-  return t.item<double>() / static_cast<double>(group.size());
+  return t.item<double>();
 }
 
 // The newest complete checkpoint, -1 for a fresh run. A run whose checkpoints are all broken is not started
@@ -61,43 +44,23 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-void resolve_vocab(Config& config, const TokenFile& train_data) {
-  if (config.model.vocab_size == 0) config.model.vocab_size = train_data.vocab_size();
-  if (config.model.vocab_size < train_data.vocab_size())
-    throw ConfigError(config.where("model.vocab_size") + ": model.vocab_size: " +
-                      std::to_string(config.model.vocab_size) + " is smaller than the vocabulary of " +
-                      train_data.path().string() + " (" + std::to_string(train_data.vocab_size()) + ")");
-}
-
 Trainer::Trainer(Config config, const ProcessGroup& processes)
     : config_(std::move(config)),
       world_(processes.world(config_.parallel.timeout_s)),
       mesh_(config_, *world_),
       device_(runtime_device(config_.runtime, processes.info().local_rank)),
-      sampler_(static_cast<uint64_t>(config_.run.seed), config_.data.seq_len),
       schedule_(config_) {
   validate_batch_split(config_, mesh_.dp());
   if (processes.distributed()) set_log_tag("rank " + std::to_string(mesh_.rank()) + " " + mesh_.coords_name());
   const int64_t threads = configure_threads(config_.runtime, processes.info().local_size);
-  if (config_.data.train.empty())
-    throw ConfigError(config_.where("data.train") + ": data.train: no training token file given");
-  train_data_ = open_data(config_.data.train, "data.train", config_);
-  valid_data_ = open_data(config_.data.valid, "data.valid", config_);
-  check_tokenizer(config_, *train_data_);
-  if (valid_data_ && valid_data_->tokenizer_crc() != train_data_->tokenizer_crc())
-    throw Error(config_.data.valid + " and " + config_.data.train + " were made with different tokenizers");
-  resolve_vocab(config_, *train_data_);
-
-  torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
-  model_ = Gpt(config_.model);
-  model_->to(device_);
+  task_ = make_task(config_, device_, TaskData::kTraining);  // resolves model.vocab_size from the data
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
-    load_weights_file(*model_, config_.model.init_from);
+    task_->load_weights(config_.model.init_from);
   // CUDA gradients are reduced by NCCL; the MPI group of the same ranks carries its unique id.
   if (device_.is_cuda() && mesh_.dp() > 1)
     nccl_dp_group_ = make_nccl_communicator(mesh_.dp_group(), device_.index(), "NCCL " + mesh_.dp_group().name(),
                                             config_.parallel.timeout_s);
-  gradient_sync_ = std::make_unique<GradientSync>(weight_decay_groups(*model_),
+  gradient_sync_ = std::make_unique<GradientSync>(weight_decay_groups(task_->model()),
                                                   nccl_dp_group_ ? *nccl_dp_group_ : mesh_.dp_group(),
                                                   config_.parallel.bucket_mb, config_.parallel.zero == 1);
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
@@ -145,8 +108,9 @@ TrainState Trainer::run() {
     optimizer_->step();
     gradient_sync_->gather_parameters();
     state_.step += 1;
-    state_.tokens += config_.train.batch_size * config_.data.seq_len;
-    interval_tokens_ += config_.train.batch_size * config_.data.seq_len;
+    state_.tokens += step_tokens_;
+    interval_tokens_ += step_tokens_;
+    interval_steps_ += 1;
     state_.elapsed_s = elapsed_at_start_ + seconds_since(session_start_);
 
     const bool final_step = state_.step == max_steps;
@@ -164,23 +128,33 @@ TrainState Trainer::run() {
 }
 
 double Trainer::train_step() {
-  model_->train();
+  task_->model().train();
   gradient_sync_->zero_grad();
   const int64_t micro = config_.micro_batch_size(mesh_.dp());
   const int64_t accumulation = config_.accumulation_steps(mesh_.dp());
   const int64_t first = mesh_.coords().dp * micro * accumulation;  // this DP rank's slice of the global batch
-  double loss_sum = 0;
+  // The step's loss is the mean over every token of the global batch, however the batch is split: each
+  // micro-batch's mean is weighted by its share of the global token count (times the DP size, which
+  // the gradient sync divides by again).
+  std::vector<TaskBatch> batches;
+  int64_t local_tokens = 0;
+  for (int64_t m = 0; m < accumulation; ++m) {
+    batches.push_back(task_->train_batch(state_.step, first + m * micro, micro));
+    local_tokens += batch_tokens(batches.back());
+  }
+  step_tokens_ = static_cast<int64_t>(sum_over(mesh_.dp_group(), static_cast<double>(local_tokens)));
+  const double weight_per_token = static_cast<double>(mesh_.dp()) / static_cast<double>(step_tokens_);
+  double loss_sum = 0;  // over this rank's tokens
   AutocastGuard autocast(config_.precision, device_);
   for (int64_t m = 0; m < accumulation; ++m) {
     if (m == accumulation - 1) gradient_sync_->prepare_last_backward();
-    auto batch = sampler_.train_batch(*train_data_, state_.step, first + m * micro, micro);
-    auto logits = model_->forward(batch.inputs.to(device_));  // (B, T, V)
-    auto loss = cross_entropy(logits.flatten(0, 1), batch.targets.to(device_).flatten(), config_.optim.label_smoothing);
-    (loss / static_cast<double>(accumulation)).backward();
-    loss_sum += loss.item<double>();
+    const auto tokens = static_cast<double>(batch_tokens(batches[m]));
+    auto loss = task_->loss(batches[m], device_, config_.optim.label_smoothing);
+    (loss * (tokens * weight_per_token)).backward();
+    loss_sum += loss.item<double>() * tokens;
   }
   gradient_sync_->finish();
-  return mean_over(mesh_.dp_group(), loss_sum / static_cast<double>(accumulation));
+  return sum_over(mesh_.dp_group(), loss_sum) / static_cast<double>(step_tokens_);
 }
 
 bool Trainer::any_rank_stopping() {
@@ -190,13 +164,13 @@ bool Trainer::any_rank_stopping() {
 }
 
 double Trainer::evaluate() {
-  LOOM_CHECK(valid_data_ != nullptr, "no validation data (data.valid)");
-  return evaluate_loss(*model_, *valid_data_, config_, mesh_, device_);
+  LOOM_CHECK(task_->can_evaluate(), "no validation data (data.valid)");
+  return evaluate_loss(*task_, config_, mesh_, device_).loss;
 }
 
 void Trainer::maybe_evaluate(bool final_step) {
   const int64_t every = config_.train.eval_every;
-  if (!valid_data_ || config_.train.eval_batches == 0) return;
+  if (!task_->can_evaluate() || config_.train.eval_batches == 0) return;
   if (!final_step && (every == 0 || state_.step % every != 0)) return;
   const double loss = evaluate();
   if (!is_leader()) return;
@@ -209,9 +183,8 @@ void Trainer::log_step(double loss, double lr, double grad_norm) {
   if (!is_leader()) return;
   const double interval = seconds_since(interval_start_);
   const double tokens_per_s = interval > 0 ? static_cast<double>(interval_tokens_) / interval : 0.0;
-  const double tokens_left =
-      static_cast<double>((config_.train.max_steps - state_.step) * config_.train.batch_size * config_.data.seq_len);
-  const double eta = tokens_per_s > 0 ? tokens_left / tokens_per_s : 0.0;
+  const double seconds_per_step = interval_steps_ > 0 ? interval / static_cast<double>(interval_steps_) : 0.0;
+  const double eta = seconds_per_step * static_cast<double>(config_.train.max_steps - state_.step);
   spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:.0f} tok/s | {} elapsed | ETA {}", state_.step,
                config_.train.max_steps, loss, lr, grad_norm, tokens_per_s, format_duration(state_.elapsed_s),
                format_duration(eta));
@@ -219,10 +192,11 @@ void Trainer::log_step(double loss, double lr, double grad_norm) {
                    {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s}, {"elapsed_s", state_.elapsed_s}});
   interval_start_ = std::chrono::steady_clock::now();
   interval_tokens_ = 0;
+  interval_steps_ = 0;
 }
 
 CheckpointParts Trainer::checkpoint_parts() {
-  return {*model_, optimizer_.get(), gradient_sync_->sharded(), gradient_sync_->optimizer_slices()};
+  return {task_->model(), optimizer_.get(), gradient_sync_->sharded(), gradient_sync_->optimizer_slices()};
 }
 
 void Trainer::checkpoint() {

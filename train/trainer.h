@@ -1,7 +1,9 @@
 // The training loop. run() reads as the story of training: load or resume, then per step: global batch
 // -> this DP rank's micro-batches -> backward (gradients all-reduced in buckets as they are ready) ->
 // clip -> AdamW at the scheduled LR -> metrics -> maybe eval -> maybe checkpoint; a stop signal on any
-// rank ends it after the step with a checkpoint.
+// rank ends it after the step with a checkpoint. What is trained (the GPT on token windows, the
+// encoder-decoder on pairs) is the Task's business (train/task.h); the loss of a step is the mean over
+// every token of the global batch.
 #pragma once
 #include <torch/torch.h>
 
@@ -9,15 +11,13 @@
 #include <memory>
 
 #include "core/config.h"
-#include "data/lm_sampler.h"
-#include "data/token_file.h"
-#include "models/gpt.h"
 #include "optim/schedule.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_communicator.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/task.h"
 
 namespace loom {
 
@@ -27,6 +27,7 @@ class Trainer {
   TrainState run();
 
   double evaluate();  // mean validation loss over train.eval_batches batches of train.batch_size sequences
+  Task& task() { return *task_; }
   const Config& config() const { return config_; }
 
  private:
@@ -43,10 +44,7 @@ class Trainer {
   std::unique_ptr<Communicator> world_;
   Mesh mesh_;
   torch::Device device_;
-  std::unique_ptr<TokenFile> train_data_;
-  std::unique_ptr<TokenFile> valid_data_;
-  LmSampler sampler_;
-  Gpt model_{nullptr};
+  std::unique_ptr<Task> task_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<Communicator> nccl_dp_group_;  // CUDA runs: the DP group over NCCL
   std::unique_ptr<GradientSync> gradient_sync_;
@@ -58,10 +56,9 @@ class Trainer {
   // Throughput between progress lines.
   std::chrono::steady_clock::time_point session_start_, interval_start_;
   int64_t interval_tokens_ = 0;
+  int64_t interval_steps_ = 0;
+  int64_t step_tokens_ = 0;  // tokens of the last step's global batch
   double elapsed_at_start_ = 0;
 };
-
-// Fills model.vocab_size from the token file when it is 0 and checks the data fits the model.
-void resolve_vocab(Config& config, const TokenFile& train_data);
 
 }  // namespace loom

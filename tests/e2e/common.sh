@@ -1,4 +1,5 @@
-# Sourced by the end-to-end tests: paths, a scratch dir, and `tiny_train RUN_DIR [--set ...]`.
+# Sourced by the end-to-end tests: paths, a scratch dir, and `tiny_train RUN_DIR [--set ...]`. A test
+# training another config redefines train_args (the config and --sets for a run dir) after sourcing.
 set -euo pipefail
 : "${LOOM:?set LOOM to the loom binary}" "${KJV_DATA:?set KJV_DATA to prepared KJV data}"
 SRC=${LOOM_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -9,16 +10,17 @@ tiny_args() {
   echo "$SRC/tests/e2e/tiny.yaml --set run.dir=$1 --set data.train=$KJV_DATA/train.bin" \
        "--set data.valid=$KJV_DATA/valid.bin --set tokenizer.model=$KJV_DATA/tokenizer.model"
 }
+train_args() { tiny_args "$1"; }
 tiny_train() {
   local dir=$1; shift
   # shellcheck disable=SC2046
-  "$LOOM" train $(tiny_args "$dir") "$@"
+  "$LOOM" train $(train_args "$dir") "$@"
 }
 # Starts training in the background with PID in $pid (the loom process itself, so signals reach it).
 tiny_train_bg() {
   local dir=$1; shift
   # shellcheck disable=SC2046
-  "$LOOM" train $(tiny_args "$dir") "$@" &
+  "$LOOM" train $(train_args "$dir") "$@" &
   pid=$!
 }
 fail() { echo "FAIL: $*" >&2; exit 1; }

@@ -1,0 +1,95 @@
+// `loom translate RUN_DIR [--beam N] [--step S] [--set decode.*=...]`: source lines on stdin, their
+// translations on stdout, one line each and in order. Lines are tokenized with the run's tokenizer.model
+// and translations detokenized with it; a run without a tokenizer (the synthetic tasks) reads and writes
+// token ids separated by spaces. Sources are decoded decode.batch_size at a time, sorted by length so
+// that a batch pads little. An empty line translates to an empty line.
+#include <algorithm>
+#include <iostream>
+#include <numeric>
+#include <sstream>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/parse_number.h"
+#include "data/tokenizer.h"
+#include "models/beam_search.h"
+#include "train/inference.h"
+#include "train/translation_eval.h"
+
+namespace loom::cli {
+namespace {
+
+// "12 7 5" -> {12, 7, 5}; anything else is a usage error naming the line.
+std::vector<int64_t> parse_ids(const std::string& line, size_t number, int64_t vocab) {
+  std::istringstream words(line);
+  std::vector<int64_t> ids;
+  for (std::string word; words >> word;) {
+    const int64_t id = parse_int64(word).value_or(-1);
+    if (id < 0 || id >= vocab)
+      throw ConfigError("stdin line " + std::to_string(number) + ": '" + word + "' is not a token id in [0, " +
+                        std::to_string(vocab) + ") (this run has no tokenizer.model, so lines are token ids)");
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+std::string format_ids(const std::vector<int64_t>& ids) {
+  std::string out;
+  for (int64_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
+  return out;
+}
+
+}  // namespace
+
+int translate_command(const Argv& argv, const ProcessGroup&) {
+  const auto args = parse_args(argv, {"beam", "step"}, {"no-cache"}, 1,
+                               "loom translate RUN_DIR [--beam N] [--step S] [--set decode.key=value ...] < source.txt");
+  for (const auto& s : args.sets)
+    if (s.rfind("decode.", 0) != 0) throw ConfigError("--set " + s + ": loom translate takes decode.* keys only");
+  std::optional<int64_t> step;
+  if (args.option("step")) step = args.int_option("step", 0);
+  auto loaded = load_trained_model(args.positional[0], step);
+  LOOM_CHECK(loaded.translator, args.positional[0], " is a model.arch=", loaded.config.model.arch,
+             " run; loom translate needs a model.arch=transformer run (loom generate samples a GPT)");
+  const Config config = parse_config(to_yaml(loaded.config), args.positional[0] + "/config.yaml", args.sets);
+  BeamOptions options = beam_options(config.decode);
+  options.beam = args.int_option("beam", options.beam);
+  options.use_cache = !args.flag("no-cache");
+  if (options.beam < 1) throw ConfigError("--beam must be >= 1 (1: greedy)");
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!config.tokenizer.model.empty()) tokenizer = std::make_unique<Tokenizer>(config.tokenizer.model);
+  std::vector<std::vector<int64_t>> sources;
+  for (std::string line; std::getline(std::cin, line);) {
+    if (tokenizer) {
+      const auto ids = tokenizer->encode(line);
+      sources.emplace_back(ids.begin(), ids.end());
+    } else {
+      sources.push_back(parse_ids(line, sources.size() + 1, config.model.vocab_size));
+    }
+  }
+  // Longest first, so that the first batch shows at once whether memory suffices.
+  std::vector<size_t> order(sources.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sources[a].size() > sources[b].size(); });
+  std::vector<std::vector<int64_t>> translations(sources.size());
+  const auto batch_size = static_cast<size_t>(config.decode.batch_size);
+  for (size_t first = 0; first < order.size(); first += batch_size) {
+    std::vector<std::vector<int64_t>> batch;
+    for (size_t i = first; i < std::min(order.size(), first + batch_size); ++i) batch.push_back(sources[order[i]]);
+    const auto found = translate(loaded.translator, batch, options);
+    for (size_t i = 0; i < found.size(); ++i) translations[order[first + i]] = found[i].tokens;
+  }
+  for (const auto& ids : translations) {
+    if (tokenizer) {
+      std::cout << tokenizer->decode(std::vector<int32_t>(ids.begin(), ids.end())) << '\n';
+    } else {
+      std::cout << format_ids(ids) << '\n';
+    }
+  }
+  std::cout.flush();
+  return 0;
+}
+
+}  // namespace loom::cli

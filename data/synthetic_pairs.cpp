@@ -1,0 +1,55 @@
+#include "data/synthetic_pairs.h"
+
+#include <algorithm>
+#include <random>
+
+#include "core/error.h"
+
+namespace loom {
+namespace {
+
+uint64_t mix(uint64_t x) {  // SplitMix64 finalizer, as data/lm_sampler.cpp
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+constexpr uint64_t kEvalStream = 0xE7A15E7ull;  // training streams are the steps 0, 1, 2, ...
+constexpr int64_t kFirstToken = 3;              // 0 unk/padding, 1 bos, 2 eos
+
+}  // namespace
+
+SyntheticPairs::SyntheticPairs(const SyntheticOptions& options) : options_(options) {
+  LOOM_CHECK(options.task == "reverse" || options.task == "copy", "unknown synthetic task '", options.task, "'");
+  LOOM_CHECK(options.vocab > kFirstToken && options.min_len >= 1 && options.max_len >= options.min_len,
+             "synthetic pairs need vocab > 3 and 1 <= min_len <= max_len");
+}
+
+TokenPair SyntheticPairs::pair(uint64_t stream, int64_t index) const {
+  // mt19937_64 and plain modulo arithmetic (not std:: distributions, whose results differ between
+  // standard libraries) keep the data identical everywhere.
+  std::mt19937_64 random(mix(mix(mix(options_.seed) ^ stream) ^ static_cast<uint64_t>(index)));
+  const auto span = static_cast<uint64_t>(options_.max_len - options_.min_len + 1);
+  const int64_t length = options_.min_len + static_cast<int64_t>(random() % span);
+  std::vector<int64_t> source(length);
+  for (auto& token : source)
+    token = kFirstToken + static_cast<int64_t>(random() % static_cast<uint64_t>(options_.vocab - kFirstToken));
+  std::vector<int64_t> target = source;
+  if (options_.task == "reverse") std::reverse(target.begin(), target.end());
+  return {source, target};
+}
+
+Seq2SeqBatch SyntheticPairs::train_batch(int64_t step, int64_t first, int64_t count) const {
+  std::vector<TokenPair> pairs;
+  for (int64_t i = first; i < first + count; ++i) pairs.push_back(pair(static_cast<uint64_t>(step), i));
+  return collate_pairs(pairs);
+}
+
+Seq2SeqBatch SyntheticPairs::eval_batch(int64_t first, int64_t count) const {
+  std::vector<TokenPair> pairs;
+  for (int64_t i = first; i < first + count; ++i) pairs.push_back(pair(kEvalStream, i % options_.valid_size));
+  return collate_pairs(pairs);
+}
+
+}  // namespace loom

@@ -1,0 +1,20 @@
+#include "train/task.h"
+
+#include "train/inference.h"
+#include "train/lm_task.h"
+#include "train/translation_task.h"
+
+namespace loom {
+
+int64_t batch_tokens(const TaskBatch& batch) {
+  if (const auto* lm = std::get_if<LmBatch>(&batch)) return lm->targets.numel();
+  return std::get<Seq2SeqBatch>(batch).target_tokens();
+}
+
+std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data, const LoadedModel* trained) {
+  if (config.model.encoder_decoder())
+    return make_translation_task(config, device, trained ? trained->translator : EncoderDecoder(nullptr));
+  return make_lm_task(config, device, data, trained ? trained->model : Gpt(nullptr));
+}
+
+}  // namespace loom

@@ -1,0 +1,52 @@
+// What the Trainer trains, behind one small interface: a model, its batches for (step, first, count), and
+// its loss. The Trainer keeps the story of a step (micro-batches, gradient sync, clipping, optimizer,
+// checkpoints, metrics) for every task; a task knows only what a batch is and how a model scores it.
+//   LmTask (train/lm_task.h):                   the GPT on windows of a token file
+//   TranslationTask (train/translation_task.h): the encoder-decoder on Seq2SeqBatch pairs
+#pragma once
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+#include <variant>
+
+#include "core/config.h"
+#include "data/lm_sampler.h"
+#include "data/seq2seq_batch.h"
+
+namespace loom {
+
+struct LoadedModel;
+
+using TaskBatch = std::variant<LmBatch, Seq2SeqBatch>;
+
+// The tokens a batch's loss averages over: every target of an LM batch, the non-padding targets of a pair batch.
+int64_t batch_tokens(const TaskBatch& batch);
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual torch::nn::Module& model() = 0;
+
+  // Sequences [first, first + count) of the global training batch of `step`, on the CPU.
+  virtual TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const = 0;
+  // Sequences [first, first + count) of the fixed evaluation set.
+  virtual TaskBatch eval_batch(int64_t first, int64_t count) const = 0;
+  virtual bool can_evaluate() const = 0;
+
+  // Forward pass: the mean loss over the batch's batch_tokens() (a scalar with gradient).
+  virtual torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) = 0;
+
+  // model.init_from: weights a fresh run starts from.
+  virtual void load_weights(const std::filesystem::path& file) = 0;
+};
+
+// Which data a task opens: training (data.train required, data.valid if given) or evaluation only.
+enum class TaskData { kTraining, kEvaluation };
+
+// The task of config.model.arch with its data opened and config.model.vocab_size resolved from it. The
+// model is `trained`'s, or else built afresh on `device` from torch::manual_seed(run.seed).
+std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
+                                const LoadedModel* trained = nullptr);
+
+}  // namespace loom

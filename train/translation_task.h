@@ -1,0 +1,35 @@
+// The translation task: the encoder-decoder trained on Seq2SeqBatch pairs with teacher forcing (decoder
+// input bos + target, labels target + eos), loss the label-smoothed cross-entropy over the non-padding
+// target tokens.
+#pragma once
+#include <memory>
+
+#include "data/seq2seq_source.h"
+#include "models/encoder_decoder.h"
+#include "train/task.h"
+
+namespace loom {
+
+class TranslationTask : public Task {
+ public:
+  TranslationTask(EncoderDecoder model, std::unique_ptr<Seq2SeqSource> data);
+
+  torch::nn::Module& model() override { return *model_; }
+  TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
+  TaskBatch eval_batch(int64_t first, int64_t count) const override;
+  bool can_evaluate() const override { return data_->eval_size() > 0; }
+  torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
+  void load_weights(const std::filesystem::path& file) override;
+
+  EncoderDecoder& encoder_decoder() { return model_; }
+  const Seq2SeqSource& data() const { return *data_; }
+
+ private:
+  EncoderDecoder model_;
+  std::unique_ptr<Seq2SeqSource> data_;
+};
+
+// Opens the config's pair source and fills model.vocab_size from it when it is 0.
+std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::Device device, EncoderDecoder trained);
+
+}  // namespace loom
