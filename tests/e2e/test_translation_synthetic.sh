@@ -4,7 +4,7 @@
 # (`loom eval`), `loom translate` reverses what it is given on stdin (in order, empty lines kept), and a
 # translation run resumed after SIGKILL writes the uninterrupted run's losses bit for bit (dropout on).
 source "$(dirname "$0")/common.sh"
-train_args() { echo "$SRC/configs/reverse-synthetic.yaml --set run.dir=$1 --set runtime.threads=2"; }
+train_args() { echo "$SRC/configs/reverse-synthetic.yaml --set run.dir=$1"; }
 
 start=$(date +%s)
 tiny_train "$WORK/reverse" > "$WORK/reverse.log" 2>&1 || { cat "$WORK/reverse.log"; fail "training failed"; }
