@@ -20,5 +20,6 @@ int eval_command(const Argv& argv, const ProcessGroup& processes);
 int export_command(const Argv& argv, const ProcessGroup& processes);
 int comm_bench_command(const Argv& argv, const ProcessGroup& processes);
 int status_command(const Argv& argv, const ProcessGroup& processes);
+int bench_command(const Argv& argv, const ProcessGroup& processes);
 
 }  // namespace loom::cli

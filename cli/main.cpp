@@ -30,6 +30,8 @@ commands:
   status RUN_DIR [--json]                      last step, losses, elapsed time, checkpoints and their integrity
   comm-bench [--mb 1,4,16,64] [--bucket-mb B] [--iterations N] [--json]
                                               under mpirun: all-reduce bandwidth, MPI vs loom's buckets
+  bench CONFIG [--set ...] [--steps N] [--warmup N] [--profile-steps N] [--json]
+                                              tokens/s, MFU, peak memory and step phases on synthetic tokens
 )";
 
 int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes) {
@@ -40,6 +42,7 @@ int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes
       {"config", loom::cli::config_command},     {"eval", loom::cli::eval_command},
       {"export", loom::cli::export_command},     {"comm-bench", loom::cli::comm_bench_command},
       {"status", loom::cli::status_command},
+      {"bench", loom::cli::bench_command},
   };
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << kUsage;
