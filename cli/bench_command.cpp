@@ -1,4 +1,4 @@
-// `loom bench CONFIG [--set ...] [--steps N] [--warmup N] [--json]`: trains the configured model on
+// `loom bench CONFIG [--set ...] [--steps N] [--warmup N] [--profile-steps N] [--json]`: trains the configured model on
 // synthetic tokens with the real Trainer step (train/bench.h) and prints throughput, MFU against a matrix
 // product ceiling measured in the same run, peak memory and where a step's time goes.
 #include <cstdio>
@@ -28,6 +28,7 @@ nlohmann::json to_json(const BenchResult& r) {
           {"step_ms_median", r.step_ms_median},
           {"step_ms_mean", r.step_ms_mean},
           {"step_ms_min", r.step_ms_min},
+          {"cpu_ms_per_step", r.cpu_ms_per_step},
           {"flops_per_token", r.flops_per_token},
           {"gemm_peak_gflops", r.gemm_peak_gflops},
           {"mfu", r.mfu},
@@ -51,6 +52,7 @@ void print_text(const BenchResult& r) {
               static_cast<long>(r.warmup), static_cast<long>(r.tokens_per_step));
   std::printf("throughput     %.0f tokens/s, step %.1f ms median (%.1f mean, %.1f min)\n", r.tokens_per_s,
               r.step_ms_median, r.step_ms_mean, r.step_ms_min);
+  std::printf("CPU time       %.1f ms per step (all threads)\n", r.cpu_ms_per_step);
   std::printf("MFU            %.1f%% (%.4g FLOPs/token, %s matmul ceiling %.1f GFLOP/s measured)\n", r.mfu * 100,
               r.flops_per_token, r.dtype.c_str(), r.gemm_peak_gflops);
   std::printf("peak memory    %.1f MB\n", r.peak_memory_mb);
@@ -70,13 +72,17 @@ void print_text(const BenchResult& r) {
 }  // namespace
 
 int bench_command(const Argv& argv, const ProcessGroup& processes) {
-  const auto args = parse_args(argv, {"steps", "warmup"}, {"json"}, 1,
-                               "loom bench CONFIG [--set key.path=value ...] [--steps N] [--warmup N] [--json]");
+  const auto args = parse_args(argv, {"steps", "warmup", "profile-steps"}, {"json"}, 1,
+                               "loom bench CONFIG [--set key.path=value ...] [--steps N] [--warmup N] "
+                               "[--profile-steps N] [--json]");
   const Config config = load_config(args.positional[0], args.sets);
   BenchOptions options;
   options.steps = args.int_option("steps", options.steps);
   options.warmup = args.int_option("warmup", options.warmup);
+  options.profile_steps = args.int_option("profile-steps", options.profile_steps);  // 0: no matmul share
   if (options.steps < 1) throw ConfigError("--steps: " + std::to_string(options.steps) + " must be at least 1");
+  if (options.profile_steps < 0)
+    throw ConfigError("--profile-steps: " + std::to_string(options.profile_steps) + " must not be negative");
   if (options.warmup < 0) throw ConfigError("--warmup: " + std::to_string(options.warmup) + " must not be negative");
   const BenchResult result = run_bench(config, processes, options);
   if (processes.info().rank != 0) return 0;

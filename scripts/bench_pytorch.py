@@ -2,7 +2,7 @@
 """PyTorch eager twin of `loom bench`: the same decoder-only GPT (pre-LayerNorm, learned positions,
 tanh-GELU MLP, biases, tied head), the same init, AdamW groups, clipping, dtype (bf16 autocast or fp32)
 and thread count, trained on random tokens and timed the same way (warm-up excluded). The model is read
-from a loom config through `loom config --get`, so both sides see exactly the resolved values.
+from a loom config through `loom config` (the resolved values, defaults included), so both sides see exactly the resolved values.
 
     scripts/bench_pytorch.py configs/bench-gpt.yaml [--set precision.dtype=fp32] [--steps 20] [--json]
 
@@ -30,11 +30,19 @@ KEYS = ["model.vocab_size", "model.d_model", "model.n_layers", "model.n_heads", 
 
 
 def read_config(loom, config, sets):
-    values = {}
-    for key in KEYS:
-        cmd = [loom, "config", config, "--get", key] + [a for s in sets for a in ("--set", s)]
-        text = subprocess.check_output(cmd, text=True).strip()
-        values[key] = text
+    # `loom config` prints the resolved config as two-level YAML ("section:" / "  key: value"); reading
+    # it here needs no YAML package and sees loom's defaults.
+    cmd = [loom, "config", config] + [a for s in sets for a in ("--set", s)]
+    values, section = {}, ""
+    for line in subprocess.check_output(cmd, text=True).splitlines():
+        if not line.startswith(" "):
+            section = line.rstrip(":")
+        else:
+            key, _, value = line.strip().partition(": ")
+            values[f"{section}.{key}"] = value.strip('"')
+    missing = [k for k in KEYS if k not in values]
+    if missing:
+        sys.exit(f"bench_pytorch.py: `loom config` did not print {missing}")
     def num(key):
         return float(values[key])
     c = {
@@ -137,22 +145,34 @@ def main():
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=c["dtype"] == "bf16")
     generator = torch.Generator().manual_seed(c["seed"])
 
+    phases = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+
     def step():
+        t0 = time.perf_counter()
         batch = torch.randint(0, c["vocab"], (c["batch"], c["seq"] + 1), generator=generator)
         inputs, targets = batch[:, :-1], batch[:, 1:]
+        t1 = time.perf_counter()
         with autocast:
             logits = model(inputs)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        t2 = time.perf_counter()
         loss.backward()
+        t3 = time.perf_counter()
         if c["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return loss.item()
+        value = loss.item()
+        t4 = time.perf_counter()
+        for key, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            phases[key] += seconds
+        return value
 
     for _ in range(args.warmup):
         step()
     times = []
+    phases.update({k: 0.0 for k in phases})
+    cpu_start = time.process_time()  # all threads of this process, as loom bench's cpu_ms_per_step
     for _ in range(args.steps):
         start = time.perf_counter()
         loss = step()
@@ -161,12 +181,15 @@ def main():
     result = {"framework": f"pytorch {torch.__version__} eager", "dtype": c["dtype"], "threads": threads,
               "steps": args.steps, "warmup": args.warmup, "tokens_per_step": tokens_per_step,
               "tokens_per_s": tokens_per_step * args.steps / sum(times),
-              "step_ms_median": statistics.median(times) * 1e3, "final_loss": loss}
+              "step_ms_median": statistics.median(times) * 1e3,
+              "cpu_ms_per_step": (time.process_time() - cpu_start) / args.steps * 1e3, "final_loss": loss,
+              "phases_ms": {k: v / args.steps * 1e3 for k, v in phases.items()}}
     if args.json:
         print(json.dumps(result))
     else:
         print(f"pytorch eager {c['dtype']}, {threads} threads: {result['tokens_per_s']:.0f} tokens/s, "
-              f"step {result['step_ms_median']:.1f} ms median")
+              f"step {result['step_ms_median']:.1f} ms median, phases (ms) "
+              + ", ".join(f"{k} {v:.1f}" for k, v in result["phases_ms"].items()))
 
 
 if __name__ == "__main__":

@@ -65,6 +65,13 @@ double peak_memory_mb(torch::Device device) {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;
 }
 
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
@@ -122,6 +129,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   reset_peak_memory(device);
   std::vector<double> step_s;
   StepPhases sum;
+  const double cpu_start = cpu_seconds();
   for (int64_t i = 0; i < options.steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
     r.final_loss = trainer.step().loss;
@@ -134,6 +142,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
     sum.sync_s += p.sync_s;
     sum.optimizer_s += p.optimizer_s;
   }
+  r.cpu_ms_per_step = (cpu_seconds() - cpu_start) / static_cast<double>(options.steps) * 1e3;
   r.peak_memory_mb = peak_memory_mb(device);
   const double total_s = std::accumulate(step_s.begin(), step_s.end(), 0.0);
   const auto n = static_cast<double>(options.steps);

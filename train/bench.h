@@ -23,6 +23,8 @@ struct BenchResult {
   int64_t threads = 0, parameters = 0, steps = 0, warmup = 0, tokens_per_step = 0;
   double tokens_per_s = 0;     // tokens of the timed steps / their total time
   double step_ms_median = 0, step_ms_mean = 0, step_ms_min = 0;
+  double cpu_ms_per_step = 0;  // CPU time of all this process's threads per timed step: on a shared machine
+                               // tokens per CPU second compares runs far better than wall-clock time
   double flops_per_token = 0;  // models/estimates: training FLOPs per token
   double gemm_peak_gflops = 0;
   double mfu = 0;              // flops_per_token * tokens_per_s / gemm ceiling
