@@ -21,5 +21,6 @@ int export_command(const Argv& argv, const ProcessGroup& processes);
 int comm_bench_command(const Argv& argv, const ProcessGroup& processes);
 int status_command(const Argv& argv, const ProcessGroup& processes);
 int bleu_command(const Argv& argv, const ProcessGroup& processes);
+int bench_command(const Argv& argv, const ProcessGroup& processes);
 
 }  // namespace loom::cli

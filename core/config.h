@@ -79,10 +79,16 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t eval_every = 100;
   int64_t eval_batches = 20;
+  std::string activation_checkpointing = "none";  // none | full | selective
 };
 
 struct PrecisionConfig {
-  std::string dtype = "fp32";
+  std::string dtype = "fp32";  // fp32 | bf16 | fp16
+  // fp16 dynamic loss scaling (optim/loss_scaler.h)
+  double loss_scale_init = 65536.0;
+  int64_t loss_scale_growth_interval = 2000;
+  double loss_scale_growth = 2.0;
+  double loss_scale_backoff = 0.5;
 };
 
 struct ParallelConfig {

@@ -137,6 +137,8 @@ void validate(const Config& c) {
   check.require(t.log_every > 0, "train.log_every", t.log_every, " must be > 0");
   check.require(t.eval_every >= 0, "train.eval_every", t.eval_every, " must be >= 0");
   check.require(t.eval_batches >= 0, "train.eval_batches", t.eval_batches, " must be >= 0");
+  check.require(one_of(t.activation_checkpointing, {"none", "full", "selective"}), "train.activation_checkpointing", "'",
+                t.activation_checkpointing, "' is not one of none, full, selective");
   check.require(p.dp >= 1 || p.dp == -1, "parallel.dp", p.dp, " must be >= 1, or -1 for world / (tp * pp)");
   check.require(p.tp >= 1, "parallel.tp", p.tp, " must be >= 1");
   check.require(p.pp >= 1, "parallel.pp", p.pp, " must be >= 1");
@@ -153,8 +155,13 @@ void validate(const Config& c) {
 
   check.require(one_of(c.precision.dtype, {"fp32", "bf16", "fp16"}), "precision.dtype", "'", c.precision.dtype,
                 "' is not one of fp32, bf16, fp16");
-  check.require(c.precision.dtype != "fp16", "precision.dtype",
-                "fp16 training needs dynamic loss scaling, which loom does not have yet: use bf16");
+  const auto& pr = c.precision;
+  check.require(pr.loss_scale_init > 0, "precision.loss_scale_init", pr.loss_scale_init, " must be > 0");
+  check.require(pr.loss_scale_growth_interval >= 1, "precision.loss_scale_growth_interval",
+                pr.loss_scale_growth_interval, " must be >= 1");
+  check.require(pr.loss_scale_growth >= 1, "precision.loss_scale_growth", pr.loss_scale_growth, " must be >= 1");
+  check.require(pr.loss_scale_backoff > 0 && pr.loss_scale_backoff < 1, "precision.loss_scale_backoff",
+                pr.loss_scale_backoff, " must be in (0, 1)");
   check.require(c.checkpoint.every >= 0, "checkpoint.every", c.checkpoint.every, " must be >= 0");
   check.require(c.checkpoint.keep >= 1, "checkpoint.keep", c.checkpoint.keep, " must be >= 1");
   check.require(c.runtime.threads >= 0, "runtime.threads", c.runtime.threads, " must be >= 0 (0: all cores)");

@@ -49,6 +49,10 @@ GptImpl::GptImpl(const ModelConfig& config) : config_(config), position_(positio
   if (position_embedding_) torch::nn::init::normal_(position_embedding_->weight, 0.0, config.init_std);
 }
 
+void GptImpl::set_activation_checkpointing(ActivationCheckpointing mode) {
+  for (auto& block : blocks_) block->set_checkpointing(mode);
+}
+
 torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(first_position + T <= config_.max_seq_len, "sequence of ", first_position + T,

@@ -28,6 +28,8 @@ class GptImpl : public torch::nn::Module {
   torch::Tensor head(const torch::Tensor& hidden);                           // (B, T, C) -> (B, T, V)
 
   const ModelConfig& config() const { return config_; }
+  // Recompute block activations in backward (train.activation_checkpointing); training only.
+  void set_activation_checkpointing(ActivationCheckpointing mode);
   int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
 
  private:

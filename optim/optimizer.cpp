@@ -1,5 +1,7 @@
 #include "optim/optimizer.h"
 
+#include "optim/fused_adamw.h"
+
 namespace loom {
 namespace {
 constexpr size_t kDecayGroup = 0;  // make_adamw's first group; the second never decays
@@ -17,7 +19,7 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::vector<to
   std::vector<torch::optim::OptimizerParamGroup> param_groups;
   for (const auto& group : groups)
     param_groups.emplace_back(group, std::make_unique<torch::optim::AdamWOptions>(options));
-  auto optimizer = std::make_unique<torch::optim::AdamW>(std::move(param_groups), options);
+  auto optimizer = std::make_unique<FusedAdamW>(std::move(param_groups), options);
   apply_group_options(*optimizer, config);
   return optimizer;
 }
@@ -40,16 +42,15 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards) {
-  auto squared = torch::zeros({1}, torch::kDouble);
+  std::vector<torch::Tensor> grads;
   for (const auto& p : parameters)
-    if (p.grad().defined()) squared += p.grad().to(torch::kFloat).pow(2).sum().to(torch::kDouble).cpu();
+    if (p.grad().defined()) grads.push_back(p.grad());
+  // One reduction pass per gradient, no squared temporaries; the sum of squares in double.
+  auto squared = torch::zeros({1}, torch::kDouble);
+  if (!grads.empty()) squared += torch::stack(at::_foreach_norm(grads, 2)).to(torch::kDouble).pow(2).sum().cpu();
   if (shards != nullptr) shards->all_reduce(squared);
   const double norm = std::sqrt(squared.item<double>());
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (const auto& p : parameters)
-      if (p.grad().defined()) p.grad().mul_(scale);
-  }
+  if (max_norm > 0 && norm > max_norm) at::_foreach_mul_(grads, max_norm / (norm + 1e-6));
   return norm;
 }
 

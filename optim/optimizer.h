@@ -1,4 +1,4 @@
-// AdamW with two parameter groups (weight decay on matrices and embeddings only, never on biases or
+// AdamW (the fused kernel, optim/fused_adamw.h) with two parameter groups (weight decay on matrices and embeddings only, never on biases or
 // norm gains), learning-rate setting and global-norm gradient clipping.
 #pragma once
 #include <torch/torch.h>

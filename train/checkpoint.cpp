@@ -109,6 +109,7 @@ void write_shard(const fs::path& path, const CheckpointParts& parts, const Train
   parts.model.save(model_archive);
   shard.write("model", model_archive);
   if (parts.optimizer != nullptr) write_optimizer_state(shard, optimizer_layout(parts), parts.model);
+  if (parts.loss_scaler != nullptr) shard.write("loss_scaler", parts.loss_scaler->state());
   shard.write("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
   shard.write("state.step", scalar(state.step));
   shard.write("state.tokens", scalar(state.tokens));
@@ -257,6 +258,9 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   state.step = read("state.step").item<int64_t>();
   state.tokens = read("state.tokens").item<int64_t>();
   state.elapsed_s = read("state.elapsed_s").item<double>();
+  // A checkpoint of a run without loss scaling (bf16, fp32) resumed in fp16 starts from the initial scale.
+  if (torch::Tensor scaler; parts.loss_scaler != nullptr && shard.try_read("loss_scaler", scaler))
+    parts.loss_scaler->load_state(scaler);
   if (restore_rng) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global generator
     std::lock_guard<std::mutex> lock(generator.mutex());

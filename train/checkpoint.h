@@ -10,6 +10,7 @@
 
 #include "core/config.h"
 #include "parallel/gradient_sync.h"
+#include "optim/loss_scaler.h"
 #include "parallel/mesh.h"
 
 namespace loom {
@@ -28,6 +29,7 @@ struct CheckpointParts {
   // Per optimizer tensor, the parameter elements it holds (GradientSync::optimizer_slices); empty: every
   // optimizer tensor is a whole parameter.
   std::vector<std::vector<ParameterSlice>> optimizer_slices = {};
+  LossScaler* loss_scaler = nullptr;         // fp16 runs: its scale travels with the checkpoint
 };
 
 std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir, int64_t step);

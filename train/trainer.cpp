@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+#include <limits>
+
 #include "core/error.h"
 #include "core/fault_injection.h"
 #include "core/file_io.h"
@@ -69,28 +72,34 @@ void resolve_vocab(Config& config, const TokenFile& train_data) {
                       train_data.path().string() + " (" + std::to_string(train_data.vocab_size()) + ")");
 }
 
-Trainer::Trainer(Config config, const ProcessGroup& processes)
+Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<LmBatches> train_batches)
     : config_(std::move(config)),
       world_(processes.world(config_.parallel.timeout_s)),
       mesh_(config_, *world_),
       device_(runtime_device(config_.runtime, processes.info().local_rank)),
-      sampler_(static_cast<uint64_t>(config_.run.seed), config_.data.seq_len),
-      schedule_(config_) {
+      train_batches_(std::move(train_batches)),
+      schedule_(config_),
+      loss_scaler_(config_.precision) {
   validate_batch_split(config_, mesh_.dp());
   if (processes.distributed()) set_log_tag("rank " + std::to_string(mesh_.rank()) + " " + mesh_.coords_name());
   const int64_t threads = configure_threads(config_.runtime, processes.info().local_size);
-  if (config_.data.train.empty())
-    throw ConfigError(config_.where("data.train") + ": data.train: no training token file given");
-  train_data_ = open_data(config_.data.train, "data.train", config_);
-  valid_data_ = open_data(config_.data.valid, "data.valid", config_);
-  check_tokenizer(config_, *train_data_);
-  if (valid_data_ && valid_data_->tokenizer_crc() != train_data_->tokenizer_crc())
-    throw Error(config_.data.valid + " and " + config_.data.train + " were made with different tokenizers");
-  resolve_vocab(config_, *train_data_);
+  if (!train_batches_) {
+    if (config_.data.train.empty())
+      throw ConfigError(config_.where("data.train") + ": data.train: no training token file given");
+    train_data_ = open_data(config_.data.train, "data.train", config_);
+    valid_data_ = open_data(config_.data.valid, "data.valid", config_);
+    check_tokenizer(config_, *train_data_);
+    if (valid_data_ && valid_data_->tokenizer_crc() != train_data_->tokenizer_crc())
+      throw Error(config_.data.valid + " and " + config_.data.train + " were made with different tokenizers");
+    resolve_vocab(config_, *train_data_);
+    train_batches_ = std::make_unique<TokenFileBatches>(
+        *train_data_, LmSampler(static_cast<uint64_t>(config_.run.seed), config_.data.seq_len));
+  }
 
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
   model_ = Gpt(config_.model);
   model_->to(device_);
+  model_->set_activation_checkpointing(activation_checkpointing_kind(config_.train.activation_checkpointing));
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
     load_weights_file(*model_, config_.model.init_from);
   // CUDA gradients are reduced by NCCL; the MPI group of the same ranks carries its unique id.
@@ -135,22 +144,13 @@ TrainState Trainer::run() {
   session_start_ = interval_start_ = std::chrono::steady_clock::now();
   elapsed_at_start_ = state_.elapsed_s;
   while (state_.step < max_steps) {
-    const double lr = schedule_.at(state_.step);
-    set_learning_rate(*optimizer_, lr);
     maybe_inject_fault(state_.step + 1, mesh_.rank());
-    const double loss = train_step();
-    // With ZeRO-1 each rank holds a disjoint shard of the gradients: the norm sums over the DP group.
-    const double grad_norm = clip_grad_norm(gradient_sync_->optimizer_parameters(), config_.optim.grad_clip,
-                                            gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr);
-    optimizer_->step();
-    gradient_sync_->gather_parameters();
-    state_.step += 1;
-    state_.tokens += config_.train.batch_size * config_.data.seq_len;
+    const StepResult result = step();
     interval_tokens_ += config_.train.batch_size * config_.data.seq_len;
     state_.elapsed_s = elapsed_at_start_ + seconds_since(session_start_);
 
     const bool final_step = state_.step == max_steps;
-    if (state_.step % config_.train.log_every == 0 || final_step) log_step(loss, lr, grad_norm);
+    if (state_.step % config_.train.log_every == 0 || final_step) log_step(result.loss, result.lr, result.grad_norm);
     maybe_evaluate(final_step);
     const int64_t every = config_.checkpoint.every;
     if (final_step || (every > 0 && state_.step % every == 0)) checkpoint();
@@ -163,24 +163,56 @@ TrainState Trainer::run() {
   return state_;
 }
 
-double Trainer::train_step() {
+StepResult Trainer::step() {
+  PhaseClock clock(phases_, device_, synchronize_phases_);
+  StepResult result;
+  result.lr = schedule_.at(state_.step);
+  set_learning_rate(*optimizer_, result.lr);
+  result.loss = forward_backward(clock);
+  // With ZeRO-1 each rank holds a disjoint shard of the gradients: norms and overflow checks span the DP group.
+  Communicator* shards = gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr;
+  const bool finite = loss_scaler_.unscale(gradient_sync_->optimizer_parameters(), shards);
+  if (finite) {
+    result.grad_norm = clip_grad_norm(gradient_sync_->optimizer_parameters(), config_.optim.grad_clip, shards);
+    optimizer_->step();
+    gradient_sync_->gather_parameters();
+  } else {
+    result.skipped = true;
+    result.grad_norm = std::numeric_limits<double>::infinity();
+    spdlog::warn("step {}: fp16 gradients overflowed at loss scale {}; step skipped, scale now {}", state_.step + 1,
+                 loss_scaler_.scale(), loss_scaler_.scale() * config_.precision.loss_scale_backoff);
+  }
+  loss_scaler_.update(finite);
+  clock.lap(&StepPhases::optimizer_s);
+  state_.step += 1;
+  state_.tokens += config_.train.batch_size * config_.data.seq_len;
+  return result;
+}
+
+double Trainer::forward_backward(PhaseClock& clock) {
   model_->train();
   gradient_sync_->zero_grad();
   const int64_t micro = config_.micro_batch_size(mesh_.dp());
   const int64_t accumulation = config_.accumulation_steps(mesh_.dp());
   const int64_t first = mesh_.coords().dp * micro * accumulation;  // this DP rank's slice of the global batch
-  double loss_sum = 0;
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device_));
   AutocastGuard autocast(config_.precision, device_);
   for (int64_t m = 0; m < accumulation; ++m) {
     if (m == accumulation - 1) gradient_sync_->prepare_last_backward();
-    auto batch = sampler_.train_batch(*train_data_, state_.step, first + m * micro, micro);
-    auto logits = model_->forward(batch.inputs.to(device_));  // (B, T, V)
-    auto loss = cross_entropy(logits.flatten(0, 1), batch.targets.to(device_).flatten(), config_.optim.label_smoothing);
-    (loss / static_cast<double>(accumulation)).backward();
-    loss_sum += loss.item<double>();
+    auto batch = train_batches_->train_batch(state_.step, first + m * micro, micro);
+    auto inputs = batch.inputs.to(device_), targets = batch.targets.to(device_);
+    clock.lap(&StepPhases::data_s);
+    auto logits = model_->forward(inputs);  // (B, T, V)
+    auto loss = cross_entropy(logits.flatten(0, 1), targets.flatten(), config_.optim.label_smoothing);
+    clock.lap(&StepPhases::forward_s);
+    (loss_scaler_.scale_loss(loss) / static_cast<double>(accumulation)).backward();
+    loss_sum += loss.detach();  // read once at the end: no device wait per micro-batch
+    clock.lap(&StepPhases::backward_s);
   }
   gradient_sync_->finish();
-  return mean_over(mesh_.dp_group(), loss_sum / static_cast<double>(accumulation));
+  const double loss = mean_over(mesh_.dp_group(), loss_sum.item<double>() / static_cast<double>(accumulation));
+  clock.lap(&StepPhases::sync_s);
+  return loss;
 }
 
 bool Trainer::any_rank_stopping() {
@@ -215,14 +247,19 @@ void Trainer::log_step(double loss, double lr, double grad_norm) {
   spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:.0f} tok/s | {} elapsed | ETA {}", state_.step,
                config_.train.max_steps, loss, lr, grad_norm, tokens_per_s, format_duration(state_.elapsed_s),
                format_duration(eta));
-  metrics_->write({{"step", state_.step}, {"split", "train"}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                   {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s}, {"elapsed_s", state_.elapsed_s}});
+  nlohmann::json row = {{"step", state_.step},   {"split", "train"},     {"loss", loss},
+                        {"lr", lr},              {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s},
+                        {"elapsed_s", state_.elapsed_s}};
+  row["grad_norm"] = std::isfinite(grad_norm) ? nlohmann::json(grad_norm) : nlohmann::json(nullptr);  // overflow
+  if (loss_scaler_.enabled()) row["loss_scale"] = loss_scaler_.scale();
+  metrics_->write(row);
   interval_start_ = std::chrono::steady_clock::now();
   interval_tokens_ = 0;
 }
 
 CheckpointParts Trainer::checkpoint_parts() {
-  return {*model_, optimizer_.get(), gradient_sync_->sharded(), gradient_sync_->optimizer_slices()};
+  return {*model_, optimizer_.get(), gradient_sync_->sharded(), gradient_sync_->optimizer_slices(),
+          loss_scaler_.enabled() ? &loss_scaler_ : nullptr};
 }
 
 void Trainer::checkpoint() {
