@@ -1,5 +1,9 @@
 #include "optim/optimizer.h"
 
+#include <set>
+
+#include "parallel/tensor_parallel.h"
+
 namespace loom {
 namespace {
 constexpr size_t kDecayGroup = 0;  // make_adamw's first group; the second never decays
@@ -39,11 +43,21 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards) {
+double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards,
+                      Communicator* tp, const std::vector<bool>& tp_sharded) {
+  const bool split = tp != nullptr && tp->size() > 1;
+  TORCH_CHECK(!split || tp_sharded.size() == parameters.size(), "clip_grad_norm: one tp_sharded flag per parameter");
   auto squared = torch::zeros({1}, torch::kDouble);
-  for (const auto& p : parameters)
-    if (p.grad().defined()) squared += p.grad().to(torch::kFloat).pow(2).sum().to(torch::kDouble).cpu();
+  auto sharded_squared = torch::zeros({1}, torch::kDouble);  // TP shards: summed over the TP group
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const auto& g = parameters[i].grad();
+    if (g.defined()) (split && tp_sharded[i] ? sharded_squared : squared) += g.to(torch::kFloat).pow(2).sum().to(torch::kDouble).cpu();
+  }
   if (shards != nullptr) shards->all_reduce(squared);
+  if (split) {
+    tp->all_reduce(sharded_squared);
+    squared += sharded_squared;
+  }
   const double norm = std::sqrt(squared.item<double>());
   if (max_norm > 0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);
@@ -51,6 +65,16 @@ double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_n
       if (p.grad().defined()) p.grad().mul_(scale);
   }
   return norm;
+}
+
+std::vector<bool> tensor_parallel_flags(const torch::nn::Module& model, const std::vector<torch::Tensor>& parameters) {
+  const auto layouts = shard_layouts(model);
+  std::set<const void*> sharded;
+  for (const auto& p : model.named_parameters())
+    if (layouts.count(p.key()) > 0) sharded.insert(p.value().unsafeGetTensorImpl());
+  std::vector<bool> flags;
+  for (const auto& p : parameters) flags.push_back(sharded.count(p.unsafeGetTensorImpl()) > 0);
+  return flags;
 }
 
 }  // namespace loom

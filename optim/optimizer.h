@@ -25,6 +25,14 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
 // Scales gradients so their global L2 norm is at most max_norm (0: no clipping). Returns the norm before.
 // With `shards`, each rank holds a disjoint part of the gradients and the squared norms are summed over it.
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards = nullptr);
+// With a tensor-parallel group `tp` of more than one rank, parameters[i] is this rank's slice of a
+// sharded parameter where tp_sharded[i] is true (their squares are summed over the group) and an identical
+// copy of a replicated one otherwise (counted once): every parameter counts exactly once.
+double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards = nullptr,
+                      Communicator* tp = nullptr, const std::vector<bool>& tp_sharded = {});
+
+// Per parameter of `parameters` (the model's own tensors): is it a tensor-parallel shard (models that
+// declare shard layouts, parallel/tensor_parallel.h)?
+std::vector<bool> tensor_parallel_flags(const torch::nn::Module& model, const std::vector<torch::Tensor>& parameters);
 
 }  // namespace loom

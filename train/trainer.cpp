@@ -88,8 +88,13 @@ Trainer::Trainer(Config config, const ProcessGroup& processes)
     throw Error(config_.data.valid + " and " + config_.data.train + " were made with different tokenizers");
   resolve_vocab(config_, *train_data_);
 
+  // CUDA tensors of the TP group travel over NCCL (its unique id over the MPI group of the same ranks).
+  if (device_.is_cuda() && mesh_.tp() > 1)
+    nccl_tp_group_ = make_nccl_communicator(mesh_.tp_group(), device_.index(), "NCCL " + mesh_.tp_group().name(),
+                                            config_.parallel.timeout_s);
+  // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
-  model_ = Gpt(config_.model);
+  model_ = Gpt(config_.model, nccl_tp_group_ ? nccl_tp_group_.get() : &mesh_.tp_group());
   model_->to(device_);
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
     load_weights_file(*model_, config_.model.init_from);
@@ -101,6 +106,7 @@ Trainer::Trainer(Config config, const ProcessGroup& processes)
                                                   nccl_dp_group_ ? *nccl_dp_group_ : mesh_.dp_group(),
                                                   config_.parallel.bucket_mb, config_.parallel.zero == 1);
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
+  tp_sharded_ = tensor_parallel_flags(*model_, gradient_sync_->optimizer_parameters());
   spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
                count_parameters(config_.model), threads, config_.precision.dtype, device_.str(), mesh_.dp(), mesh_.tp(),
                mesh_.pp(), gradient_sync_->bucket_count());
@@ -140,8 +146,10 @@ TrainState Trainer::run() {
     maybe_inject_fault(state_.step + 1, mesh_.rank());
     const double loss = train_step();
     // With ZeRO-1 each rank holds a disjoint shard of the gradients: the norm sums over the DP group.
+    // Under TP the sharded parameters' squares sum over the TP group, the replicated ones count once.
     const double grad_norm = clip_grad_norm(gradient_sync_->optimizer_parameters(), config_.optim.grad_clip,
-                                            gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr);
+                                            gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr,
+                                            model_->tp_group(), tp_sharded_);
     optimizer_->step();
     gradient_sync_->gather_parameters();
     state_.step += 1;
@@ -175,7 +183,8 @@ double Trainer::train_step() {
     if (m == accumulation - 1) gradient_sync_->prepare_last_backward();
     auto batch = sampler_.train_batch(*train_data_, state_.step, first + m * micro, micro);
     auto logits = model_->forward(batch.inputs.to(device_));  // (B, T, V)
-    auto loss = cross_entropy(logits.flatten(0, 1), batch.targets.to(device_).flatten(), config_.optim.label_smoothing);
+    auto loss = cross_entropy(logits.flatten(0, 1), batch.targets.to(device_).flatten(), config_.optim.label_smoothing,
+                              kIgnoreIndex, model_->tp_group());
     (loss / static_cast<double>(accumulation)).backward();
     loss_sum += loss.item<double>();
   }

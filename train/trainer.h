@@ -49,6 +49,8 @@ class Trainer {
   Gpt model_{nullptr};
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<Communicator> nccl_dp_group_;  // CUDA runs: the DP group over NCCL
+  std::unique_ptr<Communicator> nccl_tp_group_;  // CUDA runs with tp > 1: the TP group over NCCL
+  std::vector<bool> tp_sharded_;                 // per optimizer parameter: split over the TP group
   std::unique_ptr<GradientSync> gradient_sync_;
   LrSchedule schedule_;
   std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
