@@ -44,16 +44,26 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards,
-                      Communicator* tp, const std::vector<bool>& tp_sharded) {
+                      Communicator* tp, const std::vector<std::vector<ElementRange>>& tp_sharded) {
   const bool split = tp != nullptr && tp->size() > 1;
-  TORCH_CHECK(!split || tp_sharded.size() == parameters.size(), "clip_grad_norm: one tp_sharded flag per parameter");
+  TORCH_CHECK(!split || tp_sharded.size() == parameters.size(), "clip_grad_norm: one tp_sharded entry per parameter");
   auto squared = torch::zeros({1}, torch::kDouble);
   auto sharded_squared = torch::zeros({1}, torch::kDouble);  // TP shards: summed over the TP group
   for (size_t i = 0; i < parameters.size(); ++i) {
     const auto& g = parameters[i].grad();
-    if (g.defined()) (split && tp_sharded[i] ? sharded_squared : squared) += g.to(torch::kFloat).pow(2).sum().to(torch::kDouble).cpu();
+    if (!g.defined()) continue;
+    const auto g2 = g.to(torch::kFloat).pow(2);
+    if (!split) {
+      squared += g2.sum().to(torch::kDouble).cpu();
+      continue;
+    }
+    auto part = torch::zeros({1}, torch::kDouble);
+    for (const auto& r : tp_sharded[i]) part += g2.view(-1).narrow(0, r.first, r.length).sum().to(torch::kDouble).cpu();
+    sharded_squared += part;
+    squared += g2.sum().to(torch::kDouble).cpu() - part;
   }
   if (shards != nullptr) shards->all_reduce(squared);
+  if (shards != nullptr && split) shards->all_reduce(sharded_squared);
   if (split) {
     tp->all_reduce(sharded_squared);
     squared += sharded_squared;
@@ -67,14 +77,19 @@ double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_n
   return norm;
 }
 
-std::vector<bool> tensor_parallel_flags(const torch::nn::Module& model, const std::vector<torch::Tensor>& parameters) {
+std::vector<std::vector<ElementRange>> tensor_parallel_ranges(const torch::nn::Module& model,
+                                                              const std::vector<std::vector<ParameterSlice>>& slices) {
   const auto layouts = shard_layouts(model);
   std::set<const void*> sharded;
   for (const auto& p : model.named_parameters())
     if (layouts.count(p.key()) > 0) sharded.insert(p.value().unsafeGetTensorImpl());
-  std::vector<bool> flags;
-  for (const auto& p : parameters) flags.push_back(sharded.count(p.unsafeGetTensorImpl()) > 0);
-  return flags;
+  std::vector<std::vector<ElementRange>> ranges;
+  for (const auto& tensor_slices : slices) {
+    ranges.emplace_back();
+    for (const auto& slice : tensor_slices)
+      if (sharded.count(slice.parameter.unsafeGetTensorImpl()) > 0) ranges.back().push_back({slice.offset, slice.length});
+  }
+  return ranges;
 }
 
 }  // namespace loom

@@ -106,7 +106,7 @@ Trainer::Trainer(Config config, const ProcessGroup& processes)
                                                   nccl_dp_group_ ? *nccl_dp_group_ : mesh_.dp_group(),
                                                   config_.parallel.bucket_mb, config_.parallel.zero == 1);
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
-  tp_sharded_ = tensor_parallel_flags(*model_, gradient_sync_->optimizer_parameters());
+  tp_sharded_ = tensor_parallel_ranges(*model_, gradient_sync_->optimizer_slices());
   spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
                count_parameters(config_.model), threads, config_.precision.dtype, device_.str(), mesh_.dp(), mesh_.tp(),
                mesh_.pp(), gradient_sync_->bucket_count());

@@ -2,10 +2,10 @@
 # Tensor parallelism under mpirun equals the single-process run of the same config (fp32, dropout off,
 # 10 steps, train and valid losses within 1e-5): TP=2 and DP=2 x TP=2, for the GPT recipe and for a
 # LLaMA-style model (RMSNorm, RoPE, SwiGLU, no biases, untied head, 4 query heads sharing 2 KV heads, so
-# each TP rank keeps 2 query heads and 1 KV head). A TP=2 run (dropout on) stopped at step 10 resumes to
-# exactly the losses of the uninterrupted TP=2 run. Checkpoints reshard: TP=2 -> TP=1 and TP=1 -> TP=2
-# continue the single-process loss curve, and one process generates from a TP=2 run. A TP size that does
-# not divide the heads is a config error (exit 2) before any work.
+# each TP rank keeps 2 query heads and 1 KV head), and DP=2 x TP=2 with ZeRO-1. A TP=2 run (dropout on)
+# stopped at step 10 resumes to exactly the losses of the uninterrupted TP=2 run. Checkpoints reshard:
+# TP=2 -> TP=1 and TP=1 -> TP=2 continue the single-process loss curve, and one process generates from a
+# TP=2 run. A TP size that does not divide the heads is a config error (exit 2) before any work.
 source "$(dirname "$0")/common.sh"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 common=(--set model.dropout=0 --set train.max_steps=10 --set schedule.total_steps=10 --set train.micro_batch_size=0
@@ -47,6 +47,18 @@ for family in gpt llama; do
     || fail "$family DP=2 x TP=2 run failed"
   same_curve "$WORK/$family-single" "$WORK/$family-dp2tp2" "$family DP=2 x TP=2"
 done
+# ZeRO-1 with TP: the AdamW state sharded over DP within each TP rank; the grad norm still counts every
+# parameter once (clipping is active in these runs).
+mpi_train 4 "$WORK/llama-zero" "${common[@]}" "${llama[@]}" --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero=1 \
+  || fail "DP=2 x TP=2 with ZeRO-1 failed"
+same_curve "$WORK/llama-single" "$WORK/llama-zero" "llama DP=2 x TP=2 ZeRO-1"
+python3 - "$WORK/llama-single" "$WORK/llama-zero" <<'PY' || fail "ZeRO-1 x TP grad norms differ"
+import json, sys
+norms = [[r["grad_norm"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"] for d in sys.argv[1:]]
+worst = max(abs(a - b) / a for a, b in zip(*norms))
+assert worst < 1e-4 and max(norms[0]) > 1.0, (worst, norms[0])
+print(f"grad norm (clipped at 1.0, up to {max(norms[0]):.2f}) equal within {worst:.1e} relative")
+PY
 
 # The checkpoint holds one shard per TP rank, each with its half of the split matrices, and the manifest
 # says how every split parameter is cut.

@@ -9,6 +9,7 @@
 #include "models/parallel_linear.h"
 #include "models/vocab_parallel_embedding.h"
 #include "optim/cross_entropy.h"
+#include "optim/optimizer.h"
 #include "parallel/tensor_parallel.h"
 #include "test_util.h"
 
@@ -234,4 +235,25 @@ TEST_CASE("tensor parallel: vocab-parallel embedding, tied head and cross-entrop
     got.backward();
     CHECK(max_abs_diff(logits.grad(), slice(logits_full.grad(), 1, mine)) <= kTolerance);
   }
+}
+
+TEST_CASE("clip_grad_norm: tensor-parallel shards count once across the TP group, replicas once", "[tp]") {
+  auto group = tp_group();
+  auto& g = *group;
+  const int64_t n = g.size(), r = g.rank();
+  torch::manual_seed(21);
+  const auto split = torch::randn({4 * n});  // a parameter's gradient split over the ranks
+  const auto replicated = torch::randn({3});  // a gradient every rank holds whole
+  const double expected = std::sqrt(split.pow(2).sum().item<double>() + replicated.pow(2).sum().item<double>());
+  auto with_grad = [](const torch::Tensor& grad) {
+    auto p = torch::zeros_like(grad).requires_grad_();
+    p.mutable_grad() = grad.clone();
+    return p;
+  };
+  const auto mine = split.narrow(0, 4 * r, 4);
+  // Whole parameters, and a ZeRO-1-style flat tensor holding both kinds.
+  CHECK(loom::clip_grad_norm({with_grad(mine), with_grad(replicated)}, 0.0, nullptr, &g, {{{0, 4}}, {}}) ==
+        Approx(expected).epsilon(1e-6));  // fp32 sums of squares
+  CHECK(loom::clip_grad_norm({with_grad(torch::cat({replicated, mine}))}, 0.0, nullptr, &g, {{{3, 4}}}) ==
+        Approx(expected).epsilon(1e-6));  // fp32 sums of squares
 }
