@@ -149,6 +149,8 @@ void validate(const Config& c) {
     check.require(m.n_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_heads=", m.n_heads);
   if (p.tp >= 1 && m.n_kv_heads > 0)
     check.require(m.n_kv_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_kv_heads=", m.n_kv_heads);
+  check.require(p.tp == 1 || m.init_from.empty(), "model.init_from",
+                "starting a parallel.tp > 1 run from a weights file is not available yet: start it with parallel.tp=1");
   if (p.pp >= 1 && m.n_layers > 0)
     check.require(p.pp <= m.n_layers, "parallel.pp", p.pp, " exceeds model.n_layers=", m.n_layers);
   if (p.dp >= 1 && t.batch_size > 0 && t.micro_batch_size >= 0) check_batch_split(check, c, p.dp);

@@ -21,7 +21,9 @@ double evaluate_loss(GptImpl& model, const TokenFile& data, const Config& config
     for (int64_t m = 0; m < accumulation; ++m) {
       auto batch = sampler.eval_batch(data, first + m * micro, micro);
       auto logits = model.forward(batch.inputs.to(device));  // (B, T, V)
-      total += cross_entropy(logits.flatten(0, 1), batch.targets.to(device).flatten()).item<double>();
+      total += cross_entropy(logits.flatten(0, 1), batch.targets.to(device).flatten(), 0.0, kIgnoreIndex,
+                             model.tp_group())
+                   .item<double>();
     }
   }
   const auto micro_batches = static_cast<double>(std::max<int64_t>(1, config.train.eval_batches * accumulation));

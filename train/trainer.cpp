@@ -96,8 +96,13 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
         *train_data_, LmSampler(static_cast<uint64_t>(config_.run.seed), config_.data.seq_len));
   }
 
+  // CUDA tensors of the TP group travel over NCCL (its unique id over the MPI group of the same ranks).
+  if (device_.is_cuda() && mesh_.tp() > 1)
+    nccl_tp_group_ = make_nccl_communicator(mesh_.tp_group(), device_.index(), "NCCL " + mesh_.tp_group().name(),
+                                            config_.parallel.timeout_s);
+  // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
-  model_ = Gpt(config_.model);
+  model_ = Gpt(config_.model, nccl_tp_group_ ? nccl_tp_group_.get() : &mesh_.tp_group());
   model_->to(device_);
   model_->set_activation_checkpointing(activation_checkpointing_kind(config_.train.activation_checkpointing));
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
@@ -110,6 +115,7 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
                                                   nccl_dp_group_ ? *nccl_dp_group_ : mesh_.dp_group(),
                                                   config_.parallel.bucket_mb, config_.parallel.zero == 1);
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
+  tp_sharded_ = tensor_parallel_ranges(*model_, gradient_sync_->optimizer_slices());
   spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
                count_parameters(config_.model), threads, config_.precision.dtype, device_.str(), mesh_.dp(), mesh_.tp(),
                mesh_.pp(), gradient_sync_->bucket_count());
@@ -169,11 +175,15 @@ StepResult Trainer::step() {
   result.lr = schedule_.at(state_.step);
   set_learning_rate(*optimizer_, result.lr);
   result.loss = forward_backward(clock);
-  // With ZeRO-1 each rank holds a disjoint shard of the gradients: norms and overflow checks span the DP group.
+  // With ZeRO-1 each rank holds a disjoint shard of the gradients: norms span the DP group. Under TP the
+  // sharded parameters' squares sum over the TP group and the replicated ones count once. Whether to
+  // skip the step is agreed by every rank whose gradients differ.
   Communicator* shards = gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr;
-  const bool finite = loss_scaler_.unscale(gradient_sync_->optimizer_parameters(), shards);
+  Communicator* differing = gradient_sync_->sharded() || mesh_.tp() > 1 ? &mesh_.world() : nullptr;
+  const bool finite = loss_scaler_.unscale(gradient_sync_->optimizer_parameters(), differing);
   if (finite) {
-    result.grad_norm = clip_grad_norm(gradient_sync_->optimizer_parameters(), config_.optim.grad_clip, shards);
+    result.grad_norm = clip_grad_norm(gradient_sync_->optimizer_parameters(), config_.optim.grad_clip, shards,
+                                      model_->tp_group(), tp_sharded_);
     optimizer_->step();
     gradient_sync_->gather_parameters();
   } else {
@@ -202,8 +212,9 @@ double Trainer::forward_backward(PhaseClock& clock) {
     auto batch = train_batches_->train_batch(state_.step, first + m * micro, micro);
     auto inputs = batch.inputs.to(device_), targets = batch.targets.to(device_);
     clock.lap(&StepPhases::data_s);
-    auto logits = model_->forward(inputs);  // (B, T, V)
-    auto loss = cross_entropy(logits.flatten(0, 1), targets.flatten(), config_.optim.label_smoothing);
+    auto logits = model_->forward(inputs);  // (B, T, V), or this TP rank's vocabulary slice (B, T, V_r)
+    auto loss = cross_entropy(logits.flatten(0, 1), targets.flatten(), config_.optim.label_smoothing, kIgnoreIndex,
+                              model_->tp_group());
     clock.lap(&StepPhases::forward_s);
     (loss_scaler_.scale_loss(loss) / static_cast<double>(accumulation)).backward();
     loss_sum += loss.detach();  // read once at the end: no device wait per micro-batch

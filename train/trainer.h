@@ -14,6 +14,7 @@
 #include "data/token_file.h"
 #include "models/gpt.h"
 #include "optim/loss_scaler.h"
+#include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/mesh.h"
@@ -68,6 +69,8 @@ class Trainer {
   Gpt model_{nullptr};
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<Communicator> nccl_dp_group_;  // CUDA runs: the DP group over NCCL
+  std::unique_ptr<Communicator> nccl_tp_group_;  // CUDA runs with tp > 1: the TP group over NCCL
+  std::vector<std::vector<ElementRange>> tp_sharded_;  // per optimizer tensor: its elements split over TP
   std::unique_ptr<GradientSync> gradient_sync_;
   LrSchedule schedule_;
   LossScaler loss_scaler_;
