@@ -22,5 +22,6 @@ int comm_bench_command(const Argv& argv, const ProcessGroup& processes);
 int status_command(const Argv& argv, const ProcessGroup& processes);
 int bleu_command(const Argv& argv, const ProcessGroup& processes);
 int translate_command(const Argv& argv, const ProcessGroup& processes);
+int bench_command(const Argv& argv, const ProcessGroup& processes);
 
 }  // namespace loom::cli

@@ -35,6 +35,8 @@ commands:
   comm-bench [--mb 1,4,16,64] [--bucket-mb B] [--iterations N] [--json]
                                               under mpirun: all-reduce bandwidth, MPI vs loom's buckets
   bleu REF_FILE [--json] < HYP_FILE           corpus BLEU of the lines on stdin, as sacreBLEU computes it
+  bench CONFIG [--set ...] [--steps N] [--warmup N] [--profile-steps N] [--json]
+                                              tokens/s, MFU, peak memory and step phases on synthetic tokens
 )";
 
 int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes) {
@@ -47,6 +49,7 @@ int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes
       {"status", loom::cli::status_command},
       {"bleu", loom::cli::bleu_command},
       {"translate", loom::cli::translate_command},
+      {"bench", loom::cli::bench_command},
   };
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << kUsage;

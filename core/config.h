@@ -90,6 +90,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t eval_every = 100;
   int64_t eval_batches = 20;
+  std::string activation_checkpointing = "none";  // none | full | selective
 };
 
 // Decoding for translation (loom translate, loom eval of a translation run).
@@ -102,7 +103,12 @@ struct DecodeConfig {
 };
 
 struct PrecisionConfig {
-  std::string dtype = "fp32";
+  std::string dtype = "fp32";  // fp32 | bf16 | fp16
+  // fp16 dynamic loss scaling (optim/loss_scaler.h)
+  double loss_scale_init = 65536.0;
+  int64_t loss_scale_growth_interval = 2000;
+  double loss_scale_growth = 2.0;
+  double loss_scale_backoff = 0.5;
 };
 
 struct ParallelConfig {

@@ -66,6 +66,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("train.log_every", c.train.log_every, "Steps between progress lines and metrics rows.");
   v("train.eval_every", c.train.eval_every, "Steps between validation passes; 0 evaluates only at the end.");
   v("train.eval_batches", c.train.eval_batches, "Batches of train.batch_size validation sequences per evaluation (consecutive windows of the validation file).");
+  v("train.activation_checkpointing", c.train.activation_checkpointing, "Recompute activations in backward instead of keeping them: `none`, `full` (each block keeps only its input) or `selective` (each block's MLP is recomputed, attention kept). Same gradients, less memory, one more forward.");
 
   v("decode.beam", c.decode.beam, "Beam size for translation (1: greedy); `loom translate --beam` overrides it.");
   v("decode.length_penalty", c.decode.length_penalty, "Beam search ranks finished hypotheses by log-probability / length^length_penalty (0: raw log-probability).");
@@ -73,7 +74,11 @@ void visit_fields(Config& c, Visitor&& v) {
   v("decode.max_len_b", c.decode.max_len_b, "See decode.max_len_a.");
   v("decode.batch_size", c.decode.batch_size, "Source sentences decoded together.");
 
-  v("precision.dtype", c.precision.dtype, "`fp32`, or `bf16` autocast (fp32 master weights). `fp16` needs loss scaling and is not available yet.");
+  v("precision.dtype", c.precision.dtype, "`fp32`, `bf16` autocast, or `fp16` autocast with dynamic loss scaling; fp32 master weights and optimizer state either way.");
+  v("precision.loss_scale_init", c.precision.loss_scale_init, "fp16: initial loss scale.");
+  v("precision.loss_scale_growth_interval", c.precision.loss_scale_growth_interval, "fp16: finite steps in a row after which the loss scale grows.");
+  v("precision.loss_scale_growth", c.precision.loss_scale_growth, "fp16: factor the loss scale grows by.");
+  v("precision.loss_scale_backoff", c.precision.loss_scale_backoff, "fp16: factor the loss scale shrinks by when gradients overflow (the step is skipped).");
 
   v("parallel.dp", c.parallel.dp, "Data-parallel size; -1 means world / (tp * pp).");
   v("parallel.tp", c.parallel.tp, "Tensor-parallel size.");

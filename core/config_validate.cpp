@@ -73,6 +73,8 @@ void validate(const Config& c) {
     check.require(c.parallel.tp == 1 && c.parallel.pp == 1, "parallel", "model.arch=transformer trains with data ",
                   "parallelism only so far (tp = pp = 1)");
     check.require(m.init_from.empty(), "model.init_from", "importing weights applies to model.arch=gpt only");
+    check.require(c.train.activation_checkpointing == "none", "train.activation_checkpointing",
+                  "model.arch=transformer does not recompute activations yet: set it to none");
   }
   const auto& d = c.data;
   check.require(one_of(d.synthetic, {"", "reverse", "copy"}), "data.synthetic", "'", d.synthetic,
@@ -175,6 +177,8 @@ void validate(const Config& c) {
   check.require(t.log_every > 0, "train.log_every", t.log_every, " must be > 0");
   check.require(t.eval_every >= 0, "train.eval_every", t.eval_every, " must be >= 0");
   check.require(t.eval_batches >= 0, "train.eval_batches", t.eval_batches, " must be >= 0");
+  check.require(one_of(t.activation_checkpointing, {"none", "full", "selective"}), "train.activation_checkpointing", "'",
+                t.activation_checkpointing, "' is not one of none, full, selective");
   check.require(p.dp >= 1 || p.dp == -1, "parallel.dp", p.dp, " must be >= 1, or -1 for world / (tp * pp)");
   check.require(p.tp >= 1, "parallel.tp", p.tp, " must be >= 1");
   check.require(p.pp >= 1, "parallel.pp", p.pp, " must be >= 1");
@@ -185,14 +189,21 @@ void validate(const Config& c) {
     check.require(m.n_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_heads=", m.n_heads);
   if (p.tp >= 1 && m.n_kv_heads > 0)
     check.require(m.n_kv_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_kv_heads=", m.n_kv_heads);
+  check.require(p.tp == 1 || m.init_from.empty(), "model.init_from",
+                "starting a parallel.tp > 1 run from a weights file is not available yet: start it with parallel.tp=1");
   if (p.pp >= 1 && m.n_layers > 0)
     check.require(p.pp <= m.n_layers, "parallel.pp", p.pp, " exceeds model.n_layers=", m.n_layers);
   if (p.dp >= 1 && t.batch_size > 0 && t.micro_batch_size >= 0) check_batch_split(check, c, p.dp);
 
   check.require(one_of(c.precision.dtype, {"fp32", "bf16", "fp16"}), "precision.dtype", "'", c.precision.dtype,
                 "' is not one of fp32, bf16, fp16");
-  check.require(c.precision.dtype != "fp16", "precision.dtype",
-                "fp16 training needs dynamic loss scaling, which loom does not have yet: use bf16");
+  const auto& pr = c.precision;
+  check.require(pr.loss_scale_init > 0, "precision.loss_scale_init", pr.loss_scale_init, " must be > 0");
+  check.require(pr.loss_scale_growth_interval >= 1, "precision.loss_scale_growth_interval",
+                pr.loss_scale_growth_interval, " must be >= 1");
+  check.require(pr.loss_scale_growth >= 1, "precision.loss_scale_growth", pr.loss_scale_growth, " must be >= 1");
+  check.require(pr.loss_scale_backoff > 0 && pr.loss_scale_backoff < 1, "precision.loss_scale_backoff",
+                pr.loss_scale_backoff, " must be in (0, 1)");
   check.require(c.checkpoint.every >= 0, "checkpoint.every", c.checkpoint.every, " must be >= 0");
   check.require(c.checkpoint.keep >= 1, "checkpoint.keep", c.checkpoint.keep, " must be >= 1");
   check.require(c.runtime.threads >= 0, "runtime.threads", c.runtime.threads, " must be >= 0 (0: all cores)");

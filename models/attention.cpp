@@ -29,10 +29,17 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options)
       kv_heads_(options.n_kv_heads > 0 ? options.n_kv_heads : options.n_heads),
       head_dim_(options.head_dim > 0 ? options.head_dim : options.d_model / options.n_heads) {
   LOOM_CHECK(heads_ % kv_heads_ == 0, "n_kv_heads=", kv_heads_, " does not divide n_heads=", heads_);
-  const int64_t c = options.d_model;
-  qkv_ = register_module("qkv", make_linear(c, (heads_ + 2 * kv_heads_) * head_dim_, options.bias, options.init_std));
-  out_ = register_module("out", make_linear(heads_ * head_dim_, c, options.bias, options.out_init_std));
-  if (options.position == PositionKind::kAlibi) alibi_slopes_ = alibi_slopes(heads_);
+  const int64_t c = options.d_model, H = heads_, K = kv_heads_, D = head_dim_, tp = tp_size(options.tp);
+  LOOM_CHECK(H % tp == 0 && K % tp == 0, "the tensor-parallel size ", tp, " must divide n_heads=", H,
+             " and n_kv_heads=", K);
+  qkv_ = register_module("qkv", ColumnParallelLinear(ParallelLinearOptions{
+                                    c, (H + 2 * K) * D, options.bias, options.init_std, options.tp, {H * D, K * D, K * D}}));
+  out_ = register_module("out", RowParallelLinear(ParallelLinearOptions{H * D, c, options.bias, options.out_init_std,
+                                                                        options.tp, {}}));
+  heads_ = H / tp;  // from here on, this rank's heads
+  kv_heads_ = K / tp;
+  if (options.position == PositionKind::kAlibi)
+    alibi_slopes_ = alibi_slopes(H).narrow(0, tp_rank(options.tp) * heads_, heads_).clone();
 }
 
 std::optional<torch::Tensor> AttentionImpl::scores_mask(int64_t first, int64_t T, int64_t key_first, int64_t S,

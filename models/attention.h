@@ -11,9 +11,12 @@
 // holding heads [h0, h0 + H/tp) and kv heads [k0, k0 + K/tp) takes those rows of each section and builds
 // this same layer with n_heads = H/tp and n_kv_heads = K/tp; the output projection splits by columns.
 // Cross-attention uses the same fused weight: its q rows project x, its k and v rows project the memory.
+// Given a TP group (options.tp), the layer does exactly that: qkv is column-parallel in those sections,
+// out row-parallel, and n_heads() / n_kv_heads() are this rank's heads.
 #pragma once
 #include <torch/torch.h>
 
+#include "models/parallel_linear.h"
 #include "models/positions.h"
 
 namespace loom {
@@ -46,6 +49,7 @@ struct AttentionOptions {
   double dropout = 0.0;
   double init_std = 0.02;
   double out_init_std = 0.02;  // residual projection (GPT-2: init_std / sqrt(2 * n_layers))
+  Communicator* tp = nullptr;  // tensor-parallel group (null: one rank); its size divides both head counts
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -73,9 +77,9 @@ class AttentionImpl : public torch::nn::Module {
 
   AttentionOptions options_;
   int64_t heads_, kv_heads_, head_dim_;
-  torch::nn::Linear qkv_{nullptr};
-  torch::nn::Linear out_{nullptr};
-  torch::Tensor alibi_slopes_;  // (H), only with ALiBi; not a parameter
+  ColumnParallelLinear qkv_{nullptr};
+  RowParallelLinear out_{nullptr};
+  torch::Tensor alibi_slopes_;  // (H) of this rank's heads, only with ALiBi; not a parameter
 };
 TORCH_MODULE(Attention);
 

@@ -2,6 +2,14 @@
 
 namespace loom {
 
+ActivationCheckpointing activation_checkpointing_kind(const std::string& name) {
+  return choice<ActivationCheckpointing>(name,
+                                         {{"none", ActivationCheckpointing::kNone},
+                                          {"full", ActivationCheckpointing::kFull},
+                                          {"selective", ActivationCheckpointing::kSelective}},
+                                         "activation checkpointing");
+}
+
 BlockImpl::BlockImpl(const BlockOptions& options) : post_norm_(options.post_norm) {
   ln1_ = register_module("ln1", Norm(options.norm));
   attention_ = register_module("attention", Attention(options.attention));
@@ -13,7 +21,7 @@ BlockImpl::BlockImpl(const BlockOptions& options) : post_norm_(options.post_norm
     cross_attention_ = register_module("cross_attention", Attention(cross));
   }
   ln2_ = register_module("ln2", Norm(options.norm));
-  mlp_ = register_module("mlp", Mlp(options.mlp));
+  mlp_module_ = register_module("mlp", Mlp(options.mlp));
   dropout_ = register_module("dropout", torch::nn::Dropout(options.dropout));
 }
 
@@ -23,7 +31,24 @@ torch::Tensor BlockImpl::sublayer(const torch::Tensor& x, Norm& norm, F&& f) {
   return x + dropout_->forward(f(norm->forward(x)));
 }
 
+void BlockImpl::set_checkpointing(ActivationCheckpointing mode) {
+  TORCH_CHECK(mode == ActivationCheckpointing::kNone || (!post_norm_ && !cross_attention_),
+              "activation checkpointing is only for pre-norm blocks without cross-attention");
+  checkpointing_ = mode;
+}
+
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs) {
+  // The recomputed closures see no BlockInputs, so a block given any runs without checkpointing.
+  const bool recompute = is_training() && cache == nullptr && !inputs.padding.defined() && !inputs.memory.defined();
+  if (recompute && checkpointing_ == ActivationCheckpointing::kFull) return recompute_in_backward(whole_, x);
+  if (recompute && checkpointing_ == ActivationCheckpointing::kSelective) {
+    auto h = x + dropout_->forward(attention_->forward(ln1_->forward(x), cache));
+    return h + recompute_in_backward(mlp_, h);
+  }
+  return forward_uncheckpointed(x, cache, inputs);
+}
+
+torch::Tensor BlockImpl::forward_uncheckpointed(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs) {
   auto h = sublayer(x, ln1_, [&](const torch::Tensor& in) {
     return attention_->forward(in, cache, {torch::Tensor(), inputs.padding});
   });
@@ -33,7 +58,10 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, KVCache* cache, const B
       return cross_attention_->forward(in, inputs.memory_cache, {inputs.memory, inputs.memory_padding});
     });
   }
-  return sublayer(h, ln2_, [&](const torch::Tensor& in) { return mlp_->forward(in); });
+  if (post_norm_) return sublayer(h, ln2_, [&](const torch::Tensor& in) { return mlp_module_->forward(in); });
+  return h + mlp_branch(h);
 }
+
+torch::Tensor BlockImpl::mlp_branch(const torch::Tensor& h) { return dropout_->forward(mlp_module_->forward(ln2_->forward(h))); }
 
 }  // namespace loom

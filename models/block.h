@@ -4,14 +4,23 @@
 //   post-norm (Vaswani et al.):   norm(x + f(x))
 // The norms are LayerNorm or RMSNorm, named ln1 (self-attention), ln_cross and ln2 (MLP) either way, so
 // checkpoints keep their names.
+// With activation checkpointing (training only, no KV cache; pre-norm blocks without cross-attention) the
+// block, or only its MLP branch, keeps just its input for backward and is recomputed there
+// (models/recompute.h).
 #pragma once
 #include <torch/torch.h>
 
 #include "models/attention.h"
 #include "models/layers.h"
 #include "models/mlp.h"
+#include "models/recompute.h"
 
 namespace loom {
+
+// train.activation_checkpointing: none, full (the whole block is recomputed) or selective (its MLP branch,
+// which holds most of a block's activations, is recomputed; attention keeps its activations).
+enum class ActivationCheckpointing { kNone, kFull, kSelective };
+ActivationCheckpointing activation_checkpointing_kind(const std::string& name);
 
 struct BlockOptions {
   AttentionOptions attention;  // the cross-attention takes these too, made bidirectional and windowless
@@ -35,16 +44,24 @@ class BlockImpl : public torch::nn::Module {
   explicit BlockImpl(const BlockOptions& options);
   // (B, T, C) -> (B, T, C)
   torch::Tensor forward(const torch::Tensor& x, KVCache* cache = nullptr, const BlockInputs& inputs = {});
+  // Only pre-norm blocks without cross-attention (the GPT's) recompute; asking any other block is an error.
+  void set_checkpointing(ActivationCheckpointing mode);
 
  private:
+  torch::Tensor forward_uncheckpointed(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs);
   template <class F>
   torch::Tensor sublayer(const torch::Tensor& x, Norm& norm, F&& f);
+  torch::Tensor mlp_branch(const torch::Tensor& h);  // dropout(mlp(ln2(h))), pre-norm
 
   bool post_norm_;
+  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::kNone;
+  // What recompute_in_backward re-runs; members so that they live as long as the block.
+  Recomputable whole_ = [this](const torch::Tensor& x) { return forward_uncheckpointed(x, nullptr, {}); };
+  Recomputable mlp_ = [this](const torch::Tensor& h) { return mlp_branch(h); };
   Norm ln1_{nullptr}, ln_cross_{nullptr}, ln2_{nullptr};
   Attention attention_{nullptr};
   Attention cross_attention_{nullptr};  // only with options.cross_attention
-  Mlp mlp_{nullptr};
+  Mlp mlp_module_{nullptr};
   torch::nn::Dropout dropout_{nullptr};
 };
 TORCH_MODULE(Block);

@@ -6,7 +6,7 @@
 
 namespace loom {
 
-BlockOptions block_options(const ModelConfig& c) {
+BlockOptions block_options(const ModelConfig& c, Communicator* tp) {
   const double out_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.n_layers));
   BlockOptions block;
   auto& a = block.attention;
@@ -21,17 +21,20 @@ BlockOptions block_options(const ModelConfig& c) {
   a.dropout = c.dropout;
   a.init_std = c.init_std;
   a.out_init_std = out_std;
-  block.mlp = {c.d_model, c.ffn_dim(), activation_kind(c.activation), c.bias, c.init_std, out_std};
+  a.tp = tp;
+  block.mlp = {c.d_model, c.ffn_dim(), activation_kind(c.activation), c.bias, c.init_std, out_std, tp};
   block.norm = {c.d_model, norm_kind(c.norm), c.norm_eps};
   block.dropout = c.dropout;
   return block;
 }
 
-GptImpl::GptImpl(const ModelConfig& config) : config_(config), position_(position_kind(config.position)) {
+GptImpl::GptImpl(const ModelConfig& config, Communicator* tp)
+    : config_(config), tp_(tp), position_(position_kind(config.position)) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
   const int64_t C = config.d_model;
-  const BlockOptions block = block_options(config);
-  token_embedding_ = register_module("token_embedding", torch::nn::Embedding(config.vocab_size, C));
+  const BlockOptions block = block_options(config, tp);
+  token_embedding_ =
+      register_module("token_embedding", VocabParallelEmbedding(VocabParallelEmbeddingOptions{config.vocab_size, C, tp}));
   if (position_ == PositionKind::kLearned)
     position_embedding_ = register_module("position_embedding", torch::nn::Embedding(config.max_seq_len, C));
   dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
@@ -42,11 +45,16 @@ GptImpl::GptImpl(const ModelConfig& config) : config_(config), position_(positio
   }
   final_norm_ = register_module("final_norm", Norm(block.norm));
   if (!config.tie_embeddings)
-    lm_head_ = register_module("lm_head", make_linear(C, config.vocab_size, /*bias=*/false, config.init_std));
+    lm_head_ = register_module("lm_head", ColumnParallelLinear(ParallelLinearOptions{
+                                              C, config.vocab_size, /*bias=*/false, config.init_std, tp, {}}));
 
   torch::NoGradGuard no_grad;
-  torch::nn::init::normal_(token_embedding_->weight, 0.0, config.init_std);
+  token_embedding_->reset_normal(config.init_std);
   if (position_embedding_) torch::nn::init::normal_(position_embedding_->weight, 0.0, config.init_std);
+}
+
+void GptImpl::set_activation_checkpointing(ActivationCheckpointing mode) {
+  for (auto& block : blocks_) block->set_checkpointing(mode);
 }
 
 torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position) {
@@ -65,7 +73,7 @@ torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position
 
 torch::Tensor GptImpl::head(const torch::Tensor& hidden) {
   auto h = final_norm_->forward(hidden);
-  return lm_head_ ? lm_head_->forward(h) : torch::nn::functional::linear(h, token_embedding_->weight);
+  return lm_head_ ? lm_head_->forward(h) : token_embedding_->logits(h);
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens, std::vector<KVCache>* caches) {

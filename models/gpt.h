@@ -3,6 +3,9 @@
 // GPT-2, LLaMA and the rest of the zoo are this one model with different options (norm, positions,
 // activation, biases, kv heads, window): see configs/. Exposed as embed -> blocks -> head so that a
 // pipeline stage can later keep only its own blocks.
+// Tensor parallelism: built with a TP group, the blocks split their heads and FFN columns, the token
+// embedding (and the untied LM head) split the vocabulary, and forward/head return this rank's vocabulary
+// columns of the logits (for vocab-parallel cross-entropy). No group, or a group of one: the plain model.
 #pragma once
 #include <torch/torch.h>
 
@@ -13,36 +16,43 @@
 #include "models/block.h"
 #include "models/estimates.h"
 #include "models/layers.h"
+#include "models/parallel_linear.h"
+#include "models/vocab_parallel_embedding.h"
 
 namespace loom {
 
 class GptImpl : public torch::nn::Module {
  public:
-  explicit GptImpl(const ModelConfig& config);
+  explicit GptImpl(const ModelConfig& config, Communicator* tp = nullptr);
 
-  // tokens: (B, T) int64 -> logits (B, T, V). With caches (one per block), tokens continue the positions
+  // tokens: (B, T) int64 -> logits (B, T, V), or (B, T, V_r) of this rank's columns under TP. With caches (one per block), tokens continue the positions
   // the caches have seen.
   torch::Tensor forward(const torch::Tensor& tokens, std::vector<KVCache>* caches = nullptr);
 
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position);  // (B, T) -> (B, T, C)
-  torch::Tensor head(const torch::Tensor& hidden);                           // (B, T, C) -> (B, T, V)
+  torch::Tensor head(const torch::Tensor& hidden);                           // (B, T, C) -> (B, T, V or V_r)
 
   const ModelConfig& config() const { return config_; }
+  // Recompute block activations in backward (train.activation_checkpointing); training only.
+  void set_activation_checkpointing(ActivationCheckpointing mode);
+  // The tensor-parallel group the model was built with (null: none); the loss over its logits needs it.
+  Communicator* tp_group() const { return tp_; }
   int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
 
  private:
   ModelConfig config_;
+  Communicator* tp_;
   PositionKind position_;
-  torch::nn::Embedding token_embedding_{nullptr};
+  VocabParallelEmbedding token_embedding_{nullptr};
   torch::nn::Embedding position_embedding_{nullptr};  // only for learned positions
   torch::nn::Dropout dropout_{nullptr};
   std::vector<Block> blocks_;
   Norm final_norm_{nullptr};
-  torch::nn::Linear lm_head_{nullptr};  // only when untied
+  ColumnParallelLinear lm_head_{nullptr};  // only when untied
 };
 TORCH_MODULE(Gpt);
 
 // The options of every block of the model a config describes.
-BlockOptions block_options(const ModelConfig& config);
+BlockOptions block_options(const ModelConfig& config, Communicator* tp = nullptr);
 
 }  // namespace loom

@@ -1,10 +1,13 @@
 // The position-wise feed-forward block: down(act(up x)) for GELU (tanh approximation, as GPT-2) and ReLU,
 // or the gated down(act(gate x) * up x) for SwiGLU (SiLU) and GeGLU (GELU), each projection C <-> F.
-// Gate and up are separate matrices so that tensor parallelism splits each by columns as it is.
+// Gate and up are separate matrices so that tensor parallelism splits each by columns as it is: given a
+// TP group, gate and up are column-parallel and down row-parallel (one all-reduce per direction).
 #pragma once
 #include <torch/torch.h>
 
 #include <string>
+
+#include "models/parallel_linear.h"
 
 namespace loom {
 
@@ -18,6 +21,7 @@ struct MlpOptions {
   bool bias = true;
   double init_std = 0.02;
   double out_init_std = 0.02;
+  Communicator* tp = nullptr;  // tensor-parallel group (null: one rank)
 };
 
 class MlpImpl : public torch::nn::Module {
@@ -27,9 +31,9 @@ class MlpImpl : public torch::nn::Module {
 
  private:
   Activation activation_;
-  torch::nn::Linear gate_{nullptr};  // only for the gated activations
-  torch::nn::Linear up_{nullptr};
-  torch::nn::Linear down_{nullptr};
+  ColumnParallelLinear gate_{nullptr};  // only for the gated activations
+  ColumnParallelLinear up_{nullptr};
+  RowParallelLinear down_{nullptr};
 };
 TORCH_MODULE(Mlp);
 

@@ -1,5 +1,10 @@
 #include "optim/optimizer.h"
 
+#include <set>
+
+#include "optim/fused_adamw.h"
+#include "parallel/tensor_parallel.h"
+
 namespace loom {
 namespace {
 constexpr size_t kDecayGroup = 0;  // make_adamw's first group; the second never decays
@@ -17,7 +22,7 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<std::vector<to
   std::vector<torch::optim::OptimizerParamGroup> param_groups;
   for (const auto& group : groups)
     param_groups.emplace_back(group, std::make_unique<torch::optim::AdamWOptions>(options));
-  auto optimizer = std::make_unique<torch::optim::AdamW>(std::move(param_groups), options);
+  auto optimizer = std::make_unique<FusedAdamW>(std::move(param_groups), options);
   apply_group_options(*optimizer, config);
   return optimizer;
 }
@@ -39,18 +44,53 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards) {
-  auto squared = torch::zeros({1}, torch::kDouble);
+double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards,
+                      Communicator* tp, const std::vector<std::vector<ElementRange>>& tp_sharded) {
+  const bool split = tp != nullptr && tp->size() > 1;
+  TORCH_CHECK(!split || tp_sharded.size() == parameters.size(), "clip_grad_norm: one tp_sharded entry per parameter");
+  std::vector<torch::Tensor> grads;
   for (const auto& p : parameters)
-    if (p.grad().defined()) squared += p.grad().to(torch::kFloat).pow(2).sum().to(torch::kDouble).cpu();
-  if (shards != nullptr) shards->all_reduce(squared);
-  const double norm = std::sqrt(squared.item<double>());
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (const auto& p : parameters)
-      if (p.grad().defined()) p.grad().mul_(scale);
+    if (p.grad().defined()) grads.push_back(p.grad());
+  auto squared = torch::zeros({1}, torch::kDouble);
+  auto sharded_squared = torch::zeros({1}, torch::kDouble);  // TP shards: summed over the TP group
+  if (!split) {
+    // One reduction pass per gradient, no squared temporaries; the sum of squares in double.
+    if (!grads.empty()) squared += torch::stack(at::_foreach_norm(grads, 2)).to(torch::kDouble).pow(2).sum().cpu();
+  } else {
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const auto& g = parameters[i].grad();
+      if (!g.defined()) continue;
+      const auto g2 = g.to(torch::kFloat).pow(2);
+      auto part = torch::zeros({1}, torch::kDouble);
+      for (const auto& r : tp_sharded[i]) part += g2.view(-1).narrow(0, r.first, r.length).sum().to(torch::kDouble).cpu();
+      sharded_squared += part;
+      squared += g2.sum().to(torch::kDouble).cpu() - part;
+    }
   }
+  if (shards != nullptr) shards->all_reduce(squared);
+  if (shards != nullptr && split) shards->all_reduce(sharded_squared);
+  if (split) {
+    tp->all_reduce(sharded_squared);
+    squared += sharded_squared;
+  }
+  const double norm = std::sqrt(squared.item<double>());
+  if (max_norm > 0 && norm > max_norm) at::_foreach_mul_(grads, max_norm / (norm + 1e-6));
   return norm;
+}
+
+std::vector<std::vector<ElementRange>> tensor_parallel_ranges(const torch::nn::Module& model,
+                                                              const std::vector<std::vector<ParameterSlice>>& slices) {
+  const auto layouts = shard_layouts(model);
+  std::set<const void*> sharded;
+  for (const auto& p : model.named_parameters())
+    if (layouts.count(p.key()) > 0) sharded.insert(p.value().unsafeGetTensorImpl());
+  std::vector<std::vector<ElementRange>> ranges;
+  for (const auto& tensor_slices : slices) {
+    ranges.emplace_back();
+    for (const auto& slice : tensor_slices)
+      if (sharded.count(slice.parameter.unsafeGetTensorImpl()) > 0) ranges.back().push_back({slice.offset, slice.length});
+  }
+  return ranges;
 }
 
 }  // namespace loom

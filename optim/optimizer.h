@@ -1,4 +1,4 @@
-// AdamW with two parameter groups (weight decay on matrices and embeddings only, never on biases or
+// AdamW (the fused kernel, optim/fused_adamw.h) with two parameter groups (weight decay on matrices and embeddings only, never on biases or
 // norm gains), learning-rate setting and global-norm gradient clipping.
 #pragma once
 #include <torch/torch.h>
@@ -7,6 +7,7 @@
 
 #include "core/config.h"
 #include "parallel/communicator.h"
+#include "parallel/gradient_sync.h"
 
 namespace loom {
 
@@ -25,6 +26,21 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
 // Scales gradients so their global L2 norm is at most max_norm (0: no clipping). Returns the norm before.
 // With `shards`, each rank holds a disjoint part of the gradients and the squared norms are summed over it.
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards = nullptr);
+// With a tensor-parallel group `tp` of more than one rank, the elements of parameters[i] in the ranges
+// tp_sharded[i] belong to tensor-parallel shards (each TP rank holds its own slice: their squares are
+// summed over the group) and the others to replicated parameters (identical on every TP rank: counted
+// once). So every parameter counts exactly once, with or without ZeRO-1's flat shards.
+struct ElementRange {
+  int64_t first = 0;
+  int64_t length = 0;
+};
+double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards = nullptr,
+                      Communicator* tp = nullptr, const std::vector<std::vector<ElementRange>>& tp_sharded = {});
+
+// Per optimizer tensor (described by its parameter slices, GradientSync::optimizer_slices), the element
+// ranges that hold tensor-parallel shards of `model` (models that declare shard layouts,
+// parallel/tensor_parallel.h).
+std::vector<std::vector<ElementRange>> tensor_parallel_ranges(const torch::nn::Module& model,
+                                                              const std::vector<std::vector<ParameterSlice>>& slices);
 
 }  // namespace loom

@@ -7,6 +7,8 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "parallel/tensor_parallel.h"
+#include "train/checkpoint_reshard.h"
 #include "train/optimizer_state.h"
 
 namespace loom {
@@ -18,9 +20,7 @@ constexpr int kFormat = 2;  // 2: optimizer state by parameter range (train/opti
 
 // The shard holding this rank's state: DP replicas share the one written by DP rank 0, unless each
 // holds its own part of the optimizer state.
-std::string shard_name(int64_t dp, const MeshCoords& c) {
-  return "shard-dp" + std::to_string(dp) + "-tp" + std::to_string(c.tp) + "-pp" + std::to_string(c.pp) + ".pt";
-}
+std::string shard_name(int64_t dp, const MeshCoords& c) { return shard_file_name(dp, c.tp, c.pp); }
 std::string shard_name(const Mesh& mesh, bool per_dp_rank) {
   return shard_name(per_dp_rank ? mesh.coords().dp : 0, mesh.coords());
 }
@@ -90,6 +90,10 @@ void load_model_values(torch::nn::Module& model, torch::serialize::InputArchive&
 
 }  // namespace
 
+std::string shard_file_name(int64_t dp, int64_t tp, int64_t pp) {
+  return "shard-dp" + std::to_string(dp) + "-tp" + std::to_string(tp) + "-pp" + std::to_string(pp) + ".pt";
+}
+
 fs::path checkpoint_dir(const fs::path& run_dir, int64_t step) {
   return run_dir / "checkpoints" / std::to_string(step);
 }
@@ -109,6 +113,7 @@ void write_shard(const fs::path& path, const CheckpointParts& parts, const Train
   parts.model.save(model_archive);
   shard.write("model", model_archive);
   if (parts.optimizer != nullptr) write_optimizer_state(shard, optimizer_layout(parts), parts.model);
+  if (parts.loss_scaler != nullptr) shard.write("loss_scaler", parts.loss_scaler->state());
   shard.write("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
   shard.write("state.step", scalar(state.step));
   shard.write("state.tokens", scalar(state.tokens));
@@ -123,13 +128,18 @@ void write_shard(const fs::path& path, const CheckpointParts& parts, const Train
   write_file_atomic(path, bytes);
 }
 
-void write_manifest(const fs::path& dir, const Config& config, const Mesh& mesh, const TrainState& state) {
+void write_manifest(const fs::path& dir, const Config& config, const Mesh& mesh, const TrainState& state,
+                    const torch::nn::Module& model) {
   write_file_atomic(dir / "config.yaml", to_yaml(config));
   nlohmann::json manifest;
   manifest["format"] = kFormat;
   manifest["step"] = state.step;
   manifest["tokens"] = state.tokens;
   manifest["layout"] = {{"dp", mesh.dp()}, {"tp", mesh.tp()}, {"pp", mesh.pp()}, {"zero", config.parallel.zero}};
+  // How each tensor-parallel parameter is cut into the tp shards (the others are whole in every shard).
+  manifest["tensor_parallel"] = nlohmann::json::object();
+  for (const auto& [name, layout] : shard_layouts(model))
+    manifest["tensor_parallel"][name] = {{"dim", layout.dim}, {"sections", layout.sections}};
   for (const auto& entry : fs::directory_iterator(dir)) {
     const auto name = entry.path().filename().string();
     manifest["files"][name] = {{"bytes", fs::file_size(entry.path())}, {"crc32", crc32_file(entry.path())}};
@@ -166,7 +176,7 @@ void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& 
     attempt([&] { write_shard(tmp_dir / shard_name(mesh, parts.sharded_optimizer), parts, state); });
   ok = ok && all_ranks_ok(world, error.empty());
   if (ok && leader) attempt([&] {
-      write_manifest(tmp_dir, config, mesh, state);
+      write_manifest(tmp_dir, config, mesh, state, parts.model);
       fs::remove_all(final_dir);  // a broken directory of the same step, from an earlier crash
       fs::rename(tmp_dir, final_dir);
       fsync_path(final_dir.parent_path());
@@ -224,27 +234,39 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
                 std::to_string(format) + ", this loom resumes format " + std::to_string(kFormat) +
                 "): start a new run.dir (`loom export` and model.init_from carry its weights over)");
   const auto& layout = manifest.at("layout");
-  // Any DP size can resume (replicas are identical, optimizer state is re-partitioned); TP and PP
-  // resharding is not available yet.
-  if (layout.at("tp") != mesh.tp() || layout.at("pp") != mesh.pp())
+  // Any DP size can resume (replicas are identical, optimizer state is re-partitioned), any TP size by
+  // resharding; PP resharding is not available yet.
+  if (layout.at("pp") != mesh.pp())
     throw Error("checkpoint " + dir.string() + " was written with layout " + layout.dump() +
-                " and cannot be loaded with tp=" + std::to_string(mesh.tp()) + " pp=" + std::to_string(mesh.pp()) +
-                " (tensor/pipeline resharding is not available yet)");
+                " and cannot be loaded with pp=" + std::to_string(mesh.pp()) + " (pipeline resharding is not available yet)");
+  const bool reshard = layout.at("tp") != mesh.tp();
+  if (reshard && !manifest.contains("tensor_parallel"))
+    throw Error("checkpoint " + dir.string() + " was written with layout " + layout.dump() +
+                " by a loom that did not record its tensor-parallel layout: resume it with parallel.tp=" +
+                layout.at("tp").dump());
   // Every shard of a (tp, pp) position holds the same model; with ZeRO-1 each holds its part of the optimizer.
   const int64_t saved_dp = layout.value("zero", 0) == 1 ? layout.at("dp").get<int64_t>() : 1;
   std::vector<fs::path> shard_paths;
   for (int64_t d = 0; d < saved_dp; ++d) shard_paths.push_back(dir / shard_name(d, mesh.coords()));
-  const bool same_partition = saved_dp == mesh.dp() && parts.sharded_optimizer;
-  const auto shard_path = same_partition ? shard_paths[mesh.coords().dp] : shard_paths[0];
+  const bool same_partition = !reshard && saved_dp == mesh.dp() && parts.sharded_optimizer;
+  // Resharded, the counters and RNG state come from the first TP shard (TP ranks hold the same ones).
+  const auto shard_path = reshard          ? dir / shard_file_name(0, 0, mesh.coords().pp)
+                          : same_partition ? shard_paths[mesh.coords().dp]
+                                           : shard_paths[0];
   torch::serialize::InputArchive shard;
   try {
     shard.load_from(shard_path.string());
-    torch::serialize::InputArchive model_archive;
-    shard.read("model", model_archive);
-    load_model_values(parts.model, model_archive, shard_path);
-    if (parts.optimizer != nullptr)
-      read_optimizer_state(same_partition ? std::vector<fs::path>{shard_path} : shard_paths, optimizer_layout(parts),
-                           parts.model);
+    if (reshard) {
+      const auto optimizer = parts.optimizer != nullptr ? std::optional(optimizer_layout(parts)) : std::nullopt;
+      load_tp_resharded(dir, manifest, mesh, parts.model, optimizer ? &*optimizer : nullptr);
+    } else {
+      torch::serialize::InputArchive model_archive;
+      shard.read("model", model_archive);
+      load_model_values(parts.model, model_archive, shard_path);
+      if (parts.optimizer != nullptr)
+        read_optimizer_state(same_partition ? std::vector<fs::path>{shard_path} : shard_paths, optimizer_layout(parts),
+                             parts.model);
+    }
   } catch (const c10::Error& e) {
     throw Error(shard_path.string() + " does not fit this model (was the config changed?): " + e.what_without_backtrace());
   }
@@ -257,6 +279,9 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   state.step = read("state.step").item<int64_t>();
   state.tokens = read("state.tokens").item<int64_t>();
   state.elapsed_s = read("state.elapsed_s").item<double>();
+  // A checkpoint of a run without loss scaling (bf16, fp32) resumed in fp16 starts from the initial scale.
+  if (torch::Tensor scaler; parts.loss_scaler != nullptr && shard.try_read("loss_scaler", scaler))
+    parts.loss_scaler->load_state(scaler);
   if (restore_rng) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global generator
     std::lock_guard<std::mutex> lock(generator.mutex());

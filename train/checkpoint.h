@@ -1,7 +1,8 @@
 // Checkpoints: RUN_DIR/checkpoints/<step>/ holding one shard per rank (named by its mesh coordinates:
 // model, optimizer, RNG states, counters), the resolved config and manifest.json (step, tokens,
-// layout, size and CRC-32 of every file). Written under a temporary name, fsynced, then renamed: a
-// directory named by a step with a manifest whose checksums match is complete, anything else is not.
+// layout, how each tensor-parallel parameter is split, size and CRC-32 of every file). Written under a
+// temporary name, fsynced, then renamed: a directory named by a step with a manifest whose checksums match
+// is complete, anything else is not. A checkpoint loads under any DP and TP size (checkpoint_reshard.h).
 #pragma once
 #include <torch/torch.h>
 
@@ -10,6 +11,7 @@
 
 #include "core/config.h"
 #include "parallel/gradient_sync.h"
+#include "optim/loss_scaler.h"
 #include "parallel/mesh.h"
 
 namespace loom {
@@ -28,9 +30,12 @@ struct CheckpointParts {
   // Per optimizer tensor, the parameter elements it holds (GradientSync::optimizer_slices); empty: every
   // optimizer tensor is a whole parameter.
   std::vector<std::vector<ParameterSlice>> optimizer_slices = {};
+  LossScaler* loss_scaler = nullptr;         // fp16 runs: its scale travels with the checkpoint
 };
 
 std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir, int64_t step);
+// "shard-dp0-tp1-pp0.pt": the shard file of these mesh coordinates.
+std::string shard_file_name(int64_t dp, int64_t tp, int64_t pp);
 
 // Collective over mesh.world(): DP rank 0 of each (tp, pp) writes its shard (DP replicas are identical;
 // with a sharded optimizer every rank writes its own), rank 0 the config and manifest. If any rank
@@ -49,7 +54,7 @@ std::optional<int64_t> latest_checkpoint(const std::filesystem::path& run_dir);
 
 // Restores model (and optimizer, RNG state if given) from the shards of this rank's (tp, pp) position.
 // The DP size and ZeRO-1 may differ from the checkpoint's: optimizer state is stored per parameter range
-// and re-partitioned on load. Returns the counters.
+// and re-partitioned on load. A different TP size reshards (checkpoint_reshard.h). Returns the counters.
 TrainState load_checkpoint(const std::filesystem::path& run_dir, int64_t step, const Mesh& mesh,
                            const CheckpointParts& parts, bool restore_rng = true);
 

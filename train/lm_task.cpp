@@ -35,15 +35,17 @@ void resolve_vocab(Config& config, const TokenFile& data) {
 
 }  // namespace
 
-LmTask::LmTask(Gpt model, std::unique_ptr<TokenFile> train, std::unique_ptr<TokenFile> valid, const Config& config)
+LmTask::LmTask(Gpt model, std::unique_ptr<TokenFile> train, std::unique_ptr<LmBatches> batches,
+               std::unique_ptr<TokenFile> valid, const Config& config)
     : model_(std::move(model)),
       train_(std::move(train)),
+      batches_(std::move(batches)),
       valid_(std::move(valid)),
       sampler_(static_cast<uint64_t>(config.run.seed), config.data.seq_len) {}
 
 TaskBatch LmTask::train_batch(int64_t step, int64_t first, int64_t count) const {
-  LOOM_CHECK(train_ != nullptr, "no training data (data.train)");
-  return sampler_.train_batch(*train_, step, first, count);
+  LOOM_CHECK(batches_ != nullptr, "no training data (data.train)");
+  return batches_->train_batch(step, first, count);
 }
 
 TaskBatch LmTask::eval_batch(int64_t first, int64_t count) const {
@@ -53,15 +55,17 @@ TaskBatch LmTask::eval_batch(int64_t first, int64_t count) const {
 
 torch::Tensor LmTask::loss(const TaskBatch& batch, torch::Device device, double label_smoothing) {
   const auto& b = std::get<LmBatch>(batch);
-  auto logits = model_->forward(b.inputs.to(device));  // (B, T, V)
-  return cross_entropy(logits.flatten(0, 1), b.targets.to(device).flatten(), label_smoothing);
+  auto logits = model_->forward(b.inputs.to(device));  // (B, T, V), or this TP rank's vocabulary slice (B, T, V_r)
+  return cross_entropy(logits.flatten(0, 1), b.targets.to(device).flatten(), label_smoothing, kIgnoreIndex,
+                       model_->tp_group());
 }
 
 void LmTask::load_weights(const fs::path& file) { load_weights_file(*model_, file); }
 
-std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskData data, Gpt trained) {
+std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskData data, Gpt trained,
+                                     Communicator* tp, std::unique_ptr<LmBatches> train_batches) {
   std::unique_ptr<TokenFile> train, valid;
-  if (data == TaskData::kTraining) {
+  if (data == TaskData::kTraining && !train_batches) {
     if (config.data.train.empty())
       throw ConfigError(config.where("data.train") + ": data.train: no training token file given");
     train = open_data(config.data.train, "data.train", config);
@@ -69,17 +73,24 @@ std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskD
   valid = open_data(config.data.valid, "data.valid", config);
   if (data == TaskData::kEvaluation && !valid)
     throw ConfigError(config.where("data.valid") + ": data.valid: no evaluation token file (pass --set data.valid=FILE)");
-  const TokenFile& first = train ? *train : *valid;
-  check_tokenizer(config, first);
-  if (train && valid && valid->tokenizer_crc() != train->tokenizer_crc())
-    throw Error(config.data.valid + " and " + config.data.train + " were made with different tokenizers");
-  resolve_vocab(config, first);
-  if (!trained) {
-    torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-    trained = Gpt(config.model);
-    trained->to(device);
+  if (train || valid) {
+    const TokenFile& first = train ? *train : *valid;
+    check_tokenizer(config, first);
+    if (train && valid && valid->tokenizer_crc() != train->tokenizer_crc())
+      throw Error(config.data.valid + " and " + config.data.train + " were made with different tokenizers");
+    resolve_vocab(config, first);
   }
-  return std::make_unique<LmTask>(trained, std::move(train), std::move(valid), config);
+  if (train)
+    train_batches = std::make_unique<TokenFileBatches>(
+        *train, LmSampler(static_cast<uint64_t>(config.run.seed), config.data.seq_len));
+  if (!trained) {
+    // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
+    torch::manual_seed(static_cast<uint64_t>(config.run.seed));
+    trained = Gpt(config.model, tp);
+    trained->to(device);
+    trained->set_activation_checkpointing(activation_checkpointing_kind(config.train.activation_checkpointing));
+  }
+  return std::make_unique<LmTask>(trained, std::move(train), std::move(train_batches), std::move(valid), config);
 }
 
 }  // namespace loom

@@ -3,6 +3,7 @@
 #pragma once
 #include <memory>
 
+#include "data/lm_batches.h"
 #include "data/token_file.h"
 #include "models/gpt.h"
 #include "train/task.h"
@@ -11,8 +12,10 @@ namespace loom {
 
 class LmTask : public Task {
  public:
-  // train may be null (evaluation only); valid may be null (no evaluation).
-  LmTask(Gpt model, std::unique_ptr<TokenFile> train, std::unique_ptr<TokenFile> valid, const Config& config);
+  // batches: where training batches come from (null: evaluation only); train: the token file they read,
+  // if any; valid may be null (no evaluation).
+  LmTask(Gpt model, std::unique_ptr<TokenFile> train, std::unique_ptr<LmBatches> batches,
+         std::unique_ptr<TokenFile> valid, const Config& config);
 
   torch::nn::Module& model() override { return *model_; }
   TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
@@ -20,15 +23,21 @@ class LmTask : public Task {
   bool can_evaluate() const override { return valid_ != nullptr; }
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
   void load_weights(const std::filesystem::path& file) override;
+  Communicator* tp_group() const override { return model_->tp_group(); }
 
  private:
   Gpt model_;
-  std::unique_ptr<TokenFile> train_, valid_;
+  std::unique_ptr<TokenFile> train_;
+  std::unique_ptr<LmBatches> batches_;
+  std::unique_ptr<TokenFile> valid_;
   LmSampler sampler_;
 };
 
 // Opens data.train / data.valid as `data` asks, checks them against tokenizer.model and fills
-// model.vocab_size from the training (else validation) file when it is 0.
-std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskData data, Gpt trained);
+// model.vocab_size from the training (else validation) file when it is 0. A fresh model is built with the
+// TP group `tp` (null: the whole model) and train.activation_checkpointing. train_batches, when given,
+// replace data.train (`loom bench`'s synthetic tokens; model.vocab_size must then be set).
+std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskData data, Gpt trained,
+                                     Communicator* tp = nullptr, std::unique_ptr<LmBatches> train_batches = nullptr);
 
 }  // namespace loom

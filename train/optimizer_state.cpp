@@ -24,12 +24,6 @@ std::vector<torch::Tensor> optimizer_tensors(torch::optim::AdamW& optimizer) {
   return tensors;
 }
 
-// One parameter's moments, flattened, as far as the files read so far cover them.
-struct Moments {
-  torch::Tensor exp_avg, exp_avg_sq, covered;  // covered: bool, which elements were read
-  int64_t step = -1;
-};
-
 }  // namespace
 
 OptimizerLayout whole_parameter_layout(torch::optim::AdamW& optimizer) {
@@ -67,18 +61,23 @@ void write_optimizer_state(torch::serialize::OutputArchive& archive, const Optim
 void read_optimizer_state(const std::vector<fs::path>& shards, const OptimizerLayout& layout,
                           torch::nn::Module& model) {
   const auto names = parameter_names(model);
-  const auto tensors = optimizer_tensors(*layout.optimizer);
-  LOOM_CHECK(tensors.size() == layout.slices.size(), "optimizer layout does not match the optimizer");
   // Only the parameters this rank's optimizer tensors hold a piece of are assembled.
-  std::map<std::string, Moments> moments;
+  std::map<std::string, int64_t> numels;
+  torch::Dtype dtype = torch::kFloat;
   for (const auto& slices : layout.slices)
     for (const auto& slice : slices) {
-      auto& m = moments[names.at(slice.parameter.unsafeGetTensorImpl())];
-      const auto n = slice.parameter.numel();
-      if (!m.exp_avg.defined())
-        m = {torch::zeros({n}, slice.parameter.dtype()), torch::zeros({n}, slice.parameter.dtype()),
-             torch::zeros({n}, torch::kBool), -1};
+      numels[names.at(slice.parameter.unsafeGetTensorImpl())] = slice.parameter.numel();
+      dtype = slice.parameter.scalar_type();
     }
+  install_optimizer_state(read_parameter_moments(shards, numels, dtype), layout, model);
+}
+
+std::map<std::string, ParameterMoments> read_parameter_moments(const std::vector<fs::path>& shards,
+                                                               const std::map<std::string, int64_t>& numels,
+                                                               torch::Dtype dtype) {
+  std::map<std::string, ParameterMoments> moments;
+  for (const auto& [name, n] : numels)
+    moments[name] = {torch::zeros({n}, dtype), torch::zeros({n}, dtype), torch::zeros({n}, torch::kBool), -1};
   for (const auto& path : shards) {
     torch::serialize::InputArchive shard, archive;
     shard.load_from(path.string());
@@ -107,6 +106,14 @@ void read_optimizer_state(const std::vector<fs::path>& shards, const OptimizerLa
       m.step = step.toInt();
     }
   }
+  return moments;
+}
+
+void install_optimizer_state(const std::map<std::string, ParameterMoments>& moments, const OptimizerLayout& layout,
+                             torch::nn::Module& model) {
+  const auto names = parameter_names(model);
+  const auto tensors = optimizer_tensors(*layout.optimizer);
+  LOOM_CHECK(tensors.size() == layout.slices.size(), "optimizer layout does not match the optimizer");
   auto& states = layout.optimizer->state();
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];

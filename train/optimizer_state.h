@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "parallel/gradient_sync.h"
@@ -29,5 +31,20 @@ void write_optimizer_state(torch::serialize::OutputArchive& archive, const Optim
 // the parameter when an element this rank needs is in none of them.
 void read_optimizer_state(const std::vector<std::filesystem::path>& shards, const OptimizerLayout& layout,
                           torch::nn::Module& model);
+
+// The two halves of read_optimizer_state, for callers that reshape the moments in between (tensor-parallel
+// resharding, checkpoint_reshard.h).
+// One parameter's moments, flattened, as far as the files read cover them; step -1: no state saved.
+struct ParameterMoments {
+  torch::Tensor exp_avg, exp_avg_sq, covered;  // covered: bool, which elements were read
+  int64_t step = -1;
+};
+// The moments of the parameters named in `numels` (their element counts as stored in these files).
+std::map<std::string, ParameterMoments> read_parameter_moments(const std::vector<std::filesystem::path>& shards,
+                                                               const std::map<std::string, int64_t>& numels,
+                                                               torch::Dtype dtype);
+// Gives every optimizer tensor of `layout` its part of the moments (which cover the model's parameters).
+void install_optimizer_state(const std::map<std::string, ParameterMoments>& moments, const OptimizerLayout& layout,
+                             torch::nn::Module& model);
 
 }  // namespace loom

@@ -25,10 +25,10 @@ torch::Device runtime_device(const RuntimeConfig& runtime, int64_t local_rank) {
 }
 
 AutocastGuard::AutocastGuard(const PrecisionConfig& precision, torch::Device device)
-    : enabled_(precision.dtype == "bf16"), device_type_(device.type()) {
+    : enabled_(precision.dtype == "bf16" || precision.dtype == "fp16"), device_type_(device.type()) {
   if (!enabled_) return;
   was_enabled_ = at::autocast::is_autocast_enabled(device_type_);
-  at::autocast::set_autocast_dtype(device_type_, at::kBFloat16);
+  at::autocast::set_autocast_dtype(device_type_, precision.dtype == "fp16" ? at::kHalf : at::kBFloat16);
   at::autocast::set_autocast_enabled(device_type_, true);
 }
 

@@ -12,7 +12,7 @@ int64_t configure_threads(const RuntimeConfig& runtime, int64_t local_ranks = 1)
 // runtime.device; for cuda, the GPU of this rank's place on its node (local rank modulo the GPUs).
 torch::Device runtime_device(const RuntimeConfig& runtime, int64_t local_rank = 0);
 
-// Enables bf16 autocast for precision.dtype=bf16 while alive (fp32 master weights stay untouched).
+// Enables autocast for precision.dtype bf16 or fp16 while alive (fp32 master weights stay untouched).
 class AutocastGuard {
  public:
   AutocastGuard(const PrecisionConfig& precision, torch::Device device);

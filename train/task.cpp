@@ -1,5 +1,6 @@
 #include "train/task.h"
 
+#include "core/error.h"
 #include "train/inference.h"
 #include "train/lm_task.h"
 #include "train/translation_task.h"
@@ -11,10 +12,13 @@ int64_t batch_tokens(const TaskBatch& batch) {
   return std::get<Seq2SeqBatch>(batch).target_tokens();
 }
 
-std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data, const LoadedModel* trained) {
-  if (config.model.encoder_decoder())
+std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data, const LoadedModel* trained,
+                                Communicator* tp, std::unique_ptr<LmBatches> lm_batches) {
+  if (config.model.encoder_decoder()) {
+    LOOM_CHECK(lm_batches == nullptr, "synthetic LM batches feed a gpt model only");
     return make_translation_task(config, device, trained ? trained->translator : EncoderDecoder(nullptr));
-  return make_lm_task(config, device, data, trained ? trained->model : Gpt(nullptr));
+  }
+  return make_lm_task(config, device, data, trained ? trained->model : Gpt(nullptr), tp, std::move(lm_batches));
 }
 
 }  // namespace loom

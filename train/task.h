@@ -11,8 +11,10 @@
 #include <variant>
 
 #include "core/config.h"
+#include "data/lm_batches.h"
 #include "data/lm_sampler.h"
 #include "data/seq2seq_batch.h"
+#include "parallel/communicator.h"
 
 namespace loom {
 
@@ -39,14 +41,19 @@ class Task {
 
   // model.init_from: weights a fresh run starts from.
   virtual void load_weights(const std::filesystem::path& file) = 0;
+
+  // The tensor-parallel group the model is split over (its loss and gradient norm span it); null: none.
+  virtual Communicator* tp_group() const { return nullptr; }
 };
 
 // Which data a task opens: training (data.train required, data.valid if given) or evaluation only.
 enum class TaskData { kTraining, kEvaluation };
 
 // The task of config.model.arch with its data opened and config.model.vocab_size resolved from it. The
-// model is `trained`'s, or else built afresh on `device` from torch::manual_seed(run.seed).
+// model is `trained`'s, or else built afresh on `device` from torch::manual_seed(run.seed), split over the
+// TP group `tp` (GPT only; null: whole). lm_batches replaces data.train for a GPT (`loom bench`).
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
-                                const LoadedModel* trained = nullptr);
+                                const LoadedModel* trained = nullptr, Communicator* tp = nullptr,
+                                std::unique_ptr<LmBatches> lm_batches = nullptr);
 
 }  // namespace loom

@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+#include <limits>
+
 #include "core/error.h"
 #include "core/fault_injection.h"
 #include "core/file_io.h"
@@ -44,16 +47,23 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-Trainer::Trainer(Config config, const ProcessGroup& processes)
+Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<LmBatches> train_batches)
     : config_(std::move(config)),
       world_(processes.world(config_.parallel.timeout_s)),
       mesh_(config_, *world_),
       device_(runtime_device(config_.runtime, processes.info().local_rank)),
-      schedule_(config_) {
+      schedule_(config_),
+      loss_scaler_(config_.precision) {
   validate_batch_split(config_, mesh_.dp());
   if (processes.distributed()) set_log_tag("rank " + std::to_string(mesh_.rank()) + " " + mesh_.coords_name());
   const int64_t threads = configure_threads(config_.runtime, processes.info().local_size);
-  task_ = make_task(config_, device_, TaskData::kTraining);  // resolves model.vocab_size from the data
+  // CUDA tensors of the TP group travel over NCCL (its unique id over the MPI group of the same ranks).
+  if (device_.is_cuda() && mesh_.tp() > 1)
+    nccl_tp_group_ = make_nccl_communicator(mesh_.tp_group(), device_.index(), "NCCL " + mesh_.tp_group().name(),
+                                            config_.parallel.timeout_s);
+  // Resolves model.vocab_size from the data.
+  task_ = make_task(config_, device_, TaskData::kTraining, nullptr,
+                    nccl_tp_group_ ? nccl_tp_group_.get() : &mesh_.tp_group(), std::move(train_batches));
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
     task_->load_weights(config_.model.init_from);
   // CUDA gradients are reduced by NCCL; the MPI group of the same ranks carries its unique id.
@@ -64,6 +74,7 @@ Trainer::Trainer(Config config, const ProcessGroup& processes)
                                                   nccl_dp_group_ ? *nccl_dp_group_ : mesh_.dp_group(),
                                                   config_.parallel.bucket_mb, config_.parallel.zero == 1);
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
+  tp_sharded_ = tensor_parallel_ranges(task_->model(), gradient_sync_->optimizer_slices());
   spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
                count_parameters(config_.model), threads, config_.precision.dtype, device_.str(), mesh_.dp(), mesh_.tp(),
                mesh_.pp(), gradient_sync_->bucket_count());
@@ -98,23 +109,14 @@ TrainState Trainer::run() {
   session_start_ = interval_start_ = std::chrono::steady_clock::now();
   elapsed_at_start_ = state_.elapsed_s;
   while (state_.step < max_steps) {
-    const double lr = schedule_.at(state_.step);
-    set_learning_rate(*optimizer_, lr);
     maybe_inject_fault(state_.step + 1, mesh_.rank());
-    const double loss = train_step();
-    // With ZeRO-1 each rank holds a disjoint shard of the gradients: the norm sums over the DP group.
-    const double grad_norm = clip_grad_norm(gradient_sync_->optimizer_parameters(), config_.optim.grad_clip,
-                                            gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr);
-    optimizer_->step();
-    gradient_sync_->gather_parameters();
-    state_.step += 1;
-    state_.tokens += step_tokens_;
+    const StepResult result = step();
     interval_tokens_ += step_tokens_;
     interval_steps_ += 1;
     state_.elapsed_s = elapsed_at_start_ + seconds_since(session_start_);
 
     const bool final_step = state_.step == max_steps;
-    if (state_.step % config_.train.log_every == 0 || final_step) log_step(loss, lr, grad_norm);
+    if (state_.step % config_.train.log_every == 0 || final_step) log_step(result.loss, result.lr, result.grad_norm);
     maybe_evaluate(final_step);
     const int64_t every = config_.checkpoint.every;
     if (final_step || (every > 0 && state_.step % every == 0)) checkpoint();
@@ -127,7 +129,37 @@ TrainState Trainer::run() {
   return state_;
 }
 
-double Trainer::train_step() {
+StepResult Trainer::step() {
+  PhaseClock clock(phases_, device_, synchronize_phases_);
+  StepResult result;
+  result.lr = schedule_.at(state_.step);
+  set_learning_rate(*optimizer_, result.lr);
+  result.loss = forward_backward(clock);
+  // With ZeRO-1 each rank holds a disjoint shard of the gradients: norms span the DP group. Under TP the
+  // sharded parameters' squares sum over the TP group and the replicated ones count once. Whether to
+  // skip the step is agreed by every rank whose gradients differ.
+  Communicator* shards = gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr;
+  Communicator* differing = gradient_sync_->sharded() || mesh_.tp() > 1 ? &mesh_.world() : nullptr;
+  const bool finite = loss_scaler_.unscale(gradient_sync_->optimizer_parameters(), differing);
+  if (finite) {
+    result.grad_norm = clip_grad_norm(gradient_sync_->optimizer_parameters(), config_.optim.grad_clip, shards,
+                                      task_->tp_group(), tp_sharded_);
+    optimizer_->step();
+    gradient_sync_->gather_parameters();
+  } else {
+    result.skipped = true;
+    result.grad_norm = std::numeric_limits<double>::infinity();
+    spdlog::warn("step {}: fp16 gradients overflowed at loss scale {}; step skipped, scale now {}", state_.step + 1,
+                 loss_scaler_.scale(), loss_scaler_.scale() * config_.precision.loss_scale_backoff);
+  }
+  loss_scaler_.update(finite);
+  clock.lap(&StepPhases::optimizer_s);
+  state_.step += 1;
+  state_.tokens += step_tokens_;
+  return result;
+}
+
+double Trainer::forward_backward(PhaseClock& clock) {
   task_->model().train();
   gradient_sync_->zero_grad();
   const int64_t micro = config_.micro_batch_size(mesh_.dp());
@@ -144,17 +176,23 @@ double Trainer::train_step() {
   }
   step_tokens_ = static_cast<int64_t>(sum_over(mesh_.dp_group(), static_cast<double>(local_tokens)));
   const double weight_per_token = static_cast<double>(mesh_.dp()) / static_cast<double>(step_tokens_);
-  double loss_sum = 0;  // over this rank's tokens
+  clock.lap(&StepPhases::data_s);
+  // Summed over this rank's tokens on the device, read once at the end: no device wait per micro-batch.
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device_));
   AutocastGuard autocast(config_.precision, device_);
   for (int64_t m = 0; m < accumulation; ++m) {
     if (m == accumulation - 1) gradient_sync_->prepare_last_backward();
     const auto tokens = static_cast<double>(batch_tokens(batches[m]));
     auto loss = task_->loss(batches[m], device_, config_.optim.label_smoothing);
-    (loss * (tokens * weight_per_token)).backward();
-    loss_sum += loss.item<double>() * tokens;
+    clock.lap(&StepPhases::forward_s);
+    (loss_scaler_.scale_loss(loss) * (tokens * weight_per_token)).backward();
+    loss_sum += loss.detach() * tokens;
+    clock.lap(&StepPhases::backward_s);
   }
   gradient_sync_->finish();
-  return sum_over(mesh_.dp_group(), loss_sum) / static_cast<double>(step_tokens_);
+  const double loss = sum_over(mesh_.dp_group(), loss_sum.item<double>()) / static_cast<double>(step_tokens_);
+  clock.lap(&StepPhases::sync_s);
+  return loss;
 }
 
 bool Trainer::any_rank_stopping() {
@@ -188,15 +226,20 @@ void Trainer::log_step(double loss, double lr, double grad_norm) {
   spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:.0f} tok/s | {} elapsed | ETA {}", state_.step,
                config_.train.max_steps, loss, lr, grad_norm, tokens_per_s, format_duration(state_.elapsed_s),
                format_duration(eta));
-  metrics_->write({{"step", state_.step}, {"split", "train"}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                   {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s}, {"elapsed_s", state_.elapsed_s}});
+  nlohmann::json row = {{"step", state_.step},   {"split", "train"},     {"loss", loss},
+                        {"lr", lr},              {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s},
+                        {"elapsed_s", state_.elapsed_s}};
+  row["grad_norm"] = std::isfinite(grad_norm) ? nlohmann::json(grad_norm) : nlohmann::json(nullptr);  // overflow
+  if (loss_scaler_.enabled()) row["loss_scale"] = loss_scaler_.scale();
+  metrics_->write(row);
   interval_start_ = std::chrono::steady_clock::now();
   interval_tokens_ = 0;
   interval_steps_ = 0;
 }
 
 CheckpointParts Trainer::checkpoint_parts() {
-  return {task_->model(), optimizer_.get(), gradient_sync_->sharded(), gradient_sync_->optimizer_slices()};
+  return {task_->model(), optimizer_.get(), gradient_sync_->sharded(), gradient_sync_->optimizer_slices(),
+          loss_scaler_.enabled() ? &loss_scaler_ : nullptr};
 }
 
 void Trainer::checkpoint() {

@@ -11,28 +11,48 @@
 #include <memory>
 
 #include "core/config.h"
+#include "data/lm_batches.h"
+#include "optim/loss_scaler.h"
+#include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_communicator.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/step_phases.h"
 #include "train/task.h"
 
 namespace loom {
 
+struct StepResult {
+  double loss = 0;       // mean over the global batch
+  double lr = 0;         // the scheduled learning rate the step used
+  double grad_norm = 0;  // before clipping
+  bool skipped = false;  // fp16: the gradients overflowed, so no update was made (and the loss scale shrank)
+};
+
 class Trainer {
  public:
-  Trainer(Config config, const ProcessGroup& processes);
+  // train_batches: where training batches come from; null reads data.train (`loom bench` passes
+  // synthetic ones and leaves data.train empty).
+  Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<LmBatches> train_batches = nullptr);
   TrainState run();
+
+  // One optimizer step at the scheduled learning rate: what run() repeats between its bookkeeping.
+  StepResult step();
+  // Where the last step's time went; with synchronize_phases(true) a GPU is waited for at each phase end.
+  const StepPhases& last_phases() const { return phases_; }
+  void synchronize_phases(bool on) { synchronize_phases_ = on; }
 
   double evaluate();  // mean validation loss over train.eval_batches batches of train.batch_size sequences
   Task& task() { return *task_; }
   const Config& config() const { return config_; }
+  torch::Device device() const { return device_; }
 
  private:
   void resume_or_start();
-  double train_step();  // one optimizer step; returns the mean loss over the global batch
+  double forward_backward(PhaseClock& clock);  // this rank's micro-batches; returns the global batch's mean loss
   bool any_rank_stopping();
   void log_step(double loss, double lr, double grad_norm);
   void maybe_evaluate(bool final_step);
@@ -47,11 +67,16 @@ class Trainer {
   std::unique_ptr<Task> task_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<Communicator> nccl_dp_group_;  // CUDA runs: the DP group over NCCL
+  std::unique_ptr<Communicator> nccl_tp_group_;  // CUDA runs with tp > 1: the TP group over NCCL
+  std::vector<std::vector<ElementRange>> tp_sharded_;  // per optimizer tensor: its elements split over TP
   std::unique_ptr<GradientSync> gradient_sync_;
   LrSchedule schedule_;
+  LossScaler loss_scaler_;
   std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
   TrainState state_;
   int64_t last_checkpoint_step_ = -1;
+  StepPhases phases_;
+  bool synchronize_phases_ = false;
 
   // Throughput between progress lines.
   std::chrono::steady_clock::time_point session_start_, interval_start_;

@@ -230,7 +230,7 @@ TEST_CASE("checkpoint: prune keeps the newest complete checkpoints", "[checkpoin
   CHECK(fs::exists(loom::checkpoint_dir(run, 20)));
 }
 
-TEST_CASE("checkpoint: any DP size resumes it, another TP layout is refused", "[checkpoint]") {
+TEST_CASE("checkpoint: any DP size resumes it, another PP layout is refused", "[checkpoint]") {
   const auto run = loom::test::scratch_dir("ckpt-layout");
   const auto config = tiny_config();
   Trainee t(config, 1);
@@ -241,14 +241,15 @@ TEST_CASE("checkpoint: any DP size resumes it, another TP layout is refused", "[
   CHECK(loom::load_checkpoint(run, 3, loom::Mesh(dp2, 2, 1), replica.parts()).step == 3);
   for (const auto& p : t.model->named_parameters())
     CHECK(p.value().equal(replica.model->named_parameters()[p.key()]));
-  const auto tp2 = tiny_config({"parallel.tp=2"});
+  // Another TP size reshards (tests/e2e/test_tensor_parallel.sh); another PP size is not there yet.
+  const auto pp2 = tiny_config({"parallel.pp=2"});
   try {
-    loom::load_checkpoint(run, 3, loom::Mesh(tp2, 2, 0), t.parts());
+    loom::load_checkpoint(run, 3, loom::Mesh(pp2, 2, 0), t.parts());
     FAIL("expected loom::Error");
   } catch (const loom::Error& e) {
     const std::string message = e.what();
     CHECK(message.find("layout") != std::string::npos);
-    CHECK(message.find("tp=2") != std::string::npos);
+    CHECK(message.find("pp=2") != std::string::npos);
   }
   // A model with more blocks than the checkpoint looks for blocks the shard does not have.
   const auto deeper = tiny_config({"model.n_layers=3"});

@@ -7,15 +7,11 @@
 #include "core/config.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_communicator.h"
+#include "test_util.h"
 
 namespace {
 
-loom::ProcessGroup& processes() {
-  static loom::ProcessGroup group;  // MPI_Init once per process, MPI_Finalize at exit
-  return group;
-}
-
-std::unique_ptr<loom::Communicator> world() { return processes().world(/*timeout_s=*/60); }
+std::unique_ptr<loom::Communicator> world() { return loom::test::processes().world(/*timeout_s=*/60); }
 
 }  // namespace
 

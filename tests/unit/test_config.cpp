@@ -100,7 +100,10 @@ TEST_CASE("config: a validation error names file, line, key and the constraint",
   CHECK(config_error("model:\n  max_seq_len: 64\n") == "x.yaml (default): data.seq_len: 128 exceeds model.max_seq_len=64");
   CHECK(config_error("train:\n  batch_size: 30\n  micro_batch_size: 4\n") ==
         "x.yaml:2: train.batch_size: 30 must be a multiple of train.micro_batch_size * parallel.dp = 4 * 1");
-  CHECK(starts_with(config_error("precision:\n  dtype: fp16\n"), "x.yaml:2: precision.dtype: fp16 training needs"));
+  CHECK(config_error("precision:\n  dtype: fp16\n  loss_scale_backoff: 2\n") ==
+        "x.yaml:3: precision.loss_scale_backoff: 2 must be in (0, 1)");
+  CHECK(config_error("train:\n  activation_checkpointing: some\n") ==
+        "x.yaml:2: train.activation_checkpointing: 'some' is not one of none, full, selective");
   CHECK(config_error("schedule:\n  name: cosine\n") ==
         "x.yaml:2: schedule.name: 'cosine' is not one of warmup_cosine, inverse_sqrt, constant, linear, wsd");
   CHECK(config_error("train:\n  batch_tokens: -1\n") == "x.yaml:2: train.batch_tokens: -1 must be >= 0 (0: off)");

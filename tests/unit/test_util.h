@@ -12,7 +12,16 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "parallel/mpi_communicator.h"
+
 namespace loom::test {
+
+// The MPI process set-up, shared by every test file: MPI_Init once per process, MPI_Finalize at exit.
+// Without mpirun it is the process alone and the tests' groups are groups of one.
+inline loom::ProcessGroup& processes() {
+  static loom::ProcessGroup group;
+  return group;
+}
 
 inline std::filesystem::path source_dir() {
   const char* dir = std::getenv("LOOM_SOURCE_DIR");

@@ -1,0 +1,97 @@
+// `loom bench CONFIG [--set ...] [--steps N] [--warmup N] [--profile-steps N] [--json]`: trains the configured model on
+// synthetic tokens with the real Trainer step (train/bench.h) and prints throughput, MFU against a matrix
+// product ceiling measured in the same run, peak memory and where a step's time goes.
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "train/bench.h"
+
+namespace loom::cli {
+namespace {
+
+nlohmann::json to_json(const BenchResult& r) {
+  const auto share = [](double s) { return s < 0 ? nlohmann::json(nullptr) : nlohmann::json(s); };
+  const StepPhases& p = r.phases_mean;
+  return {{"device", r.device},
+          {"dtype", r.dtype},
+          {"threads", r.threads},
+          {"parameters", r.parameters},
+          {"steps", r.steps},
+          {"warmup", r.warmup},
+          {"tokens_per_step", r.tokens_per_step},
+          {"tokens_per_s", r.tokens_per_s},
+          {"step_ms_median", r.step_ms_median},
+          {"step_ms_mean", r.step_ms_mean},
+          {"step_ms_min", r.step_ms_min},
+          {"cpu_ms_per_step", r.cpu_ms_per_step},
+          {"flops_per_token", r.flops_per_token},
+          {"gemm_peak_gflops", r.gemm_peak_gflops},
+          {"mfu", r.mfu},
+          {"peak_memory_mb", r.peak_memory_mb},
+          {"phases_ms",
+           {{"data", p.data_s * 1e3},
+            {"forward", p.forward_s * 1e3},
+            {"backward", p.backward_s * 1e3},
+            {"gradient_sync", p.sync_s * 1e3},
+            {"optimizer", p.optimizer_s * 1e3}}},
+          {"gemm_share", share(r.gemm_share)},
+          {"attention_share", share(r.attention_share)},
+          {"non_matmul_share", share(r.non_matmul_share)},
+          {"final_loss", r.final_loss}};
+}
+
+void print_text(const BenchResult& r) {
+  std::printf("device         %s, %s, %ld threads, %ld parameters\n", r.device.c_str(), r.dtype.c_str(),
+              static_cast<long>(r.threads), static_cast<long>(r.parameters));
+  std::printf("steps          %ld timed after %ld warm-up, %ld tokens each\n", static_cast<long>(r.steps),
+              static_cast<long>(r.warmup), static_cast<long>(r.tokens_per_step));
+  std::printf("throughput     %.0f tokens/s, step %.1f ms median (%.1f mean, %.1f min)\n", r.tokens_per_s,
+              r.step_ms_median, r.step_ms_mean, r.step_ms_min);
+  std::printf("CPU time       %.1f ms per step (all threads)\n", r.cpu_ms_per_step);
+  std::printf("MFU            %.1f%% (%.4g FLOPs/token, %s matmul ceiling %.1f GFLOP/s measured)\n", r.mfu * 100,
+              r.flops_per_token, r.dtype.c_str(), r.gemm_peak_gflops);
+  std::printf("peak memory    %.1f MB\n", r.peak_memory_mb);
+  const StepPhases& p = r.phases_mean;
+  const double total = p.total_s();
+  const std::pair<const char*, double> phases[] = {{"data", p.data_s},         {"forward", p.forward_s},
+                                                   {"backward", p.backward_s}, {"gradient sync", p.sync_s},
+                                                   {"optimizer", p.optimizer_s}};
+  std::printf("phases (mean ms per step)\n");
+  for (const auto& [name, s] : phases)
+    std::printf("  %-14s %9.2f ms  %5.1f%%\n", name, s * 1e3, total > 0 ? 100 * s / total : 0.0);
+  if (r.non_matmul_share >= 0)
+    std::printf("time in        matmul %.1f%%, attention kernels %.1f%%, everything else %.1f%%\n", 100 * r.gemm_share,
+                100 * r.attention_share, 100 * r.non_matmul_share);
+}
+
+}  // namespace
+
+int bench_command(const Argv& argv, const ProcessGroup& processes) {
+  const auto args = parse_args(argv, {"steps", "warmup", "profile-steps"}, {"json"}, 1,
+                               "loom bench CONFIG [--set key.path=value ...] [--steps N] [--warmup N] "
+                               "[--profile-steps N] [--json]");
+  const Config config = load_config(args.positional[0], args.sets);
+  BenchOptions options;
+  options.steps = args.int_option("steps", options.steps);
+  options.warmup = args.int_option("warmup", options.warmup);
+  options.profile_steps = args.int_option("profile-steps", options.profile_steps);  // 0: no matmul share
+  if (options.steps < 1) throw ConfigError("--steps: " + std::to_string(options.steps) + " must be at least 1");
+  if (options.profile_steps < 0)
+    throw ConfigError("--profile-steps: " + std::to_string(options.profile_steps) + " must not be negative");
+  if (options.warmup < 0) throw ConfigError("--warmup: " + std::to_string(options.warmup) + " must not be negative");
+  const BenchResult result = run_bench(config, processes, options);
+  if (processes.info().rank != 0) return 0;
+  if (args.flag("json")) {
+    std::cout << to_json(result).dump() << std::endl;
+  } else {
+    print_text(result);
+  }
+  return 0;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,64 @@
+// Megatron-style tensor parallelism: the paired autograd functions every tensor-parallel layer is built
+// from, and how a parameter is cut into per-rank shards. Each function's backward is the communication
+// that makes the gradients of its inputs exact given the forward's:
+//   copy_to_tp_region       identity           / all-reduce        (before a column-parallel layer)
+//   reduce_from_tp_region   all-reduce         / identity          (after a row-parallel layer)
+//   gather_from_tp_region   all-gather last dim / split last dim
+//   scatter_to_tp_region    split last dim     / all-gather last dim
+//   gather_from_sequence    all-gather dim 1   / reduce-scatter dim 1   (sequence parallelism)
+//   reduce_scatter_to_sequence  reduce-scatter dim 1 / all-gather dim 1
+// With a group of one rank every function returns its input and records nothing for autograd.
+// The layers themselves (column/row-parallel linear, vocab-parallel embedding) live in models/.
+#pragma once
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "parallel/communicator.h"
+
+namespace loom {
+
+// A rank's share of n items split over `parts` ranks: [start, start + length). The first n % parts ranks
+// hold one item more, so any n splits (a vocabulary of 50257 over 2 ranks).
+struct ShardRange {
+  int64_t start = 0;
+  int64_t length = 0;
+};
+ShardRange shard_range(int64_t n, int64_t parts, int64_t rank);
+
+torch::Tensor copy_to_tp_region(const torch::Tensor& x, Communicator& group);
+torch::Tensor reduce_from_tp_region(const torch::Tensor& x, Communicator& group);
+// x: (..., n_r) with n_r = shard_range(full, size, rank).length -> (..., full). full = -1: size * n_r.
+torch::Tensor gather_from_tp_region(const torch::Tensor& x, Communicator& group, int64_t full = -1);
+// x: (..., full) -> (..., n_r), this rank's shard_range of the last dim.
+torch::Tensor scatter_to_tp_region(const torch::Tensor& x, Communicator& group);
+// x: (B, T/size, C) -> (B, T, C), rank r's chunk at [r * T/size, (r + 1) * T/size).
+torch::Tensor gather_from_sequence(const torch::Tensor& x, Communicator& group);
+// x: (B, T, C) partial sums -> (B, T/size, C), this rank's chunk of the sum over ranks.
+torch::Tensor reduce_scatter_to_sequence(const torch::Tensor& x, Communicator& group);
+
+// How a tensor-parallel parameter is cut: along `dim`, each section (full extents, summing to the full
+// size) is split over the ranks by shard_range and a rank's pieces are concatenated in section order. A
+// fused QKV weight is {H*D, K*D, K*D} along dim 0, so each rank keeps whole heads of q, k and v.
+struct ShardLayout {
+  int64_t dim = 0;
+  std::vector<int64_t> sections;
+};
+torch::Tensor take_shard(const torch::Tensor& full, const ShardLayout& layout, int64_t parts, int64_t rank);
+// The inverse: every rank's shard (in rank order) -> the full tensor.
+torch::Tensor join_shards(const std::vector<torch::Tensor>& shards, const ShardLayout& layout);
+
+// A module holding tensor-parallel parameters says how each of its own parameters is cut; parameters
+// not listed are replicated (identical on every rank of the TP group, and so are their gradients).
+class TensorParallelLayer {
+ public:
+  virtual ~TensorParallelLayer() = default;
+  virtual std::vector<std::pair<std::string, ShardLayout>> shard_layouts() const = 0;
+};
+
+// Every sharded parameter of a model by its full name ("blocks.0.attention.qkv.weight").
+std::map<std::string, ShardLayout> shard_layouts(const torch::nn::Module& model);
+
+}  // namespace loom

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# loom bench on the tiny config (synthetic tokens, no data files): the JSON has every key and its numbers
+# agree with each other (tokens/s with the step times, MFU with FLOPs/token and the measured ceiling, the
+# phases with the step), the loss on uniform random tokens starts at ln(vocab), the synthetic stream is
+# deterministic, activation checkpointing trains identically, and bad input is a usage error.
+source "$(dirname "$0")/common.sh"
+bench() { "$LOOM" bench "$SRC/tests/e2e/tiny.yaml" --set model.vocab_size=512 --steps 4 --warmup 1 --json "$@"; }
+bench > "$WORK/fp32.json"
+bench > "$WORK/fp32-again.json"
+bench --set precision.dtype=bf16 > "$WORK/bf16.json"
+bench --set train.activation_checkpointing=full > "$WORK/full.json"
+bench --set train.activation_checkpointing=selective > "$WORK/selective.json"
+"$LOOM" info "$SRC/tests/e2e/tiny.yaml" --set model.vocab_size=512 --json > "$WORK/info.json"
+cat "$WORK/fp32.json" "$WORK/bf16.json"
+
+python3 - "$WORK" <<'PY' || fail "loom bench --json"
+import json, math, sys
+work = sys.argv[1]
+info = json.load(open(f"{work}/info.json"))
+for dtype in ("fp32", "bf16"):
+    r = json.load(open(f"{work}/{dtype}.json"))
+    keys = {"tokens_per_s", "step_ms_median", "step_ms_mean", "step_ms_min", "mfu", "gemm_peak_gflops", "flops_per_token",
+            "peak_memory_mb", "phases_ms", "gemm_share", "attention_share", "non_matmul_share", "tokens_per_step",
+            "steps", "warmup", "threads", "dtype", "final_loss", "parameters"}
+    assert keys <= r.keys(), keys - r.keys()
+    assert set(r["phases_ms"]) == {"data", "forward", "backward", "gradient_sync", "optimizer"}, r["phases_ms"]
+    assert r["dtype"] == dtype and r["threads"] == 1 and r["steps"] == 4 and r["warmup"] == 1
+    assert r["tokens_per_step"] == 16 * 32, r["tokens_per_step"]
+    assert r["parameters"] == info["parameters"] and math.isclose(r["flops_per_token"], info["flops_per_token"])
+    # tokens/s is the tokens of the timed steps over their total time, i.e. over the mean step.
+    assert math.isclose(r["tokens_per_s"], r["tokens_per_step"] / (r["step_ms_mean"] / 1e3), rel_tol=1e-9)
+    assert r["step_ms_min"] <= r["step_ms_median"] <= 4 * r["step_ms_mean"]
+    assert 0.25 < r["tokens_per_step"] / (r["step_ms_median"] / 1e3) / r["tokens_per_s"] < 4
+    assert math.isclose(r["mfu"], r["flops_per_token"] * r["tokens_per_s"] / (r["gemm_peak_gflops"] * 1e9), rel_tol=1e-9)
+    assert 0 < r["mfu"] < 1 and 1 < r["gemm_peak_gflops"] < 1e5, (r["mfu"], r["gemm_peak_gflops"])
+    # The Trainer's phases cover its whole step; bench times the same call from outside.
+    phases = sum(r["phases_ms"].values())
+    assert all(v >= 0 for v in r["phases_ms"].values()) and r["phases_ms"]["forward"] > 0 and r["phases_ms"]["backward"] > 0
+    assert 0.8 * r["step_ms_mean"] <= phases <= r["step_ms_mean"] * 1.0001, (phases, r["step_ms_mean"])
+    shares = r["gemm_share"], r["attention_share"], r["non_matmul_share"]
+    assert 0 < r["gemm_share"] < 1 and 0 <= r["attention_share"] < 1 and 0 < r["non_matmul_share"] < 1, shares
+    assert math.isclose(sum(shares), 1.0, abs_tol=1e-9), shares
+    assert 20 < r["peak_memory_mb"] < 4096, r["peak_memory_mb"]
+    # Uniform random tokens: nothing to learn, so the loss stays near ln(vocab) = 6.24.
+    assert abs(r["final_loss"] - math.log(512)) < 0.3, r["final_loss"]
+    print(dtype, f"{r['tokens_per_s']:.0f} tok/s, MFU {100 * r['mfu']:.2f}% of {r['gemm_peak_gflops']:.0f} GFLOP/s, "
+          f"phases {phases:.1f} of {r['step_ms_mean']:.1f} ms, loss {r['final_loss']:.4f}")
+again = json.load(open(f"{work}/fp32-again.json"))
+assert again["final_loss"] == json.load(open(f"{work}/fp32.json"))["final_loss"], "synthetic batches are not deterministic"
+# Activation checkpointing recomputes blocks in backward (dropout replayed): the same training, bit for bit.
+for mode in ("full", "selective"):
+    r = json.load(open(f"{work}/{mode}.json"))
+    assert r["final_loss"] == again["final_loss"], (mode, r["final_loss"], again["final_loss"])
+PY
+
+set +e
+out=$("$LOOM" bench "$SRC/tests/e2e/tiny.yaml" --steps 2 2>&1); code=$?
+set -e
+[ $code -eq 2 ] && grep -q "model.vocab_size" <<<"$out" || fail "no vocab_size: exit $code, '$out'"
+set +e
+out=$("$LOOM" bench "$SRC/tests/e2e/tiny.yaml" --set model.vocab_size=512 --steps 0 2>&1); code=$?
+set -e
+[ $code -eq 2 ] && grep -q "\-\-steps" <<<"$out" || fail "--steps 0: exit $code, '$out'"
+echo PASS

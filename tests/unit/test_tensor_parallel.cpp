@@ -1,0 +1,259 @@
+// Tensor-parallel pieces against the single-process computation on the full tensors: forward values and
+// every gradient within 1e-6 (fp32). Written for any world size: ctest runs them as unit tests (a group
+// of one, where every piece must be the plain computation) and under `mpirun -np 2` and `-np 4`. Every
+// rank draws the same full tensors from the same seed, computes the reference itself, and checks its
+// own shard of the parallel result. Differences are measured relative to values larger than 1.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "models/parallel_linear.h"
+#include "models/vocab_parallel_embedding.h"
+#include "optim/cross_entropy.h"
+#include "optim/optimizer.h"
+#include "parallel/tensor_parallel.h"
+#include "test_util.h"
+
+namespace {
+
+constexpr double kTolerance = 1e-6;
+
+// |a - b| relative to b's magnitude where it exceeds 1: fp32 sums in another order (per-rank partial
+// products, other matmul blockings) differ by a few ulps of the values summed.
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return loom::test::max_abs_diff(a, b) / std::max(1.0, b.abs().max().item<double>());
+}
+
+std::unique_ptr<loom::Communicator> tp_group() { return loom::test::processes().world(/*timeout_s=*/60); }
+
+// Rank r's slice [start, start + length) of dim `dim` of a full tensor.
+torch::Tensor slice(const torch::Tensor& full, int64_t dim, const loom::ShardRange& range) {
+  return full.narrow(dim, range.start, range.length);
+}
+
+}  // namespace
+
+TEST_CASE("shard_range: every item once, shares differ by at most one", "[tp]") {
+  for (int64_t n : {1, 7, 8, 50257})
+    for (int64_t parts : {1, 2, 3, 4}) {
+      int64_t next = 0;
+      for (int64_t r = 0; r < parts; ++r) {
+        const auto range = loom::shard_range(n, parts, r);
+        CHECK(range.start == next);
+        CHECK((range.length == n / parts || range.length == n / parts + 1));
+        next += range.length;
+      }
+      CHECK(next == n);
+    }
+  // A fused QKV of 4 q heads, 2 kv heads (D = 3) over 2 ranks: rank 1 holds q heads 2-3, kv head 1.
+  const auto rows = torch::arange(24).view({24, 1});
+  const loom::ShardLayout qkv{0, {12, 6, 6}};
+  const auto shard = loom::take_shard(rows, qkv, 2, 1).flatten();
+  CHECK(shard.equal(torch::tensor({6, 7, 8, 9, 10, 11, 15, 16, 17, 21, 22, 23}).to(shard.dtype())));
+  CHECK(loom::join_shards({loom::take_shard(rows, qkv, 2, 0), loom::take_shard(rows, qkv, 2, 1)}, qkv).equal(rows));
+}
+
+TEST_CASE("tensor parallel: copy/reduce, gather/scatter and the sequence pair, values and gradients", "[tp]") {
+  auto group = tp_group();
+  auto& g = *group;
+  const int64_t n = g.size(), r = g.rank();
+  torch::manual_seed(1);
+  // Per-rank inputs and upstream gradients, all drawn by every rank: index k is rank k's.
+  std::vector<torch::Tensor> parts, upstream;
+  for (int64_t k = 0; k < n; ++k) parts.push_back(torch::randn({3, 5}));
+  for (int64_t k = 0; k < n; ++k) upstream.push_back(torch::randn({3, 5}));
+  const auto sum_of = [](const std::vector<torch::Tensor>& ts) { return torch::stack(ts).sum(0); };
+
+  SECTION("copy_to: identity forward, gradients summed over ranks") {
+    auto x = parts[0].clone().requires_grad_();  // replicated
+    auto y = loom::copy_to_tp_region(x, g);
+    CHECK(y.equal(parts[0]));
+    (y * upstream[r]).sum().backward();
+    CHECK(max_abs_diff(x.grad(), sum_of(upstream)) <= kTolerance);
+  }
+  SECTION("reduce_from: sum forward, the gradient passes through") {
+    auto x = parts[r].clone().requires_grad_();
+    auto y = loom::reduce_from_tp_region(x, g);
+    CHECK(max_abs_diff(y, sum_of(parts)) <= kTolerance);
+    (y * upstream[0]).sum().backward();  // the same loss on every rank
+    CHECK(x.grad().equal(upstream[0]));
+  }
+  SECTION("gather/scatter along the last dim, uneven shares included") {
+    const int64_t full = 4 * n - 1;  // the last rank holds one column fewer
+    const auto X = torch::randn({2, 3, full});
+    const auto G = torch::randn({2, 3, full});
+    const auto mine = loom::shard_range(full, n, r);
+    auto x = slice(X, -1, mine).clone().requires_grad_();
+    auto y = loom::gather_from_tp_region(x, g, full);
+    CHECK(y.equal(X));
+    (y * G).sum().backward();
+    CHECK(x.grad().equal(slice(G, -1, mine)));
+
+    auto X2 = X.clone().requires_grad_();
+    auto s = loom::scatter_to_tp_region(X2, g);
+    CHECK(s.equal(slice(X, -1, mine)));
+    (s * slice(G, -1, mine)).sum().backward();  // each rank's loss covers its columns: together all of G
+    CHECK(X2.grad().equal(G));
+  }
+  SECTION("sequence parallel: all-gather along T, reduce-scatter in backward (and the reverse)") {
+    const int64_t T = 2 * n;
+    std::vector<torch::Tensor> full_parts, full_upstream;
+    for (int64_t k = 0; k < n; ++k) full_parts.push_back(torch::randn({2, T, 3}));
+    for (int64_t k = 0; k < n; ++k) full_upstream.push_back(torch::randn({2, T, 3}));
+    const loom::ShardRange mine{2 * r, 2};
+    const auto X = full_parts[0];
+    auto x = slice(X, 1, mine).clone().requires_grad_();
+    auto y = loom::gather_from_sequence(x, g);
+    CHECK(y.equal(X));
+    (y * full_upstream[r]).sum().backward();
+    CHECK(max_abs_diff(x.grad(), slice(sum_of(full_upstream), 1, mine)) <= kTolerance);
+
+    auto z_in = full_parts[r].clone().requires_grad_();
+    auto z = loom::reduce_scatter_to_sequence(z_in, g);
+    CHECK(max_abs_diff(z, slice(sum_of(full_parts), 1, mine)) <= kTolerance);
+    (z * slice(full_upstream[0], 1, mine)).sum().backward();
+    CHECK(z_in.grad().equal(full_upstream[0]));
+  }
+}
+
+TEST_CASE("tensor parallel: column -> row parallel linear equals the full layers", "[tp]") {
+  auto group = tp_group();
+  auto& g = *group;
+  const int64_t n = g.size(), r = g.rank();
+  const int64_t C = 8, F = 6 * n;
+  auto build = [&](loom::Communicator* tp) {
+    torch::manual_seed(3);  // the same draws for both builds
+    auto column = loom::ColumnParallelLinear(loom::ParallelLinearOptions{C, F, true, 0.5, tp, {}});
+    auto row = loom::RowParallelLinear(loom::ParallelLinearOptions{F, C, true, 0.5, tp, {}});
+    {  // nonzero biases, the same on every rank
+      torch::NoGradGuard no_grad;
+      torch::manual_seed(4);
+      auto column_bias = torch::randn({F}), row_bias = torch::randn({C});
+      column->bias.copy_(loom::take_shard(column_bias, {0, {F}}, loom::tp_size(tp), loom::tp_rank(tp)));
+      row->bias.copy_(row_bias);
+    }
+    return std::make_pair(column, row);
+  };
+  auto [full_up, full_down] = build(nullptr);
+  auto [up, down] = build(&g);
+  const loom::ShardLayout column_layout{0, {F}}, row_layout{1, {F}};
+  CHECK(up->weight.equal(loom::take_shard(full_up->weight, column_layout, n, r)));
+  CHECK(down->weight.equal(loom::take_shard(full_down->weight, row_layout, n, r)));
+
+  torch::manual_seed(5);
+  const auto input = torch::randn({2, 3, C});
+  const auto upstream = torch::randn({2, 3, C});
+  auto x_full = input.clone().requires_grad_();
+  auto x = input.clone().requires_grad_();
+  auto y_full = full_down->forward(torch::gelu(full_up->forward(x_full)));
+  auto y = down->forward(torch::gelu(up->forward(x)));
+  CHECK(max_abs_diff(y, y_full) <= kTolerance);
+  (y_full * upstream).sum().backward();
+  (y * upstream).sum().backward();
+  CHECK(max_abs_diff(x.grad(), x_full.grad()) <= kTolerance);
+  CHECK(max_abs_diff(up->weight.grad(), loom::take_shard(full_up->weight.grad(), column_layout, n, r)) <= kTolerance);
+  CHECK(max_abs_diff(up->bias.grad(), loom::take_shard(full_up->bias.grad(), column_layout, n, r)) <= kTolerance);
+  CHECK(max_abs_diff(down->weight.grad(), loom::take_shard(full_down->weight.grad(), row_layout, n, r)) <= kTolerance);
+  CHECK(max_abs_diff(down->bias.grad(), full_down->bias.grad()) <= kTolerance);
+  // The layouts name exactly the sharded parameters: the row-parallel bias is replicated.
+  CHECK(up->shard_layouts().size() == 2);
+  CHECK(down->shard_layouts().size() == 1);
+}
+
+TEST_CASE("tensor parallel: a fused QKV column-parallel layer keeps whole heads of q, k and v", "[tp]") {
+  auto group = tp_group();
+  auto& g = *group;
+  const int64_t n = g.size(), r = g.rank();
+  // 4n query heads and 2n kv heads of size 3: each rank keeps 4 q heads and 2 kv heads.
+  const std::vector<int64_t> sections{12 * n, 6 * n, 6 * n};
+  const int64_t C = 8, F = 24 * n;
+  const loom::ShardLayout layout{0, sections}, output_layout{-1, sections};
+  auto build = [&](loom::Communicator* tp) {
+    torch::manual_seed(6);
+    return loom::ColumnParallelLinear(loom::ParallelLinearOptions{C, F, false, 0.1, tp, sections});
+  };
+  auto full = build(nullptr);
+  auto sharded = build(&g);
+  CHECK(sharded->weight.equal(loom::take_shard(full->weight, layout, n, r)));
+  torch::manual_seed(7);
+  const auto input = torch::randn({2, 3, C});
+  const auto upstream = torch::randn({2, 3, F});
+  auto x_full = input.clone().requires_grad_();
+  auto x = input.clone().requires_grad_();
+  auto y_full = full->forward(x_full);
+  auto y = sharded->forward(x);  // (2, 3, F / n): [q heads | k heads | v heads] of this rank
+  CHECK(max_abs_diff(y, loom::take_shard(y_full, output_layout, n, r)) <= kTolerance);
+  (y_full * upstream).sum().backward();
+  (y * loom::take_shard(upstream, output_layout, n, r)).sum().backward();  // together, the full loss
+  CHECK(max_abs_diff(x.grad(), x_full.grad()) <= kTolerance);
+  CHECK(max_abs_diff(sharded->weight.grad(), loom::take_shard(full->weight.grad(), layout, n, r)) <= kTolerance);
+}
+
+TEST_CASE("tensor parallel: vocab-parallel embedding, tied head and cross-entropy with label smoothing", "[tp]") {
+  auto group = tp_group();
+  auto& g = *group;
+  const int64_t n = g.size();
+  const int64_t V = 4 * n + 3, C = 6;  // uneven shares
+  auto build = [&](loom::Communicator* tp) {
+    torch::manual_seed(11);
+    auto embedding = loom::VocabParallelEmbedding(loom::VocabParallelEmbeddingOptions{V, C, tp});
+    embedding->reset_normal(0.5);
+    return embedding;
+  };
+  auto full = build(nullptr);
+  auto sharded = build(&g);
+  const auto mine = sharded->range();
+  CHECK(sharded->weight.equal(slice(full->weight, 0, mine)));
+
+  torch::manual_seed(12);
+  const auto tokens = torch::randint(0, V, {3, 5}, torch::kLong);
+  auto targets = torch::randint(0, V, {15}, torch::kLong);
+  targets[2] = loom::kIgnoreIndex;
+  targets[9] = loom::kIgnoreIndex;
+  const auto mix = torch::randn({C, C});  // something between embedding and head
+  const double smoothing = GENERATE(0.0, 0.1);
+  auto loss_of = [&](loom::VocabParallelEmbeddingImpl& embedding, loom::Communicator* tp) {
+    auto h = embedding.forward(tokens);                        // (3, 5, C)
+    auto logits = embedding.logits(torch::tanh(h.matmul(mix)));  // (3, 5, V_r)
+    return std::make_pair(h, loom::cross_entropy(logits.flatten(0, 1), targets, smoothing, loom::kIgnoreIndex, tp));
+  };
+  auto [h_full, loss_full] = loss_of(*full, nullptr);
+  auto [h, loss] = loss_of(*sharded, &g);
+  CHECK(max_abs_diff(h, h_full) <= kTolerance);
+  CHECK(std::abs(loss.item<double>() - loss_full.item<double>()) <= kTolerance);
+  loss_full.backward();
+  loss.backward();
+  CHECK(max_abs_diff(sharded->weight.grad(), slice(full->weight.grad(), 0, mine)) <= kTolerance);
+
+  SECTION("cross-entropy alone: loss and logit gradients against the single-process loss") {
+    torch::manual_seed(13);
+    const auto logits_full = (3 * torch::randn({15, V})).requires_grad_();
+    auto logits = slice(logits_full.detach(), 1, mine).clone().requires_grad_();
+    auto expected = loom::cross_entropy(logits_full, targets, smoothing);
+    auto got = loom::cross_entropy(logits, targets, smoothing, loom::kIgnoreIndex, &g);
+    CHECK(std::abs(got.item<double>() - expected.item<double>()) <= kTolerance);
+    expected.backward();
+    got.backward();
+    CHECK(max_abs_diff(logits.grad(), slice(logits_full.grad(), 1, mine)) <= kTolerance);
+  }
+}
+
+TEST_CASE("clip_grad_norm: tensor-parallel shards count once across the TP group, replicas once", "[tp]") {
+  auto group = tp_group();
+  auto& g = *group;
+  const int64_t n = g.size(), r = g.rank();
+  torch::manual_seed(21);
+  const auto split = torch::randn({4 * n});  // a parameter's gradient split over the ranks
+  const auto replicated = torch::randn({3});  // a gradient every rank holds whole
+  const double expected = std::sqrt(split.pow(2).sum().item<double>() + replicated.pow(2).sum().item<double>());
+  auto with_grad = [](const torch::Tensor& grad) {
+    auto p = torch::zeros_like(grad).requires_grad_();
+    p.mutable_grad() = grad.clone();
+    return p;
+  };
+  const auto mine = split.narrow(0, 4 * r, 4);
+  // Whole parameters, and a ZeRO-1-style flat tensor holding both kinds.
+  CHECK(loom::clip_grad_norm({with_grad(mine), with_grad(replicated)}, 0.0, nullptr, &g, {{{0, 4}}, {}}) ==
+        Approx(expected).epsilon(1e-6));  // fp32 sums of squares
+  CHECK(loom::clip_grad_norm({with_grad(torch::cat({replicated, mine}))}, 0.0, nullptr, &g, {{{3, 4}}}) ==
+        Approx(expected).epsilon(1e-6));  // fp32 sums of squares
+}

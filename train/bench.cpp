@@ -1,0 +1,176 @@
+#include "train/bench.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <numeric>
+
+#include "core/error.h"
+#include "data/lm_batches.h"
+#include "models/estimates.h"
+#include "train/op_time.h"
+#include "train/trainer.h"
+
+#ifdef LOOM_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace loom {
+namespace {
+
+void synchronize(torch::Device device) {
+#ifdef LOOM_CUDA
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+#else
+  (void)device;
+#endif
+}
+
+torch::ScalarType scalar_type(const std::string& dtype) {
+  if (dtype == "bf16") return torch::kBFloat16;
+  if (dtype == "fp16") return torch::kHalf;
+  return torch::kFloat;
+}
+
+// The peak-memory counter starts again from what is in use now: the model, not the set-up before it.
+void reset_peak_memory(torch::Device device) {
+#ifdef LOOM_CUDA
+  if (device.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+    return;
+  }
+#endif
+  (void)device;
+  std::ofstream("/proc/self/clear_refs") << "5";  // Linux: resets VmHWM to the current resident set
+}
+
+double peak_memory_mb(torch::Device device) {
+#ifdef LOOM_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return static_cast<double>(stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
+           (1024.0 * 1024.0);
+  }
+#endif
+  (void)device;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);  // no /proc: the process's whole-life maximum
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+}  // namespace
+
+double measure_gemm_gflops(torch::Device device, const std::string& dtype, int64_t n, int repeats) {
+  torch::NoGradGuard no_grad;
+  const auto options = torch::TensorOptions(scalar_type(dtype)).device(device);
+  const auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
+  auto c = torch::empty({n, n}, options);
+  double best = 0;
+  for (int i = 0; i < repeats + 2; ++i) {  // the first two pick kernels and fault in memory
+    synchronize(device);
+    const auto start = std::chrono::steady_clock::now();
+    torch::mm_out(c, a, b);
+    synchronize(device);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i >= 2) best = std::max(best, 2.0 * static_cast<double>(n * n * n) / s * 1e-9);
+  }
+  return best;
+}
+
+BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchOptions& options) {
+  LOOM_CHECK(options.steps > 0, "--steps must be at least 1");
+  LOOM_CHECK(options.warmup >= 0, "--warmup must not be negative");
+  if (config.model.encoder_decoder())
+    throw ConfigError(config.where("model.arch") + ": model.arch: loom bench measures the gpt language model only, not " +
+                      config.model.arch);
+  if (config.model.vocab_size <= 0)
+    throw ConfigError(config.where("model.vocab_size") +
+                      ": model.vocab_size: loom bench trains on synthetic tokens and needs it set (--set model.vocab_size=N)");
+  // Synthetic tokens replace the data; nothing is evaluated, logged per step or checkpointed.
+  config.data.train.clear();
+  config.data.valid.clear();
+  config.model.init_from.clear();
+  Trainer trainer(config, processes,
+                  std::make_unique<SyntheticBatches>(static_cast<uint64_t>(config.run.seed), config.data.seq_len,
+                                                     config.model.vocab_size));
+  trainer.synchronize_phases(true);
+  const torch::Device device = trainer.device();
+
+  BenchResult r;
+  r.device = device.str();
+  r.dtype = config.precision.dtype;
+  r.threads = torch::get_num_threads();
+  r.parameters = count_parameters(config.model);
+  r.steps = options.steps;
+  r.warmup = options.warmup;
+  r.tokens_per_step = config.train.batch_size * config.data.seq_len;
+  r.flops_per_token = training_flops_per_token(config.model, config.data.seq_len);
+  r.gemm_peak_gflops = measure_gemm_gflops(device, config.precision.dtype, device.is_cuda() ? 8192 : 2048, 5);
+
+  for (int64_t i = 0; i < options.warmup; ++i) trainer.step();
+  synchronize(device);
+  reset_peak_memory(device);
+  std::vector<double> step_s;
+  StepPhases sum;
+  const double cpu_start = cpu_seconds();
+  for (int64_t i = 0; i < options.steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    r.final_loss = trainer.step().loss;
+    synchronize(device);
+    step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const StepPhases& p = trainer.last_phases();
+    sum.data_s += p.data_s;
+    sum.forward_s += p.forward_s;
+    sum.backward_s += p.backward_s;
+    sum.sync_s += p.sync_s;
+    sum.optimizer_s += p.optimizer_s;
+  }
+  r.cpu_ms_per_step = (cpu_seconds() - cpu_start) / static_cast<double>(options.steps) * 1e3;
+  r.peak_memory_mb = peak_memory_mb(device);
+  const double total_s = std::accumulate(step_s.begin(), step_s.end(), 0.0);
+  const auto n = static_cast<double>(options.steps);
+  r.tokens_per_s = static_cast<double>(r.tokens_per_step) * n / total_s;
+  r.step_ms_median = median(step_s) * 1e3;
+  r.step_ms_mean = total_s / n * 1e3;
+  r.step_ms_min = *std::min_element(step_s.begin(), step_s.end()) * 1e3;
+  r.mfu = r.flops_per_token * r.tokens_per_s / (r.gemm_peak_gflops * 1e9);
+  r.phases_mean = {sum.data_s / n, sum.forward_s / n, sum.backward_s / n, sum.sync_s / n, sum.optimizer_s / n};
+
+  if (!device.is_cuda() && options.profile_steps > 0) {
+    double profiled_s = 0;
+    OpTimes times;
+    {
+      OpTimeCounter counter;
+      const auto start = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < options.profile_steps; ++i) trainer.step();
+      profiled_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      times = counter.times();
+    }
+    r.gemm_share = times.gemm_s / profiled_s;
+    r.attention_share = times.attention_s / profiled_s;
+    r.non_matmul_share = 1.0 - r.gemm_share - r.attention_share;
+  }
+  return r;
+}
+
+}  // namespace loom

@@ -1,0 +1,43 @@
+// `loom bench`: the real Trainer step on synthetic random tokens (no data files), timed after warm-up
+// steps, against a matrix-product ceiling measured in the same process, dtype and thread count. What it
+// reports: throughput, the median step, MFU (model FLOPs per second / that ceiling), peak memory, where a
+// step's time goes (the Trainer's own phase timer) and the share of it outside matrix products.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/config.h"
+#include "parallel/mpi_communicator.h"
+#include "train/step_phases.h"
+
+namespace loom {
+
+struct BenchOptions {
+  int64_t steps = 20;   // timed steps
+  int64_t warmup = 3;   // untimed steps first (allocator, oneDNN kernel selection, lazy AdamW state)
+  int64_t profile_steps = 2;  // extra steps counted by operator (CPU), never timed
+};
+
+struct BenchResult {
+  std::string device, dtype;
+  int64_t threads = 0, parameters = 0, steps = 0, warmup = 0, tokens_per_step = 0;
+  double tokens_per_s = 0;     // tokens of the timed steps / their total time
+  double step_ms_median = 0, step_ms_mean = 0, step_ms_min = 0;
+  double cpu_ms_per_step = 0;  // CPU time of all this process's threads per timed step: on a shared machine
+                               // tokens per CPU second compares runs far better than wall-clock time
+  double flops_per_token = 0;  // models/estimates: training FLOPs per token
+  double gemm_peak_gflops = 0;
+  double mfu = 0;              // flops_per_token * tokens_per_s / gemm ceiling
+  double peak_memory_mb = 0;   // of the timed steps (CPU: resident set high-water mark, CUDA: allocated)
+  StepPhases phases_mean;      // seconds per step, averaged over the timed steps
+  double gemm_share = -1, attention_share = -1, non_matmul_share = -1;  // of the profiled steps; -1 on GPUs
+  double final_loss = 0;
+};
+
+BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchOptions& options);
+
+// Best throughput of an n x n x n matrix product in `dtype` ("fp32", "bf16", "fp16") on `device`, with the
+// current thread count: the ceiling MFU is measured against.
+double measure_gemm_gflops(torch::Device device, const std::string& dtype, int64_t n, int repeats);
+
+}  // namespace loom

@@ -1,0 +1,24 @@
+// Loading a checkpoint written with another tensor-parallel size: every old TP shard of this rank's
+// pipeline stage is read, each split parameter (and its AdamW moments) is joined along the layout the
+// manifest records (parallel/tensor_parallel.h's ShardLayout) and cut again for this rank; replicated
+// tensors come from the first shard. So tp2 resumes as tp1 (or generates from one process) and tp1 as tp2.
+// Pipeline resharding is not here.
+#pragma once
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "parallel/mesh.h"
+#include "train/optimizer_state.h"
+
+namespace loom {
+
+// dir: the checkpoint directory; manifest: its parsed manifest.json (layout and tensor_parallel).
+// Fills `model` and, if given, the optimizer tensors of `optimizer` (whole parameters or ZeRO-1 shards)
+// with this rank's share.
+void load_tp_resharded(const std::filesystem::path& dir, const nlohmann::json& manifest, const Mesh& mesh,
+                       torch::nn::Module& model, const OptimizerLayout* optimizer);
+
+}  // namespace loom

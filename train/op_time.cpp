@@ -1,0 +1,71 @@
+#include "train/op_time.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+
+namespace loom {
+namespace {
+
+enum class OpKind { kOther, kGemm, kAttention };
+
+// RecordFunction callbacks are plain function pointers, so the totals they add to cannot live in the
+// counter object: these are the only ones, and OpTimeCounter allows a single live instance.
+std::atomic<int64_t> gemm_ns{0}, attention_ns{0};
+std::atomic<bool> counting{false};
+
+OpKind kind_of(const char* name) {
+  static const char* const gemms[] = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
+                                      "aten::_addmm_activation"};
+  for (const char* g : gemms)
+    if (std::strcmp(name, g) == 0) return OpKind::kGemm;
+  if (std::strncmp(name, "aten::_scaled_dot_product_", 26) == 0 || std::strncmp(name, "aten::_flash_attention", 22) == 0 ||
+      std::strncmp(name, "aten::_efficient_attention", 26) == 0)
+    return OpKind::kAttention;
+  return OpKind::kOther;
+}
+
+struct Started : at::ObserverContext {
+  OpKind kind;
+  std::chrono::steady_clock::time_point at;
+};
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  const OpKind kind = kind_of(fn.name());
+  if (kind == OpKind::kOther) return nullptr;
+  auto started = std::make_unique<Started>();
+  started->kind = kind;
+  started->at = std::chrono::steady_clock::now();
+  return started;
+}
+
+void on_end(const at::RecordFunction&, at::ObserverContext* context) {
+  if (context == nullptr) return;
+  const auto* started = static_cast<const Started*>(context);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started->at);
+  (started->kind == OpKind::kGemm ? gemm_ns : attention_ns) += ns.count();
+}
+
+}  // namespace
+
+OpTimeCounter::OpTimeCounter() {
+  LOOM_CHECK(!counting.exchange(true), "only one OpTimeCounter may be alive at a time");
+  gemm_ns = 0;
+  attention_ns = 0;
+  handle_ = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
+                                      .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+}
+
+OpTimeCounter::~OpTimeCounter() {
+  at::removeCallback(handle_);
+  counting = false;
+}
+
+OpTimes OpTimeCounter::times() const {
+  return {static_cast<double>(gemm_ns.load()) * 1e-9, static_cast<double>(attention_ns.load()) * 1e-9};
+}
+
+}  // namespace loom

@@ -1,0 +1,29 @@
+// Where one training step's time goes, filled in by the Trainer as it runs the step (no second copy of
+// the step exists for measuring): data, forward (loss included), backward, gradient sync (what backward
+// did not hide), optimizer (clipping, AdamW, ZeRO-1 gather). On a GPU the phases only mean something
+// when each boundary waits for the device, which costs overlap: `synchronize` is for `loom bench`.
+#pragma once
+#include <torch/torch.h>
+
+#include <chrono>
+
+namespace loom {
+
+struct StepPhases {
+  double data_s = 0, forward_s = 0, backward_s = 0, sync_s = 0, optimizer_s = 0;
+  double total_s() const { return data_s + forward_s + backward_s + sync_s + optimizer_s; }
+};
+
+// Adds the time since the previous lap (or construction) to a phase of `phases`.
+class PhaseClock {
+ public:
+  PhaseClock(StepPhases& phases, torch::Device device, bool synchronize);
+  void lap(double StepPhases::*phase);
+
+ private:
+  StepPhases& phases_;
+  bool synchronize_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+}  // namespace loom
