@@ -1,17 +1,10 @@
 #include "data/lm_sampler.h"
 
 #include "core/error.h"
+#include "data/splitmix.h"
 
 namespace loom {
 namespace {
-
-// SplitMix64 finalizer: a well-mixed 64-bit hash, cheap and identical on every platform.
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // A pair file is a token file too, but its stream is not a text to model.
 void check_stream(const TokenFile& file) {
@@ -25,7 +18,7 @@ int64_t LmSampler::window_start(const TokenFile& file, int64_t step, int64_t ind
   check_stream(file);
   const int64_t positions = file.size() - seq_len_;  // valid starts: [0, size - seq_len - 1]
   LOOM_CHECK(positions > 0, file.path().string(), ": ", file.size(), " tokens are too few for data.seq_len=", seq_len_);
-  const uint64_t h = mix(mix(mix(seed_) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(index));
+  const uint64_t h = splitmix64(splitmix64(splitmix64(seed_) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(index));
   return static_cast<int64_t>(h % static_cast<uint64_t>(positions));
 }
 

@@ -4,24 +4,17 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "data/splitmix.h"
 
 namespace loom {
 namespace {
-
-// SplitMix64 finalizer, as in the LM sampler: identical on every platform.
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Fisher-Yates over [begin, end) driven by a counter-based stream keyed by `key`: std::shuffle's
 // algorithm is up to the standard library, this one is fixed.
 void shuffle(std::vector<int64_t>& v, int64_t begin, int64_t end, uint64_t key) {
   uint64_t counter = 0;
   for (int64_t i = end - begin - 1; i > 0; --i) {
-    const auto j = static_cast<int64_t>(mix(key ^ mix(counter++)) % static_cast<uint64_t>(i + 1));
+    const auto j = static_cast<int64_t>(splitmix64(key ^ splitmix64(counter++)) % static_cast<uint64_t>(i + 1));
     std::swap(v[begin + i], v[begin + j]);
   }
 }
@@ -66,8 +59,8 @@ PairSampler::PairSampler(const PairFile& file, PairSamplerOptions options) : fil
 const std::vector<int64_t>& PairSampler::epoch_order(int64_t epoch) const {
   if (epoch != cached_epoch_) {
     cached_order_ = sorted_;
-    const uint64_t key = mix(mix(options_.seed ^ kRunsTag) ^ static_cast<uint64_t>(epoch));
-    for (size_t r = 0; r + 1 < runs_.size(); ++r) shuffle(cached_order_, runs_[r], runs_[r + 1], mix(key ^ r));
+    const uint64_t key = splitmix64(splitmix64(options_.seed ^ kRunsTag) ^ static_cast<uint64_t>(epoch));
+    for (size_t r = 0; r + 1 < runs_.size(); ++r) shuffle(cached_order_, runs_[r], runs_[r + 1], splitmix64(key ^ r));
     cached_epoch_ = epoch;
   }
   return cached_order_;
@@ -76,7 +69,7 @@ const std::vector<int64_t>& PairSampler::epoch_order(int64_t epoch) const {
 std::vector<int64_t> PairSampler::batch_order(int64_t epoch) const {
   std::vector<int64_t> order(batches_per_epoch());
   std::iota(order.begin(), order.end(), 0);
-  shuffle(order, 0, batches_per_epoch(), mix(mix(options_.seed ^ kBatchesTag) ^ static_cast<uint64_t>(epoch)));
+  shuffle(order, 0, batches_per_epoch(), splitmix64(splitmix64(options_.seed ^ kBatchesTag) ^ static_cast<uint64_t>(epoch)));
   return order;
 }
 

@@ -1,16 +1,16 @@
 // SyntheticBatches (declared in lm_batches.h): random token windows for benchmarks.
 #include "core/error.h"
 #include "data/lm_batches.h"
+#include "data/splitmix.h"
 
 namespace loom {
 namespace {
 
-// SplitMix64 step: a well-mixed 64-bit stream, identical on every platform.
+// The SplitMix64 stream: hash of the state, then advance it.
 uint64_t next(uint64_t& state) {
-  uint64_t x = (state += 0x9E3779B97F4A7C15ull);
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
+  const uint64_t value = splitmix64(state);
+  state += kSplitMixIncrement;
+  return value;
 }
 
 }  // namespace

@@ -18,16 +18,7 @@ cd "$(dirname "$0")/.."
 
 out=datasets/bible-mt
 vocab=8000
-loom=build/loom
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) out=$2; shift 2 ;;
-    --vocab) vocab=$2; shift 2 ;;
-    --loom) loom=$2; shift 2 ;;
-    *) echo "usage: $0 [--out DIR] [--vocab N] [--loom PATH]" >&2; exit 2 ;;
-  esac
-done
-command -v spm_train >/dev/null || { echo "$0: spm_train is missing: run scripts/setup.sh" >&2; exit 1; }
+source scripts/prepare_args.sh
 [ -x "$loom" ] || { echo "$0: $loom is not built: run scripts/setup.sh" >&2; exit 1; }
 
 stamp="$out/.prepared"

@@ -13,18 +13,7 @@ cd "$(dirname "$0")/.."
 
 out=datasets/kjv
 vocab=4096
-loom=build/loom
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) out=$2; shift 2 ;;
-    --vocab) vocab=$2; shift 2 ;;
-    --loom) loom=$2; shift 2 ;;
-    *) echo "usage: $0 [--out DIR] [--vocab N] [--loom PATH]" >&2; exit 2 ;;
-  esac
-done
-for tool in spm_train; do
-  command -v "$tool" >/dev/null || { echo "$0: $tool is missing: run scripts/setup.sh" >&2; exit 1; }
-done
+source scripts/prepare_args.sh
 [ -x "$loom" ] || { echo "$0: $loom is not built: run scripts/setup.sh" >&2; exit 1; }
 
 stamp="$out/.prepared"
