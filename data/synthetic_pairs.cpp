@@ -4,16 +4,10 @@
 #include <random>
 
 #include "core/error.h"
+#include "data/splitmix.h"
 
 namespace loom {
 namespace {
-
-uint64_t mix(uint64_t x) {  // SplitMix64 finalizer, as data/lm_sampler.cpp
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 constexpr uint64_t kEvalStream = 0xE7A15E7ull;  // training streams are the steps 0, 1, 2, ...
 constexpr int64_t kFirstToken = 3;              // 0 unk/padding, 1 bos, 2 eos
@@ -29,7 +23,7 @@ SyntheticPairs::SyntheticPairs(const SyntheticOptions& options) : options_(optio
 TokenPair SyntheticPairs::pair(uint64_t stream, int64_t index) const {
   // mt19937_64 and plain modulo arithmetic (not std:: distributions, whose results differ between
   // standard libraries) keep the data identical everywhere.
-  std::mt19937_64 random(mix(mix(mix(options_.seed) ^ stream) ^ static_cast<uint64_t>(index)));
+  std::mt19937_64 random(splitmix64(splitmix64(splitmix64(options_.seed) ^ stream) ^ static_cast<uint64_t>(index)));
   const auto span = static_cast<uint64_t>(options_.max_len - options_.min_len + 1);
   const int64_t length = options_.min_len + static_cast<int64_t>(random() % span);
   std::vector<int64_t> source(length);
