@@ -54,9 +54,9 @@ int translate_command(const Argv& argv, const ProcessGroup&) {
              " run; loom translate needs a model.arch=transformer run (loom generate samples a GPT)");
   const Config config = parse_config(to_yaml(loaded.config), args.positional[0] + "/config.yaml", args.sets);
   BeamOptions options = beam_options(config.decode);
-  options.beam = args.int_option("beam", options.beam);
+  options.decode.beam = args.int_option("beam", options.decode.beam);
   options.use_cache = !args.flag("no-cache");
-  if (options.beam < 1) throw ConfigError("--beam must be >= 1 (1: greedy)");
+  if (options.decode.beam < 1) throw ConfigError("--beam must be >= 1 (1: greedy)");
 
   std::unique_ptr<Tokenizer> tokenizer;
   if (!config.tokenizer.model.empty()) tokenizer = std::make_unique<Tokenizer>(config.tokenizer.model);

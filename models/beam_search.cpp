@@ -72,7 +72,7 @@ std::vector<Hypothesis> greedy_search(StepDecoder& decoder, const std::vector<in
       if (token == o.eos) {
         done[b] = true;
         --open;
-        out[b].score = length_normalized(out[b].log_prob, t + 1, o.length_penalty);
+        out[b].score = length_normalized(out[b].log_prob, t + 1, o.decode.length_penalty);
       } else {
         out[b].tokens.push_back(token);
       }
@@ -85,7 +85,7 @@ std::vector<Hypothesis> greedy_search(StepDecoder& decoder, const std::vector<in
 
 std::vector<Hypothesis> beam_search(StepDecoder& decoder, const std::vector<int64_t>& max_lengths,
                                     const BeamOptions& o) {
-  const int64_t B = static_cast<int64_t>(max_lengths.size()), k = o.beam;
+  const int64_t B = static_cast<int64_t>(max_lengths.size()), k = o.decode.beam;
   LOOM_CHECK(k >= 1, "beam size must be >= 1");
   // Every sentence gets k rows; at the start only its first beam is live.
   decoder.select(torch::arange(B, torch::kLong).repeat_interleave(k));
@@ -122,7 +122,7 @@ std::vector<Hypothesis> beam_search(StepDecoder& decoder, const std::vector<int6
             Hypothesis h;
             for (int64_t i = 1; i < tokens.size(1); ++i) h.tokens.push_back(prefixes[row][i]);
             h.log_prob = score;
-            h.score = length_normalized(score, t + 1, o.length_penalty);
+            h.score = length_normalized(score, t + 1, o.decode.length_penalty);
             finished[b].push_back(std::move(h));
             continue;
           }
@@ -180,11 +180,12 @@ std::vector<Hypothesis> translate(EncoderDecoder& model, const std::vector<std::
     source[static_cast<int64_t>(r)].narrow(0, 0, n).copy_(torch::tensor(s, torch::kLong));
     lengths.push_back(n);
     // bos + the tokens must fit the decoder's positions when eos is predicted
-    const auto limit = static_cast<int64_t>(options.max_len_a * static_cast<double>(n)) + options.max_len_b;
+    const auto& d = options.decode;
+    const auto limit = static_cast<int64_t>(d.max_len_a * static_cast<double>(n)) + d.max_len_b;
     max_lengths.push_back(std::min(limit, context - 1));
   }
   ModelStepDecoder decoder(model, source.to(device), torch::tensor(lengths, torch::kLong).to(device), options.use_cache);
-  const auto found = options.beam == 1 ? greedy_search(decoder, max_lengths, options)
+  const auto found = options.decode.beam == 1 ? greedy_search(decoder, max_lengths, options)
                                        : beam_search(decoder, max_lengths, options);
   for (size_t r = 0; r < rows.size(); ++r) out[rows[r]] = found[r];
   return out;

@@ -12,15 +12,14 @@
 
 #include <vector>
 
+#include "core/config.h"
 #include "models/encoder_decoder.h"
 
 namespace loom {
 
+// The decode.* settings of the config, plus what the tokenizer and the caller fix.
 struct BeamOptions {
-  int64_t beam = 5;  // 1: greedy
-  double length_penalty = 1.0;
-  double max_len_a = 1.5;
-  int64_t max_len_b = 10;
+  DecodeConfig decode;
   int64_t bos = 1;
   int64_t eos = 2;
   bool use_cache = true;

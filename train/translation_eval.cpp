@@ -30,10 +30,7 @@ std::vector<std::vector<int64_t>> batch_targets(const Seq2SeqBatch& batch) {
 
 BeamOptions beam_options(const DecodeConfig& decode) {
   BeamOptions o;
-  o.beam = decode.beam;
-  o.length_penalty = decode.length_penalty;
-  o.max_len_a = decode.max_len_a;
-  o.max_len_b = decode.max_len_b;
+  o.decode = decode;
   o.bos = kBosId;
   o.eos = kEosId;
   return o;

@@ -40,8 +40,8 @@ class TableDecoder : public loom::StepDecoder {
 
 loom::BeamOptions beam(int64_t k, double length_penalty) {
   loom::BeamOptions o;
-  o.beam = k;
-  o.length_penalty = length_penalty;
+  o.decode.beam = k;
+  o.decode.length_penalty = length_penalty;
   return o;
 }
 
@@ -157,8 +157,8 @@ TEST_CASE("beam search: cached and uncached searches agree", "[decode][seq2seq][
   for (int64_t k : {1, 4}) {
     INFO("beam " << k);
     auto options = beam(k, 0.6);
-    options.max_len_a = 1.0;
-    options.max_len_b = 3;
+    options.decode.max_len_a = 1.0;
+    options.decode.max_len_b = 3;
     const auto cached = loom::translate(model, sources, options);
     options.use_cache = false;
     const auto uncached = loom::translate(model, sources, options);
