@@ -19,16 +19,9 @@ cd "$(dirname "$0")/.."
 out=datasets/bible-mt
 vocab=8000
 source scripts/prepare_args.sh
-[ -x "$loom" ] || { echo "$0: $loom is not built: run scripts/setup.sh" >&2; exit 1; }
 
-stamp="$out/.prepared"
 want="bible-mt kjv-rv1909 vocab=$vocab script=$(cat "$0" scripts/bible_verses.sh | sha1sum | cut -c1-12)"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  echo "prepare_bible_mt: $out is up to date ($want)"
-  exit 0
-fi
-mkdir -p "$out"
-rm -f "$stamp"
+skip_if_prepared "$want"
 
 scripts/bible_verses.sh spaRV1909eb > "$out/es.tsv"
 scripts/bible_verses.sh engKJV2006eb > "$out/en.tsv"

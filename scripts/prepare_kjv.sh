@@ -14,16 +14,9 @@ cd "$(dirname "$0")/.."
 out=datasets/kjv
 vocab=4096
 source scripts/prepare_args.sh
-[ -x "$loom" ] || { echo "$0: $loom is not built: run scripts/setup.sh" >&2; exit 1; }
 
-stamp="$out/.prepared"
 want="kjv vocab=$vocab script=$(cat "$0" scripts/bible_verses.sh | sha1sum | cut -c1-12)"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  echo "prepare_kjv: $out is up to date ($want)"
-  exit 0
-fi
-mkdir -p "$out"
-rm -f "$stamp"
+skip_if_prepared "$want"
 
 # Verse extraction, cleaning and the book split are shared with prepare_bible_mt.sh.
 scripts/bible_verses.sh engKJV2006eb | awk -F '\t' -v out="$out" '
