@@ -1,15 +1,17 @@
-// `loom eval CONFIG_OR_RUN_DIR [--set ...] [--split valid|test] [--step S] [--beam N] [--json]`: the mean
+// `loom eval CONFIG_OR_RUN_DIR [--set ...] [--split valid|test] [--step S] [--beam N] [--translations FILE]
+// [--json]`: the mean
 // loss and perplexity of a model on its evaluation data, computed as the Trainer's validation
 // (train/evaluate.h: train.eval_batches batches of train.batch_size sequences). For a translation model
 // (model.arch: transformer) also the quality of its translations of the whole evaluation set, decoded as
-// decode.* says (--beam overrides decode.beam): exact match.
+// decode.* says (--beam overrides decode.beam): exact match, and corpus BLEU (data/bleu.h, as sacreBLEU)
+// of the detokenized translations against the detokenized references when the run has a tokenizer;
+// --translations FILE writes the translations there, one line per pair in the order of the data.
 //   - a run dir: its newest (or --step) checkpoint, data from the checkpoint's config; --set may change the
 //     data and train.* keys but not model.* (the weights fix the model);
 //   - a config file: the model its model.* keys describe, with weights from model.init_from (else the
 //     random init of run.seed, with a warning).
-// loom's config has one evaluation file, data.valid; --split test labels a test file given as
-// `--set data.valid=TEST_FILE`, which it then requires (the synthetic translation tasks have one
-// evaluation set, --split valid). Runs in one process on runtime.device.
+// --split test evaluates data.test instead of data.valid (the synthetic translation tasks have one
+// evaluation set: --split valid). Runs in one process on runtime.device.
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -20,9 +22,12 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "train/evaluate.h"
 #include "train/inference.h"
 #include "train/runtime.h"
+#include "data/bleu.h"
+#include "data/tokenizer.h"
 #include "train/translation_eval.h"
 #include "train/translation_task.h"
 
@@ -35,12 +40,20 @@ bool sets_key(const std::vector<std::string>& sets, const std::string& prefix) {
   return false;
 }
 
+// One translation per line: detokenized text, or token ids without a tokenizer (the synthetic tasks).
+void write_translations(const std::string& path, const std::vector<std::vector<int64_t>>& translations,
+                        const Tokenizer* tokenizer) {
+  std::string text;
+  for (const auto& ids : translations) text += translation_text(ids, tokenizer) + '\n';
+  write_file_atomic(path, text);
+}
+
 }  // namespace
 
 int eval_command(const Argv& argv, const ProcessGroup&) {
-  const auto args = parse_args(argv, {"split", "step", "beam"}, {"json"}, 1,
+  const auto args = parse_args(argv, {"split", "step", "beam", "translations"}, {"json"}, 1,
                                "loom eval CONFIG_OR_RUN_DIR [--set key.path=value ...] [--split valid|test] [--step S] "
-                               "[--beam N] [--json]");
+                               "[--beam N] [--translations FILE] [--json]");
   const std::string split = args.option_or("split", "valid");
   if (split != "valid" && split != "test") throw ConfigError("--split: '" + split + "' is not valid or test");
   const std::filesystem::path target = args.positional[0];
@@ -64,10 +77,12 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
   if (args.option("beam")) config.decode.beam = args.int_option("beam", 1);
   if (config.decode.beam < 1) throw ConfigError("--beam must be >= 1 (1: greedy)");
   if (split == "test") {
-    if (config.model.encoder_decoder())
-      throw ConfigError("--split test: this run's pair source has one evaluation set; use --split valid");
-    if (!sets_key(args.sets, "data.valid="))
-      throw ConfigError("--split test: loom's config holds one evaluation file; pass the test token file as --set data.valid=FILE");
+    if (!config.data.synthetic.empty())
+      throw ConfigError("--split test: synthetic pairs have one evaluation set; use --split valid");
+    if (config.data.test.empty())
+      throw ConfigError(config.where("data.test") + ": data.test: no test file for --split test (set it, or pass "
+                        "--set data.test=FILE)");
+    config.data.valid = config.data.test;
   }
   LOOM_CHECK(config.train.eval_batches > 0, "train.eval_batches is 0: nothing to evaluate");
 
@@ -82,6 +97,8 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
       weights = config.model.init_from;
     }
   }
+  if (task->eval_size() > 0)  // a fixed set (translation pairs) is evaluated whole
+    config.train.eval_batches = (task->eval_size() + config.train.batch_size - 1) / config.train.batch_size;
   // One process evaluates every slice: the same sequences as any training layout.
   config.parallel.dp = config.parallel.tp = config.parallel.pp = 1;
   const Mesh mesh(config, 1, 0);
@@ -98,6 +115,14 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
     out["beam"] = config.decode.beam;
     quality = " | exact match " + std::to_string(scores.exact_match) + " of " + std::to_string(scores.references.size()) +
               " sentences (beam " + std::to_string(config.decode.beam) + ")";
+    std::unique_ptr<Tokenizer> tokenizer;
+    if (!config.tokenizer.model.empty()) {
+      tokenizer = std::make_unique<Tokenizer>(config.tokenizer.model);
+      const BleuScore bleu = corpus_bleu(scores, *tokenizer);
+      out["bleu"] = bleu.score;
+      quality += " | " + bleu.format();
+    }
+    if (const auto file = args.option("translations")) write_translations(*file, scores.hypotheses, tokenizer.get());
   }
   if (args.flag("json")) {
     std::cout << out.dump() << std::endl;

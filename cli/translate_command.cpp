@@ -34,12 +34,6 @@ std::vector<int64_t> parse_ids(const std::string& line, size_t number, int64_t v
   return ids;
 }
 
-std::string format_ids(const std::vector<int64_t>& ids) {
-  std::string out;
-  for (int64_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
-  return out;
-}
-
 }  // namespace
 
 int translate_command(const Argv& argv, const ProcessGroup&) {
@@ -81,13 +75,7 @@ int translate_command(const Argv& argv, const ProcessGroup&) {
     const auto found = translate(loaded.translator, batch, options);
     for (size_t i = 0; i < found.size(); ++i) translations[order[first + i]] = found[i].tokens;
   }
-  for (const auto& ids : translations) {
-    if (tokenizer) {
-      std::cout << tokenizer->decode(std::vector<int32_t>(ids.begin(), ids.end())) << '\n';
-    } else {
-      std::cout << format_ids(ids) << '\n';
-    }
-  }
+  for (const auto& ids : translations) std::cout << translation_text(ids, tokenizer.get()) << '\n';
   std::cout.flush();
   return 0;
 }

@@ -52,6 +52,7 @@ struct ModelConfig {
 struct DataConfig {
   std::string train;
   std::string valid;
+  std::string test;
   int64_t seq_len = 128;
   // Synthetic source -> target pairs for the encoder-decoder (data/synthetic_pairs.h) instead of files.
   std::string synthetic;  // "" (none) | reverse | copy

@@ -37,6 +37,7 @@ void visit_fields(Config& c, Visitor&& v) {
 
   v("data.train", c.data.train, "Training token file (made by scripts/prepare_kjv.sh or `loom tokenize`).");
   v("data.valid", c.data.valid, "Validation token file; empty disables evaluation.");
+  v("data.test", c.data.test, "Test token file, read only by `loom eval --split test`.");
   v("data.seq_len", c.data.seq_len, "Tokens per training sequence (windows of seq_len + 1).");
   v("data.synthetic", c.data.synthetic, "transformer: train on generated pairs instead of files: `reverse` (target = source reversed) or `copy`; empty: none.");
   v("data.synthetic_vocab", c.data.synthetic_vocab, "Vocabulary of the synthetic pairs (ids 0-2 are padding/unk, bos, eos; sequences use 3 .. vocab - 1).");
@@ -61,7 +62,7 @@ void visit_fields(Config& c, Visitor&& v) {
 
   v("train.max_steps", c.train.max_steps, "Optimizer steps to train for (raise it to extend a finished run).");
   v("train.batch_size", c.train.batch_size, "Global sequences per optimizer step.");
-  v("train.batch_tokens", c.train.batch_tokens, "Encoder-decoder (translation) runs: padded source + target tokens per global batch, pairs of similar lengths batched together (data/pair_sampler.h); 0: off (a `gpt` language model batches train.batch_size windows and needs 0).");
+  v("train.batch_tokens", c.train.batch_tokens, "Encoder-decoder runs on pair files: padded source + target tokens per global batch, pairs of similar lengths batched together (data/pair_sampler.h), so the pairs per step vary; each DP rank splits its share into batch_size / (micro_batch_size * dp) micro-batches. 0: off (a `gpt` language model and the synthetic tasks batch train.batch_size sequences; evaluation always does).");
   v("train.micro_batch_size", c.train.micro_batch_size, "Sequences per forward/backward; batch_size / (micro_batch_size * dp) micro-batches are accumulated. 0: batch_size / dp.");
   v("train.log_every", c.train.log_every, "Steps between progress lines and metrics rows.");
   v("train.eval_every", c.train.eval_every, "Steps between validation passes; 0 evaluates only at the end.");

@@ -87,6 +87,8 @@ void validate(const Config& c) {
     check.require(d.synthetic_max_len + 1 <= m.max_seq_len, "data.synthetic_max_len", d.synthetic_max_len,
                   " + 1 (bos or eos) exceeds model.max_seq_len=", m.max_seq_len);
     check.require(d.synthetic_valid_size > 0, "data.synthetic_valid_size", d.synthetic_valid_size, " must be > 0");
+    check.require(c.train.batch_tokens == 0, "train.batch_tokens", "synthetic pairs come train.batch_size per step: "
+                  "leave it 0");
     check.require(m.vocab_size == 0 || m.vocab_size >= d.synthetic_vocab, "model.vocab_size", m.vocab_size,
                   " is smaller than data.synthetic_vocab=", d.synthetic_vocab);
   }

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "data/seq2seq_source.h"
 #include "data/splitmix.h"
 
 namespace loom {
@@ -22,6 +23,15 @@ void shuffle(std::vector<int64_t>& v, int64_t begin, int64_t end, uint64_t key) 
 constexpr uint64_t kRunsTag = 0x52554E53ull;     // "RUNS": which equal-length pairs share a batch
 constexpr uint64_t kBatchesTag = 0x42415443ull;  // "BATC": the order of the batches
 
+// The file's pair indices by (target length, source length, index): shortest first, ties in file order.
+std::vector<int64_t> pairs_by_length(const PairFile& file) {
+  std::vector<int64_t> order(file.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto key = [&](int64_t p) { return std::make_pair(file.target_length(p), file.source_length(p)); };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
+  return order;
+}
+
 }  // namespace
 
 PairSampler::PairSampler(const PairFile& file, PairSamplerOptions options) : file_(file), options_(options) {
@@ -32,10 +42,8 @@ PairSampler::PairSampler(const PairFile& file, PairSamplerOptions options) : fil
                       " pairs (parallel.dp * micro-batches) need that many pairs; the file has " +
                       std::to_string(file_.size()));
   const int64_t n = file_.size();
-  sorted_.resize(n);
-  std::iota(sorted_.begin(), sorted_.end(), 0);
+  sorted_ = pairs_by_length(file_);
   auto key = [&](int64_t p) { return std::make_pair(file_.target_length(p), file_.source_length(p)); };
-  std::stable_sort(sorted_.begin(), sorted_.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
   for (int64_t i = 0; i < n; ++i)
     if (i == 0 || key(sorted_[i]) != key(sorted_[i - 1])) runs_.push_back(i);
   runs_.push_back(n);
@@ -85,7 +93,7 @@ Seq2SeqBatch PairSampler::train_batch(int64_t step, int64_t first, int64_t count
   const auto pairs = train_pairs(step);
   LOOM_CHECK(first >= 0 && count >= 0 && first + count <= static_cast<int64_t>(pairs.size()), "pairs [", first, ", ",
              first + count, ") outside the ", pairs.size(), " pairs of step ", step, "'s batch");
-  return make_batch({pairs.begin() + first, pairs.begin() + first + count});
+  return make_pair_batch(file_, {pairs.begin() + first, pairs.begin() + first + count});
 }
 
 std::vector<int64_t> PairSampler::eval_pairs(int64_t batch) const {
@@ -93,46 +101,16 @@ std::vector<int64_t> PairSampler::eval_pairs(int64_t batch) const {
   return {sorted_.begin() + bounds_[batch], sorted_.begin() + bounds_[batch + 1]};
 }
 
-Seq2SeqBatch PairSampler::make_batch(const std::vector<int64_t>& pairs) const {
-  const auto b = static_cast<int64_t>(pairs.size());
-  int64_t longest_source = 0, longest_target = 0;
+Seq2SeqBatch make_pair_batch(const PairFile& file, const std::vector<int64_t>& pairs) {
+  std::vector<TokenPair> tokens;
+  tokens.reserve(pairs.size());
   for (int64_t p : pairs) {
-    longest_source = std::max(longest_source, file_.source_length(p));
-    longest_target = std::max(longest_target, file_.target_length(p) + 1);
+    const auto source = file.source(p), target = file.target(p);
+    const int64_t* s = source.data_ptr<int64_t>();
+    const int64_t* t = target.data_ptr<int64_t>();
+    tokens.emplace_back(std::vector<int64_t>(s, s + source.numel()), std::vector<int64_t>(t, t + target.numel()));
   }
-  Seq2SeqBatch out;
-  out.source = torch::zeros({b, longest_source}, torch::kLong);  // 0 (unk) pads; lengths say where
-  out.target_inputs = torch::zeros({b, longest_target}, torch::kLong);
-  out.target_labels = torch::full({b, longest_target}, kIgnoreLabel, torch::kLong);
-  out.source_lengths = torch::empty({b}, torch::kLong);
-  out.target_lengths = torch::empty({b}, torch::kLong);
-  // Filled through raw pointers: per-element tensor indexing would cost more than the copy.
-  auto* source = out.source.data_ptr<int64_t>();
-  auto* inputs = out.target_inputs.data_ptr<int64_t>();
-  auto* labels = out.target_labels.data_ptr<int64_t>();
-  auto* source_lengths = out.source_lengths.data_ptr<int64_t>();
-  auto* target_lengths = out.target_lengths.data_ptr<int64_t>();
-  for (int64_t i = 0; i < b; ++i) {
-    const auto src = file_.source(pairs[i]), tgt = file_.target(pairs[i]);
-    const int64_t s = src.size(0), t = tgt.size(0);
-    const auto* src_ids = src.data_ptr<int64_t>();
-    const auto* tgt_ids = tgt.data_ptr<int64_t>();
-    std::copy(src_ids, src_ids + s, source + i * longest_source);
-    inputs[i * longest_target] = kBosId;
-    std::copy(tgt_ids, tgt_ids + t, inputs + i * longest_target + 1);
-    std::copy(tgt_ids, tgt_ids + t, labels + i * longest_target);
-    labels[i * longest_target + t] = kEosId;
-    source_lengths[i] = s;
-    target_lengths[i] = t + 1;
-  }
-  return out;
-}
-
-std::pair<int64_t, int64_t> slice_range(int64_t size, int64_t parts, int64_t index) {
-  LOOM_CHECK(parts > 0 && index >= 0 && index < parts, "slice ", index, " of ", parts, " parts");
-  const int64_t base = size / parts, extra = size % parts;
-  const int64_t begin = index * base + std::min(index, extra);
-  return {begin, begin + base + (index < extra ? 1 : 0)};
+  return collate_pairs(tokens);
 }
 
 }  // namespace loom

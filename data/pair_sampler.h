@@ -1,6 +1,6 @@
 // Token-based, length-bucketed batches of translation pairs (train.batch_tokens), stateless like the
 // LM sampler: the global batch of a step is a pure function of (seed, step), so resume needs only the
-// step and a DP rank takes its slice of the global batch by index (slice_range).
+// step and a DP rank takes its slice of the global batch by index (data/batch_slices.h).
 //
 // How: the pairs sorted by (target length, source length) are cut greedily into batches whose padded
 // size, pairs * (longest source + longest target + 1), stays within batch_tokens (a batch closes only
@@ -12,7 +12,6 @@
 // Evaluation: eval_batches() batches cut the same way, in sorted order, covering the file once.
 #pragma once
 #include <cstdint>
-#include <utility>
 #include <vector>
 
 #include "data/pair_file.h"
@@ -22,7 +21,7 @@ namespace loom {
 
 struct PairSamplerOptions {
   int64_t batch_tokens = 4096;  // padded source + target tokens per global batch
-  int64_t min_pairs = 1;        // fewest pairs per batch: at least dp * micro-batches, so no slice is empty
+  int64_t min_pairs = 1;        // fewest pairs per batch (training uses 1: the cut must not depend on the layout)
   uint64_t seed = 0;
 };
 
@@ -42,9 +41,6 @@ class PairSampler {
   // Pair indices of evaluation batch `batch` in [0, eval_batches()): a fixed order, no shuffling.
   std::vector<int64_t> eval_pairs(int64_t batch) const;
 
-  // Any pairs of the file as one padded batch.
-  Seq2SeqBatch make_batch(const std::vector<int64_t>& pairs) const;
-
   const PairFile& file() const { return file_; }
   const PairSamplerOptions& options() const { return options_; }
 
@@ -62,8 +58,7 @@ class PairSampler {
   mutable std::vector<int64_t> cached_order_;
 };
 
-// [begin, end) of part `index` of `parts` near-equal consecutive parts of `size` items (the first
-// size % parts parts one larger): how a DP rank (and a micro-batch) takes its share of a batch.
-std::pair<int64_t, int64_t> slice_range(int64_t size, int64_t parts, int64_t index);
+// Pairs of the file as one padded batch (data/seq2seq_batch.h).
+Seq2SeqBatch make_pair_batch(const PairFile& file, const std::vector<int64_t>& pairs);
 
 }  // namespace loom

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "data/data_files.h"
+#include "data/pair_source.h"
 #include "data/synthetic_pairs.h"
 
 namespace loom {
@@ -15,41 +17,58 @@ Seq2SeqBatch collate_pairs(const std::vector<TokenPair>& pairs) {
     T = std::max<int64_t>(T, static_cast<int64_t>(target.size()) + 1);
   }
   Seq2SeqBatch batch;
-  batch.source = torch::zeros({B, S}, torch::kLong);
+  batch.source = torch::zeros({B, S}, torch::kLong);  // 0 (unk) pads; the lengths say where
   batch.target_inputs = torch::zeros({B, T}, torch::kLong);
   batch.target_labels = torch::full({B, T}, kIgnoreLabel, torch::kLong);
-  batch.source_lengths = torch::zeros({B}, torch::kLong);
-  batch.target_lengths = torch::zeros({B}, torch::kLong);
-  auto source = batch.source.accessor<int64_t, 2>();
-  auto inputs = batch.target_inputs.accessor<int64_t, 2>();
-  auto labels = batch.target_labels.accessor<int64_t, 2>();
+  batch.source_lengths = torch::empty({B}, torch::kLong);
+  batch.target_lengths = torch::empty({B}, torch::kLong);
+  // Filled through raw pointers: per-element tensor indexing would cost more than the copy.
+  auto* source = batch.source.data_ptr<int64_t>();
+  auto* inputs = batch.target_inputs.data_ptr<int64_t>();
+  auto* labels = batch.target_labels.data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b) {
     const auto& [src, tgt] = pairs[b];
-    const auto n = static_cast<int64_t>(src.size()), m = static_cast<int64_t>(tgt.size());
-    for (int64_t i = 0; i < n; ++i) source[b][i] = src[i];
-    inputs[b][0] = kBosId;
-    for (int64_t i = 0; i < m; ++i) {
-      inputs[b][i + 1] = tgt[i];
-      labels[b][i] = tgt[i];
-    }
-    labels[b][m] = kEosId;
-    batch.source_lengths[b] = n;
-    batch.target_lengths[b] = m + 1;
+    const auto m = static_cast<int64_t>(tgt.size());
+    std::copy(src.begin(), src.end(), source + b * S);
+    inputs[b * T] = kBosId;
+    std::copy(tgt.begin(), tgt.end(), inputs + b * T + 1);
+    std::copy(tgt.begin(), tgt.end(), labels + b * T);
+    labels[b * T + m] = kEosId;
+    batch.source_lengths.data_ptr<int64_t>()[b] = static_cast<int64_t>(src.size());
+    batch.target_lengths.data_ptr<int64_t>()[b] = m + 1;
   }
   return batch;
 }
 
-std::unique_ptr<Seq2SeqSource> make_seq2seq_source(const Config& config) {
+std::unique_ptr<Seq2SeqSource> make_seq2seq_source(const Config& config, bool training) {
   const auto& d = config.data;
   if (!d.synthetic.empty()) {
     return std::make_unique<SyntheticPairs>(SyntheticOptions{d.synthetic, d.synthetic_vocab, d.synthetic_min_len,
                                                              d.synthetic_max_len, d.synthetic_valid_size,
+                                                             config.train.batch_size,
                                                              static_cast<uint64_t>(config.run.seed)});
   }
-  // The Bible pair files (data/pair_*, scripts/prepare_bible_mt.sh) plug in here.
-  throw ConfigError(config.where("data.synthetic") +
-                    ": data.synthetic: model.arch=transformer needs pair data; set data.synthetic=reverse (or copy) "
-                    "for a synthetic task");
+  auto open_pairs = [&](const std::string& path, const std::string& key) {
+    return data_file_given(path, key, config) ? std::make_unique<PairFile>(path) : nullptr;
+  };
+  std::unique_ptr<PairFile> train, valid;
+  if (training) {
+    if (d.train.empty())
+      throw ConfigError(config.where("data.train") + ": data.train: no training pair file given (scripts/"
+                        "prepare_bible_mt.sh makes datasets/bible-mt/train.bin), or set data.synthetic");
+    if (config.train.batch_tokens <= 0)
+      throw ConfigError(config.where("train.batch_tokens") + ": train.batch_tokens: translation pairs are batched "
+                        "by tokens; set it (for example 4096)");
+    train = open_pairs(d.train, "data.train");
+  }
+  valid = open_pairs(d.valid, "data.valid");
+  if (!train && !valid)
+    throw ConfigError(config.where("data.valid") + ": data.valid: no evaluation pair file (pass --set data.valid=FILE)");
+  check_tokenizer(config, (train ? *train : *valid).tokens(), train && valid ? &valid->tokens() : nullptr);
+  // Batches are cut the same for every parallel layout (min_pairs 1), so any layout trains on the same
+  // pairs; the Trainer copes with a batch of fewer pairs than DP ranks.
+  const PairSamplerOptions options{config.train.batch_tokens, 1, static_cast<uint64_t>(config.run.seed)};
+  return std::make_unique<PairFileSource>(std::move(train), std::move(valid), options, config.model.max_seq_len);
 }
 
 }  // namespace loom

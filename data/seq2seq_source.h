@@ -1,7 +1,7 @@
 // Where the encoder-decoder's batches come from: a deterministic source of Seq2SeqBatch, like LmSampler
 // a pure function of (step, sequence index in the global batch), so resume and a changed DP size are
-// exact. Implementations: the synthetic tasks (data/synthetic_pairs.h); the Bible pair files plug in
-// here too. make_seq2seq_source() picks one from the config.
+// exact. Implementations: the synthetic tasks (data/synthetic_pairs.h) and pair token files such as
+// the Bible's (data/pair_source.h). make_seq2seq_source() picks one from the config.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -20,6 +20,8 @@ class Seq2SeqSource {
   virtual ~Seq2SeqSource() = default;
   // Pairs [first, first + count) of the global training batch of `step`.
   virtual Seq2SeqBatch train_batch(int64_t step, int64_t first, int64_t count) const = 0;
+  // Pairs in the global training batch of `step` (token-based batches vary from step to step).
+  virtual int64_t train_batch_size(int64_t step) const = 0;
   // Pairs [first, first + count) of the fixed evaluation set (wrapping around); empty set: no evaluation.
   virtual Seq2SeqBatch eval_batch(int64_t first, int64_t count) const = 0;
   virtual int64_t eval_size() const = 0;
@@ -29,7 +31,8 @@ class Seq2SeqSource {
 // Pads pairs into a batch as data/seq2seq_batch.h describes.
 Seq2SeqBatch collate_pairs(const std::vector<TokenPair>& pairs);
 
-// The source the config asks for (data.synthetic, else pair files); throws ConfigError naming the key.
-std::unique_ptr<Seq2SeqSource> make_seq2seq_source(const Config& config);
+// The source the config asks for: data.synthetic, else the pair files data.train (when `training`) and
+// data.valid (data/pair_source.h). Throws ConfigError naming the key.
+std::unique_ptr<Seq2SeqSource> make_seq2seq_source(const Config& config, bool training);
 
 }  // namespace loom

@@ -15,6 +15,7 @@ struct SyntheticOptions {
   int64_t min_len = 1;
   int64_t max_len = 16;
   int64_t valid_size = 512;
+  int64_t batch_size = 64;  // pairs per training step
   uint64_t seed = 0;
 };
 
@@ -22,6 +23,7 @@ class SyntheticPairs : public Seq2SeqSource {
  public:
   explicit SyntheticPairs(const SyntheticOptions& options);
   Seq2SeqBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
+  int64_t train_batch_size(int64_t) const override { return options_.batch_size; }
   Seq2SeqBatch eval_batch(int64_t first, int64_t count) const override;
   int64_t eval_size() const override { return options_.valid_size; }
   int64_t vocab_size() const override { return options_.vocab; }

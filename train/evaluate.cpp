@@ -1,5 +1,8 @@
 #include "train/evaluate.h"
 
+#include <algorithm>
+
+#include "data/batch_slices.h"
 #include "train/runtime.h"
 
 namespace loom {
@@ -8,14 +11,17 @@ EvalLoss evaluate_loss(Task& task, const Config& config, const Mesh& mesh, torch
   torch::NoGradGuard no_grad;
   task.model().eval();
   AutocastGuard autocast(config.precision, device);
-  const int64_t micro = config.micro_batch_size(mesh.dp());
   const int64_t accumulation = config.accumulation_steps(mesh.dp());
+  const int64_t batch_size = config.train.batch_size;
+  int64_t sequences = config.train.eval_batches * batch_size;
+  if (task.eval_size() > 0) sequences = std::min(sequences, task.eval_size());  // a fixed set: each at most once
   double loss_sum = 0;  // sum over tokens
   int64_t tokens = 0;
-  for (int64_t b = 0; b < config.train.eval_batches; ++b) {
-    const int64_t first = b * config.train.batch_size + mesh.coords().dp * micro * accumulation;
-    for (int64_t m = 0; m < accumulation; ++m) {
-      const auto batch = task.eval_batch(first + m * micro, micro);
+  for (int64_t start = 0; start < sequences; start += batch_size) {
+    const int64_t size = std::min(batch_size, sequences - start);
+    for (const auto& slice : micro_batches(size, mesh.dp(), mesh.coords().dp, accumulation)) {
+      if (slice.count == 0) continue;  // a short last batch
+      const auto batch = task.eval_batch(start + slice.first, slice.count);
       const int64_t n = batch_tokens(batch);
       loss_sum += task.loss(batch, device, /*label_smoothing=*/0.0).item<double>() * static_cast<double>(n);
       tokens += n;

@@ -1,39 +1,12 @@
 #include "train/lm_task.h"
 
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "data/data_files.h"
 #include "models/hf_weights.h"
 #include "optim/cross_entropy.h"
 
 namespace loom {
 namespace fs = std::filesystem;
-namespace {
-
-std::unique_ptr<TokenFile> open_data(const std::string& path, const std::string& key, const Config& config) {
-  if (path.empty()) return nullptr;
-  if (!fs::exists(path))
-    throw Error(config.where(key) + ": " + key + ": " + path + " does not exist (scripts/prepare_kjv.sh makes the KJV data)");
-  return std::make_unique<TokenFile>(path);
-}
-
-void check_tokenizer(const Config& config, const TokenFile& data) {
-  if (config.tokenizer.model.empty()) return;
-  const Tokenizer tokenizer(config.tokenizer.model);
-  if (tokenizer.checksum() != data.tokenizer_crc())
-    throw Error(data.path().string() + " was not made with tokenizer.model=" + config.tokenizer.model +
-                " (checksum mismatch): re-run the data preparation or point tokenizer.model at the right model");
-}
-
-// Fills model.vocab_size from the token file when it is 0 and checks the data fits the model.
-void resolve_vocab(Config& config, const TokenFile& data) {
-  if (config.model.vocab_size == 0) config.model.vocab_size = data.vocab_size();
-  if (config.model.vocab_size < data.vocab_size())
-    throw ConfigError(config.where("model.vocab_size") + ": model.vocab_size: " +
-                      std::to_string(config.model.vocab_size) + " is smaller than the vocabulary of " +
-                      data.path().string() + " (" + std::to_string(data.vocab_size()) + ")");
-}
-
-}  // namespace
 
 LmTask::LmTask(Gpt model, std::unique_ptr<TokenFile> train, std::unique_ptr<LmBatches> batches,
                std::unique_ptr<TokenFile> valid, const Config& config)
@@ -41,7 +14,8 @@ LmTask::LmTask(Gpt model, std::unique_ptr<TokenFile> train, std::unique_ptr<LmBa
       train_(std::move(train)),
       batches_(std::move(batches)),
       valid_(std::move(valid)),
-      sampler_(static_cast<uint64_t>(config.run.seed), config.data.seq_len) {}
+      sampler_(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
+      batch_size_(config.train.batch_size) {}
 
 TaskBatch LmTask::train_batch(int64_t step, int64_t first, int64_t count) const {
   LOOM_CHECK(batches_ != nullptr, "no training data (data.train)");
@@ -68,17 +42,15 @@ std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskD
   if (data == TaskData::kTraining && !train_batches) {
     if (config.data.train.empty())
       throw ConfigError(config.where("data.train") + ": data.train: no training token file given");
-    train = open_data(config.data.train, "data.train", config);
+    train = open_token_file(config.data.train, "data.train", config);
   }
-  valid = open_data(config.data.valid, "data.valid", config);
+  valid = open_token_file(config.data.valid, "data.valid", config);
   if (data == TaskData::kEvaluation && !valid)
     throw ConfigError(config.where("data.valid") + ": data.valid: no evaluation token file (pass --set data.valid=FILE)");
   if (train || valid) {
     const TokenFile& first = train ? *train : *valid;
-    check_tokenizer(config, first);
-    if (train && valid && valid->tokenizer_crc() != train->tokenizer_crc())
-      throw Error(config.data.valid + " and " + config.data.train + " were made with different tokenizers");
-    resolve_vocab(config, first);
+    check_tokenizer(config, first, train ? valid.get() : nullptr);
+    resolve_vocab(config, first.vocab_size(), first.path().string());
   }
   if (train)
     train_batches = std::make_unique<TokenFileBatches>(

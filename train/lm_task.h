@@ -19,6 +19,7 @@ class LmTask : public Task {
 
   torch::nn::Module& model() override { return *model_; }
   TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
+  int64_t train_batch_size(int64_t) const override { return batch_size_; }
   TaskBatch eval_batch(int64_t first, int64_t count) const override;
   bool can_evaluate() const override { return valid_ != nullptr; }
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
@@ -31,6 +32,7 @@ class LmTask : public Task {
   std::unique_ptr<LmBatches> batches_;
   std::unique_ptr<TokenFile> valid_;
   LmSampler sampler_;
+  int64_t batch_size_;  // train.batch_size
 };
 
 // Opens data.train / data.valid as `data` asks, checks them against tokenizer.model and fills

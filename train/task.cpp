@@ -16,7 +16,7 @@ std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData d
                                 Communicator* tp, std::unique_ptr<LmBatches> lm_batches) {
   if (config.model.encoder_decoder()) {
     LOOM_CHECK(lm_batches == nullptr, "synthetic LM batches feed a gpt model only");
-    return make_translation_task(config, device, trained ? trained->translator : EncoderDecoder(nullptr));
+    return make_translation_task(config, device, data, trained ? trained->translator : EncoderDecoder(nullptr));
   }
   return make_lm_task(config, device, data, trained ? trained->model : Gpt(nullptr), tp, std::move(lm_batches));
 }

@@ -32,9 +32,15 @@ class Task {
 
   // Sequences [first, first + count) of the global training batch of `step`, on the CPU.
   virtual TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const = 0;
-  // Sequences [first, first + count) of the fixed evaluation set.
+  // Sequences in the global training batch of `step`: train.batch_size, or as many pairs as fill
+  // train.batch_tokens. The Trainer shares them out by data/batch_slices.h.
+  virtual int64_t train_batch_size(int64_t step) const = 0;
+  // Sequences [first, first + count) of the fixed evaluation set (wrapping around at its end).
   virtual TaskBatch eval_batch(int64_t first, int64_t count) const = 0;
   virtual bool can_evaluate() const = 0;
+  // Sequences in the evaluation set when it is a fixed list (translation pairs), which evaluation then
+  // covers at most once; 0: windows of a token stream, taken as train.eval_batches asks.
+  virtual int64_t eval_size() const { return 0; }
 
   // Forward pass: the mean loss over the batch's batch_tokens() (a scalar with gradient).
   virtual torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) = 0;

@@ -4,12 +4,14 @@
 
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "core/error.h"
 #include "core/fault_injection.h"
 #include "core/file_io.h"
 #include "core/logging.h"
 #include "core/signals.h"
+#include "data/batch_slices.h"
 #include "models/estimates.h"
 #include "optim/optimizer.h"
 #include "parallel/nccl_communicator.h"
@@ -162,18 +164,20 @@ StepResult Trainer::step() {
 double Trainer::forward_backward(PhaseClock& clock) {
   task_->model().train();
   gradient_sync_->zero_grad();
-  const int64_t micro = config_.micro_batch_size(mesh_.dp());
   const int64_t accumulation = config_.accumulation_steps(mesh_.dp());
-  const int64_t first = mesh_.coords().dp * micro * accumulation;  // this DP rank's slice of the global batch
   // The step's loss is the mean over every token of the global batch, however the batch is split: each
   // micro-batch's mean is weighted by its share of the global token count (times the DP size, which
   // the gradient sync divides by again).
+  // A token-based batch may hold fewer pairs than there are slices: an empty slice runs the batch's
+  // first pair with weight 0, so that its rank still takes part in the gradient all-reduce.
   std::vector<TaskBatch> batches;
-  int64_t local_tokens = 0;
-  for (int64_t m = 0; m < accumulation; ++m) {
-    batches.push_back(task_->train_batch(state_.step, first + m * micro, micro));
-    local_tokens += batch_tokens(batches.back());
+  std::vector<int64_t> tokens;  // per micro-batch: the tokens its loss counts for
+  for (const auto& slice :
+       micro_batches(task_->train_batch_size(state_.step), mesh_.dp(), mesh_.coords().dp, accumulation)) {
+    batches.push_back(task_->train_batch(state_.step, slice.count > 0 ? slice.first : 0, std::max<int64_t>(slice.count, 1)));
+    tokens.push_back(slice.count > 0 ? batch_tokens(batches.back()) : 0);
   }
+  const int64_t local_tokens = std::accumulate(tokens.begin(), tokens.end(), int64_t{0});
   step_tokens_ = static_cast<int64_t>(sum_over(mesh_.dp_group(), static_cast<double>(local_tokens)));
   const double weight_per_token = static_cast<double>(mesh_.dp()) / static_cast<double>(step_tokens_);
   clock.lap(&StepPhases::data_s);
@@ -182,11 +186,11 @@ double Trainer::forward_backward(PhaseClock& clock) {
   AutocastGuard autocast(config_.precision, device_);
   for (int64_t m = 0; m < accumulation; ++m) {
     if (m == accumulation - 1) gradient_sync_->prepare_last_backward();
-    const auto tokens = static_cast<double>(batch_tokens(batches[m]));
+    const auto weight = static_cast<double>(tokens[m]);
     auto loss = task_->loss(batches[m], device_, config_.optim.label_smoothing);
     clock.lap(&StepPhases::forward_s);
-    (loss_scaler_.scale_loss(loss) * (tokens * weight_per_token)).backward();
-    loss_sum += loss.detach() * tokens;
+    (loss_scaler_.scale_loss(loss) * (weight * weight_per_token)).backward();
+    loss_sum += loss.detach() * weight;
     clock.lap(&StepPhases::backward_s);
   }
   gradient_sync_->finish();

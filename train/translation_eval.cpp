@@ -56,4 +56,19 @@ TranslationEval evaluate_translation(EncoderDecoder& model, const Seq2SeqSource&
   return out;
 }
 
+std::string translation_text(const std::vector<int64_t>& ids, const Tokenizer* tokenizer) {
+  if (tokenizer) return tokenizer->decode(std::vector<int32_t>(ids.begin(), ids.end()));
+  std::string out;
+  for (int64_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
+  return out;
+}
+
+BleuScore corpus_bleu(const TranslationEval& translations, const Tokenizer& tokenizer) {
+  BleuStats stats;
+  for (size_t i = 0; i < translations.hypotheses.size(); ++i)
+    stats.add(translation_text(translations.hypotheses[i], &tokenizer),
+              translation_text(translations.references[i], &tokenizer));
+  return stats.score();
+}
+
 }  // namespace loom

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "core/config.h"
+#include "data/bleu.h"
 #include "data/seq2seq_source.h"
+#include "data/tokenizer.h"
 #include "models/beam_search.h"
 #include "models/encoder_decoder.h"
 
@@ -23,6 +25,13 @@ BeamOptions beam_options(const DecodeConfig& decode);
 // The first `limit` pairs of the evaluation set (0: all of them), decode.batch_size at a time.
 TranslationEval evaluate_translation(EncoderDecoder& model, const Seq2SeqSource& data, const DecodeConfig& decode,
                                      int64_t limit = 0);
+
+// A translation as a line of text: detokenized, or its token ids separated by spaces without a tokenizer
+// (the synthetic tasks).
+std::string translation_text(const std::vector<int64_t>& ids, const Tokenizer* tokenizer);
+
+// Corpus BLEU of the translations against the references, both detokenized with `tokenizer`.
+BleuScore corpus_bleu(const TranslationEval& translations, const Tokenizer& tokenizer);
 
 // The pairs of a batch as token lists: sources, and targets without eos.
 std::vector<std::vector<int64_t>> batch_sources(const Seq2SeqBatch& batch);

@@ -1,6 +1,7 @@
 #include "train/translation_task.h"
 
 #include "core/error.h"
+#include "data/data_files.h"
 #include "optim/cross_entropy.h"
 
 namespace loom {
@@ -25,13 +26,10 @@ void TranslationTask::load_weights(const std::filesystem::path& file) {
   throw Error("model.init_from: " + file.string() + ": importing weights into model.arch=transformer is not available");
 }
 
-std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::Device device, EncoderDecoder trained) {
-  auto data = make_seq2seq_source(config);
-  if (config.model.vocab_size == 0) config.model.vocab_size = data->vocab_size();
-  if (config.model.vocab_size < data->vocab_size())
-    throw ConfigError(config.where("model.vocab_size") + ": model.vocab_size: " +
-                      std::to_string(config.model.vocab_size) + " is smaller than the data's vocabulary (" +
-                      std::to_string(data->vocab_size()) + ")");
+std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::Device device, TaskData data_use,
+                                                       EncoderDecoder trained) {
+  auto data = make_seq2seq_source(config, data_use == TaskData::kTraining);
+  resolve_vocab(config, data->vocab_size(), "the training pairs");
   if (!trained) {
     torch::manual_seed(static_cast<uint64_t>(config.run.seed));
     trained = EncoderDecoder(config.model);

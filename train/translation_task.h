@@ -16,8 +16,10 @@ class TranslationTask : public Task {
 
   torch::nn::Module& model() override { return *model_; }
   TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
+  int64_t train_batch_size(int64_t step) const override { return data_->train_batch_size(step); }
   TaskBatch eval_batch(int64_t first, int64_t count) const override;
   bool can_evaluate() const override { return data_->eval_size() > 0; }
+  int64_t eval_size() const override { return data_->eval_size(); }
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
   void load_weights(const std::filesystem::path& file) override;
 
@@ -29,7 +31,9 @@ class TranslationTask : public Task {
   std::unique_ptr<Seq2SeqSource> data_;
 };
 
-// Opens the config's pair source and fills model.vocab_size from it when it is 0.
-std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::Device device, EncoderDecoder trained);
+// Opens the config's pair source (training data only for TaskData::kTraining) and fills model.vocab_size
+// from it when it is 0.
+std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::Device device, TaskData data,
+                                                       EncoderDecoder trained);
 
 }  // namespace loom

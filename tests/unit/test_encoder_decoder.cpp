@@ -188,7 +188,7 @@ TEST_CASE("translation task: the loss is the token-weighted mean of per-pair los
                                                  "model.n_heads=4", "model.max_seq_len=16", "data.seq_len=16",
                                                  "model.dropout=0", "data.synthetic=reverse", "data.synthetic_vocab=40",
                                                  "data.synthetic_max_len=10"});
-  auto task = loom::make_translation_task(config, torch::kCPU, loom::EncoderDecoder(nullptr));
+  auto task = loom::make_translation_task(config, torch::kCPU, loom::TaskData::kTraining, loom::EncoderDecoder(nullptr));
   CHECK(config.model.vocab_size == 40);  // from the data
   task->model().eval();
   torch::NoGradGuard no_grad;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "data/batch_slices.h"
 #include "data/lm_sampler.h"
 #include "data/pair_file.h"
 #include "data/pair_sampler.h"
@@ -209,7 +210,7 @@ TEST_CASE("pair_sampler: DP slices partition the global batch", "[data][pairs]")
   CHECK(loom::slice_range(10, 3, 2) == std::make_pair<int64_t, int64_t>(7, 10));
   for (int64_t step : {0, 5, 17}) {
     const auto pairs = sampler.train_pairs(step);
-    const auto whole = sampler.make_batch(pairs);
+    const auto whole = make_pair_batch(file, pairs);
     const int64_t b = static_cast<int64_t>(pairs.size());
     int64_t next = 0, target_tokens = 0;
     for (int64_t rank = 0; rank < 3; ++rank) {
@@ -230,4 +231,20 @@ TEST_CASE("pair_sampler: DP slices partition the global batch", "[data][pairs]")
     CHECK(next == b);
     CHECK(target_tokens == whole.target_tokens());
   }
+}
+
+TEST_CASE("micro_batches: DP ranks then micro-batches, near-equal consecutive slices", "[data][pairs]") {
+  // 11 pairs, dp 2, 2 micro-batches: rank 0 takes [0, 6) as 3 + 3, rank 1 [6, 11) as 3 + 2.
+  const auto r0 = loom::micro_batches(11, 2, 0, 2), r1 = loom::micro_batches(11, 2, 1, 2);
+  REQUIRE(r0.size() == 2);
+  REQUIRE(r1.size() == 2);
+  CHECK((r0[0].first == 0 && r0[0].count == 3 && r0[1].first == 3 && r0[1].count == 3));
+  CHECK((r1[0].first == 6 && r1[0].count == 3 && r1[1].first == 9 && r1[1].count == 2));
+  // Divisible sizes give the fixed-size layout first = (rank * accumulation + m) * micro.
+  for (int64_t rank = 0; rank < 4; ++rank)
+    for (int64_t m = 0; m < 2; ++m) {
+      const auto s = loom::micro_batches(64, 4, rank, 2)[m];
+      CHECK(s.first == (rank * 2 + m) * 8);
+      CHECK(s.count == 8);
+    }
 }

@@ -1,0 +1,27 @@
+// Opening the data files a config names, with the checks every task makes: the file exists (else an
+// error naming the key and how to make it), it was made with tokenizer.model, and model.vocab_size
+// covers its vocabulary.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "core/config.h"
+#include "data/token_file.h"
+
+namespace loom {
+
+// Whether the config key `key` names a file (false: `path` is empty); throws when the file is missing.
+bool data_file_given(const std::string& path, const std::string& key, const Config& config);
+
+// The token file at `path` (config key `key`, for messages); null when path is empty.
+std::unique_ptr<TokenFile> open_token_file(const std::string& path, const std::string& key, const Config& config);
+
+// Throws unless `data` (and `other`, when given) was made with the config's tokenizer.model; without
+// one, unless both files were made with the same tokenizer.
+void check_tokenizer(const Config& config, const TokenFile& data, const TokenFile* other = nullptr);
+
+// Fills model.vocab_size from the data's vocabulary when it is 0, and checks the data fits the model;
+// `data_name` names the data in the message.
+void resolve_vocab(Config& config, int64_t data_vocab, const std::string& data_name);
+
+}  // namespace loom

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Translation on the English-Spanish Bible pairs (the bible_mt_data fixture, vocabulary 2000) with a tiny
+# encoder-decoder, fp32 and no dropout: token-based batches (train.batch_tokens: the pairs per step vary)
+# shared out over DP=2 ranks, over 2 micro-batches, or over both with batches of 1-2 pairs (slices left
+# empty), give the single-process losses within 1e-5; a run
+# killed after a checkpoint resumes to the uninterrupted losses bit for bit; `loom eval --split test`
+# reports the corpus BLEU that sacrebleu (PyPI) computes from the translations it writes and the raw
+# test.es; `loom translate` gives the same translations from text on stdin.
+source "$(dirname "$0")/common.sh"
+: "${BIBLE_MT_DATA:?set BIBLE_MT_DATA to prepared English-Spanish data}"
+D=$BIBLE_MT_DATA
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+train_args() {
+  echo "$SRC/configs/transformer-kjv-es.yaml --set run.dir=$1 --set data.train=$D/train.bin" \
+       "--set data.valid=$D/valid.bin --set data.test=$D/test.bin --set tokenizer.model=$D/tokenizer.model" \
+       "--set model.d_model=32 --set model.n_layers=1 --set model.n_encoder_layers=1 --set model.n_heads=2" \
+       "--set model.d_ff=64 --set model.max_seq_len=400 --set model.dropout=0 --set precision.dtype=fp32" \
+       "--set train.batch_tokens=1500 --set train.batch_size=8 --set train.max_steps=10 --set train.log_every=1" \
+       "--set train.eval_every=5 --set train.eval_batches=2 --set checkpoint.every=5 --set runtime.threads=1" \
+       "--set schedule.warmup_steps=5 --set decode.batch_size=16"
+}
+
+tiny_train "$WORK/single" > "$WORK/single.log" 2>&1 || { cat "$WORK/single.log"; fail "single-process run"; }
+python3 - "$WORK/single/metrics.jsonl" <<'PY' || fail "token batches"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"train"' in l]
+per_step = [b["tokens"] - a["tokens"] for a, b in zip(rows, rows[1:])]
+print(f"target tokens per step: {per_step}")
+assert len(set(per_step)) > 1, "token-based batches should vary in target tokens per step"
+assert rows[-1]["loss"] < rows[0]["loss"], "the loss did not fall"
+PY
+
+# shellcheck disable=SC2046
+"${MPIRUN[@]}" -np 2 "$LOOM" train $(train_args "$WORK/dp2") --set parallel.dp=2 > "$WORK/dp2.log" 2>&1 \
+  || { cat "$WORK/dp2.log"; fail "DP=2 run"; }
+same_losses_within "$WORK/single" "$WORK/dp2" "DP=2, pairs split between the ranks" 1e-5
+tiny_train "$WORK/micro" --set train.micro_batch_size=4 > "$WORK/micro.log" 2>&1 || fail "micro-batch run"
+same_losses_within "$WORK/single" "$WORK/micro" "2 micro-batches per step" 1e-5
+# 200 padded tokens: one or two verse pairs per step for 4 slices (2 ranks x 2 micro-batches).
+small=(--set train.batch_tokens=200 --set train.eval_every=0 --set checkpoint.every=0)
+tiny_train "$WORK/small" "${small[@]}" > "$WORK/small.log" 2>&1 || fail "single-process run, small batches"
+# shellcheck disable=SC2046
+"${MPIRUN[@]}" -np 2 "$LOOM" train $(train_args "$WORK/small-dp2") --set parallel.dp=2 --set train.micro_batch_size=2 \
+  "${small[@]}" > "$WORK/small-dp2.log" 2>&1 || { cat "$WORK/small-dp2.log"; fail "DP=2 run, small batches"; }
+same_losses_within "$WORK/small" "$WORK/small-dp2" "DP=2 x 2 micro-batches, 1-2 pairs per step" 1e-5
+
+sigkill_resume "$WORK/killed" 5
+[ "$killed_at" -lt 10 ] || fail "SIGKILL came too late to test anything (the run had finished)"
+same_losses "$WORK/single" "$WORK/killed" "translation run on pair files killed after checkpoint $killed_at"
+
+"$LOOM" eval "$WORK/single" --split test --beam 2 --translations "$WORK/test.hyp" --json > "$WORK/test.json" \
+  || fail "loom eval --split test"
+python3 - "$WORK/test.json" "$WORK/test.hyp" "$D/test.es" <<'PY' || fail "loom eval's BLEU is not sacrebleu's"
+import json, sys
+import sacrebleu
+r = json.load(open(sys.argv[1]))
+hyps = open(sys.argv[2]).read().split("\n")[:-1]
+refs = open(sys.argv[3]).read().split("\n")[:-1]
+assert r["split"] == "test" and r["sentences"] == 367 == len(hyps) == len(refs), (r, len(hyps))
+expected = sacrebleu.corpus_bleu(hyps, [refs]).score
+print(f"test: loss {r['loss']:.4f}, BLEU {r['bleu']:.4f} (sacrebleu on the written translations: {expected:.4f})")
+assert abs(r["bleu"] - expected) < 0.01, (r["bleu"], expected)
+PY
+head -40 "$D/test.en" | "$LOOM" translate "$WORK/single" --beam 2 > "$WORK/translate.hyp" || fail "loom translate"
+same=$(paste -d '\t' <(head -40 "$WORK/test.hyp") "$WORK/translate.hyp" | awk -F '\t' '$1 == $2' | wc -l)
+echo "translate: $same of 40 lines equal loom eval's"
+[ "$same" -ge 36 ] || fail "loom translate and loom eval disagree on $((40 - same)) of 40 lines"
+
+set +e
+out=$("$LOOM" eval "$WORK/single" --split test --set data.test= 2>&1); code=$?
+set -e
+[ $code -eq 2 ] && grep -q "data.test" <<<"$out" || fail "--split test without data.test: exit $code, $out"
+echo PASS
