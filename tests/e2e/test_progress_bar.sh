@@ -42,7 +42,8 @@ for line, step, bar, percent in bars:
     assert bar.count(b"#") == int(step) * len(bar) // 20, (step, bar)
 assert bars[-1][1] == b"20" and bars[-1][3] == b"100"
 # The log lines are still there, each starting on a line of its own (the bar is erased first).
-assert len(re.findall(rb"\r\x1b\[K[^\r\n]*\] step \d+/20 \| loss", data)) == 20
+# (spdlog colours the level tag on a terminal: "\x1b[32m[12:00:00 I]\x1b[m step 1/20 | loss ...")
+assert len(re.findall(rb"\r\x1b\[K\x1b\[\d+m\[[^\]]*\]\x1b\[m step \d+/20 \| loss", data)) == 20
 assert re.search(rb"step 20/20 \[#+\] 100% [^\n]*\n", data), "the last bar is not left on its own line"
 print(f"terminal: bar drawn after each of 20 steps, width {len(bars[-1][2])}, log lines kept")
 PY
