@@ -16,7 +16,6 @@
 #include "train/evaluate.h"
 #include "train/memory_check.h"
 #include "train/progress.h"
-#include "train/nonfinite_guard.h"
 #include "train/runtime.h"
 
 namespace loom {
@@ -127,7 +126,7 @@ TrainState Trainer::run() {
                     state_.elapsed_s);
 
     const bool final_step = state_.step == max_steps;
-    if (state_.step % config_.train.log_every == 0 || final_step) log_step(result);
+    if (state_.step % config_.train.log_every == 0 || final_step) log_step(result.loss, result.lr, result.grad_norm);
     maybe_evaluate(final_step);
     const int64_t every = config_.checkpoint.every;
     if (final_step || (every > 0 && state_.step % every == 0)) checkpoint();
@@ -241,9 +240,8 @@ void Trainer::maybe_evaluate(bool final_step) {
                    {"tokens", state_.tokens}, {"elapsed_s", state_.elapsed_s}});
 }
 
-void Trainer::log_step(const StepResult& result) {
+void Trainer::log_step(double loss, double lr, double grad_norm) {
   if (!is_leader()) return;
-  const double loss = result.loss, lr = result.lr, grad_norm = result.grad_norm;
   const double interval = seconds_since(interval_start_);
   const double tokens_per_s = interval > 0 ? static_cast<double>(interval_tokens_) / interval : 0.0;
   const double seconds_per_step = interval_steps_ > 0 ? interval / static_cast<double>(interval_steps_) : 0.0;

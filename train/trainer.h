@@ -55,7 +55,7 @@ class Trainer {
   void resume_or_start();
   double forward_backward(PhaseClock& clock);  // this rank's micro-batches; returns the global batch's mean loss
   bool any_rank_stopping();
-  void log_step(const StepResult& result);
+  void log_step(double loss, double lr, double grad_norm);
   void maybe_evaluate(bool final_step);
   void checkpoint();
   CheckpointParts checkpoint_parts();
