@@ -62,6 +62,10 @@ int translate_command(const Argv& argv, const ProcessGroup&) {
     } else {
       sources.push_back(parse_ids(line, sources.size() + 1, config.model.vocab_size));
     }
+    if (static_cast<int64_t>(sources.back().size()) > config.model.max_seq_len)
+      throw ConfigError("stdin line " + std::to_string(sources.size()) + ": the source has " +
+                        std::to_string(sources.back().size()) + " tokens, more than model.max_seq_len=" +
+                        std::to_string(config.model.max_seq_len) + " of this model: split it into shorter lines");
   }
   // Longest first, so that the first batch shows at once whether memory suffices.
   std::vector<size_t> order(sources.size());

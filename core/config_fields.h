@@ -69,6 +69,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("train.eval_batches", c.train.eval_batches, "Batches of train.batch_size validation sequences per evaluation (consecutive windows of the validation file).");
   v("train.activation_checkpointing", c.train.activation_checkpointing, "Recompute activations in backward instead of keeping them: `none`, `full` (each block keeps only its input) or `selective` (each block's MLP is recomputed, attention kept). Same gradients, less memory, one more forward.");
 
+  v("train.max_bad_steps", c.train.max_bad_steps, "A step whose loss or gradients hold inf/nan is skipped (no update; the step count, data and learning rate move on) and counted in metrics.jsonl (skipped_steps); this many such steps in a row stop the run with the step, rank and what was non-finite. 0: never stop.");
+
   v("decode.beam", c.decode.beam, "Beam size for translation (1: greedy); `loom translate --beam` overrides it.");
   v("decode.length_penalty", c.decode.length_penalty, "Beam search ranks finished hypotheses by log-probability / length^length_penalty (0: raw log-probability).");
   v("decode.max_len_a", c.decode.max_len_a, "Translations end after at most max_len_a * source length + max_len_b tokens.");

@@ -2,7 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <string>
+#include <set>
 #include <thread>
 
 #include "core/error.h"
@@ -11,11 +11,16 @@
 namespace loom {
 namespace {
 
-struct Fault {
-  std::string kind;  // empty: none
-  int64_t step = -1;
-  int64_t rank = -1;  // -1: every rank
-};
+const Fault& configured_fault() {
+  static const Fault fault = parse_fault(std::getenv("LOOM_FAULT_INJECTION"));
+  return fault;
+}
+
+}  // namespace
+
+bool Fault::applies(int64_t step, int64_t at_rank) const {
+  return !kind.empty() && step >= first && (last < 0 || step <= last) && (rank < 0 || at_rank == rank);
+}
 
 Fault parse_fault(const char* spec) {
   Fault fault;
@@ -23,26 +28,39 @@ Fault parse_fault(const char* spec) {
   const std::string text = spec;
   const auto at = text.find('@');
   const auto colon = text.find(":rank");
-  const auto step = at == std::string::npos ? std::nullopt : parse_int64(text.substr(at + 1, colon - at - 1));
+  const std::string steps = at == std::string::npos ? "" : text.substr(at + 1, colon - at - 1);
+  const auto dash = steps.find('-');
+  const auto first = parse_int64(steps.substr(0, dash));
+  const auto last = dash == std::string::npos        ? first
+                    : dash + 1 == steps.size() ? std::optional<int64_t>(-1)
+                                               : parse_int64(steps.substr(dash + 1));
   const auto rank = colon == std::string::npos ? std::optional<int64_t>(-1) : parse_int64(text.substr(colon + 5));
   fault.kind = text.substr(0, at);
-  if (!step || !rank || (fault.kind != "throw" && fault.kind != "stall" && fault.kind != "crash"))
-    throw Error("LOOM_FAULT_INJECTION='" + text + "': expected <throw|stall|crash>@<step>[:rank<r>]");
-  fault.step = *step;
+  static const std::set<std::string> kinds = {"throw", "stall", "crash", "nan_loss", "nan_grad"};
+  if (at == std::string::npos || !first || !last || !rank || kinds.count(fault.kind) == 0 || *first < 1 ||
+      (*last >= 0 && *last < *first))
+    throw Error("LOOM_FAULT_INJECTION='" + text +
+                "': expected <throw|stall|crash|nan_loss|nan_grad>@<step>[-[<last step>]][:rank<r>]");
+  fault.first = *first;
+  fault.last = *last;
   fault.rank = *rank;
   return fault;
 }
 
-}  // namespace
-
 void maybe_inject_fault(int64_t step, int64_t rank) {
-  static const Fault fault = parse_fault(std::getenv("LOOM_FAULT_INJECTION"));
-  if (fault.kind.empty() || step != fault.step || (fault.rank >= 0 && rank != fault.rank)) return;
+  const Fault& fault = configured_fault();
+  if (!fault.applies(step, rank)) return;
   if (fault.kind == "throw")
     throw Error("injected fault (LOOM_FAULT_INJECTION) on rank " + std::to_string(rank) + " at step " +
                 std::to_string(step));
   if (fault.kind == "crash") std::_Exit(3);
-  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  if (fault.kind == "stall")
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+bool fault_injected(const std::string& kind, int64_t step, int64_t rank) {
+  const Fault& fault = configured_fault();
+  return fault.kind == kind && fault.applies(step, rank);
 }
 
 }  // namespace loom

@@ -1,13 +1,32 @@
 // FOR TESTS ONLY, off unless the environment variable LOOM_FAULT_INJECTION is set:
-//   LOOM_FAULT_INJECTION=<kind>@<step>[:rank<r>]     kind: throw | stall | crash
-// makes rank r (every rank if omitted) throw a loom::Error, sleep forever, or exit abruptly when it
-// reaches optimizer step <step>. The fault-tolerance tests use it to prove that a failing or stalled
-// rank ends the whole job with its message instead of hanging it.
+//   LOOM_FAULT_INJECTION=<kind>@<steps>[:rank<r>]
+//     kind:  throw | stall | crash            rank r (every rank if omitted) throws a loom::Error, sleeps
+//                                            forever, or exits abruptly when it reaches optimizer step <step>
+//            nan_loss | nan_grad             rank r's loss (before backward), or its first gradient after
+//                                            the data-parallel sync, is made NaN at those steps
+//     steps: <n> (that step), <a>-<b> (a through b), <a>- (a and every later step)
+// The fault-tolerance tests use it to prove that a failing or stalled rank ends the whole job with its
+// message instead of hanging it, and that non-finite steps are skipped, counted and, persisting, stop the
+// run (train.max_bad_steps).
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace loom {
 
+// throw / stall / crash, when LOOM_FAULT_INJECTION asks for one at this step on this rank.
 void maybe_inject_fault(int64_t step, int64_t rank);
+
+// True when LOOM_FAULT_INJECTION asks for `kind` (nan_loss or nan_grad) at this step on this rank.
+bool fault_injected(const std::string& kind, int64_t step, int64_t rank);
+
+// The parsed form of a LOOM_FAULT_INJECTION value, exposed for the unit test of its syntax.
+struct Fault {
+  std::string kind;  // empty: none
+  int64_t first = -1, last = -1;  // the steps it applies to; last -1: no end
+  int64_t rank = -1;              // -1: every rank
+  bool applies(int64_t step, int64_t at_rank) const;
+};
+Fault parse_fault(const char* spec);
 
 }  // namespace loom

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -54,11 +55,23 @@ TokenFile::TokenFile(const std::filesystem::path& path) : path_(path) {
     fail("unknown layout " + std::to_string(header_.layout) + ": re-create it with loom tokenize");
   if (header_.token_bytes != 2 && header_.token_bytes != 4)
     fail("bad token width " + std::to_string(header_.token_bytes));
-  const size_t expected = sizeof header_ + header_.count * header_.token_bytes;
-  if (map_size_ != expected)
-    fail("truncated or padded: header promises " + std::to_string(header_.count) + " tokens (" +
-         std::to_string(expected) + " bytes) but the file has " + std::to_string(map_size_) + " bytes");
-  if (crc32(data_, map_size_ - sizeof header_) != header_.data_crc) fail("corrupt: token data checksum mismatch");
+  // Compared in tokens, not bytes: a damaged count times the width could wrap around to the file size.
+  const size_t data_bytes = map_size_ - sizeof header_;
+  if (header_.count != data_bytes / header_.token_bytes || data_bytes % header_.token_bytes != 0)
+    fail("truncated or padded: the header promises " + std::to_string(header_.count) + " tokens of " +
+         std::to_string(header_.token_bytes) + " bytes but the file holds " + std::to_string(data_bytes) +
+         " bytes of tokens: re-create it with loom tokenize");
+  if (crc32(data_, data_bytes) != header_.data_crc)
+    fail("corrupt: token data checksum mismatch: re-create it with loom tokenize");
+  // Token ids are int32 (write_token_file): a larger vocabulary is a damaged header, not a model to build.
+  if (header_.vocab_size == 0 || header_.vocab_size > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+    fail("corrupt: vocabulary size " + std::to_string(header_.vocab_size) +
+         " in the header: re-create it with loom tokenize");
+  // A header whose vocabulary is smaller than its ids would index past the model's embedding.
+  for (int64_t i = 0; i < size(); ++i)
+    if (static_cast<uint64_t>(at(i)) >= header_.vocab_size)
+      fail("corrupt: token " + std::to_string(i) + " is id " + std::to_string(at(i)) + ", outside the vocabulary of " +
+           std::to_string(header_.vocab_size) + " in the header: re-create it with loom tokenize");
 }
 
 TokenFile::~TokenFile() {

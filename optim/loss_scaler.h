@@ -3,7 +3,8 @@
 // clipping and the optimizer. A step whose gradients hold inf/nan is skipped and the scale multiplied
 // by the backoff factor; after growth_interval finite steps in a row it is multiplied by the growth
 // factor. The scale and the count of finite steps are state a checkpoint carries.
-// Disabled (every other dtype) it is the identity and never skips.
+// Disabled (every other dtype) the scale is 1 and unscaling only checks that the gradients are finite:
+// the trainer skips a step with inf/nan gradients in every precision (train/nonfinite_guard.h).
 #pragma once
 #include <torch/torch.h>
 
@@ -24,7 +25,7 @@ class LossScaler {
 
   torch::Tensor scale_loss(const torch::Tensor& loss) const;  // loss * scale
 
-  // Divides the gradients by the scale; true when every one is finite. With `shards`, each rank holds a
+  // Divides the gradients by the scale (fp16; other dtypes: only checks); true when every one is finite. With `shards`, each rank holds a
   // different part of the gradients and the answer is agreed over the group.
   bool unscale(const std::vector<torch::Tensor>& parameters, Communicator* shards = nullptr);
 

@@ -30,8 +30,10 @@ OptimizerLayout optimizer_layout(const CheckpointParts& parts) {
   return {parts.optimizer, parts.optimizer_slices};
 }
 
+// At most 18 digits: a step number that std::stoll cannot overflow on.
 bool is_step_name(const std::string& name) {
-  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return !name.empty() && name.size() <= 18 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 }  // namespace
@@ -39,6 +41,8 @@ bool is_step_name(const std::string& name) {
 std::vector<int64_t> checkpoint_steps(const fs::path& run_dir) {
   std::vector<int64_t> steps;
   const auto root = run_dir / "checkpoints";
+  if (fs::exists(root) && !fs::is_directory(root))
+    throw Error(root.string() + " is not a directory: the run keeps its checkpoints there; move it away");
   if (!fs::is_directory(root)) return steps;
   for (const auto& entry : fs::directory_iterator(root)) {
     const auto name = entry.path().filename().string();
@@ -118,6 +122,8 @@ void write_shard(const fs::path& path, const CheckpointParts& parts, const Train
   shard.write("state.step", scalar(state.step));
   shard.write("state.tokens", scalar(state.tokens));
   shard.write("state.elapsed_s", torch::tensor({state.elapsed_s}, torch::kDouble));
+  shard.write("state.skipped_steps", scalar(state.skipped_steps));
+  shard.write("state.bad_streak", scalar(state.bad_streak));
   // Serialised in memory and written by loom's own checked I/O: LibTorch's file writer aborts the
   // process when the disk fills up, instead of reporting it.
   std::string bytes;
@@ -279,6 +285,9 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   state.step = read("state.step").item<int64_t>();
   state.tokens = read("state.tokens").item<int64_t>();
   state.elapsed_s = read("state.elapsed_s").item<double>();
+  // Checkpoints written before steps could be skipped for non-finite values hold no counts: none.
+  if (torch::Tensor t; shard.try_read("state.skipped_steps", t)) state.skipped_steps = t.item<int64_t>();
+  if (torch::Tensor t; shard.try_read("state.bad_streak", t)) state.bad_streak = t.item<int64_t>();
   // A checkpoint of a run without loss scaling (bf16, fp32) resumed in fp16 starts from the initial scale.
   if (torch::Tensor scaler; parts.loss_scaler != nullptr && shard.try_read("loss_scaler", scaler))
     parts.loss_scaler->load_state(scaler);

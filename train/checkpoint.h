@@ -21,6 +21,8 @@ struct TrainState {
   int64_t step = 0;    // optimizer steps taken
   int64_t tokens = 0;  // training tokens consumed
   double elapsed_s = 0;
+  int64_t skipped_steps = 0;  // steps without an update (non-finite loss or gradients, fp16 overflow)
+  int64_t bad_streak = 0;     // bad steps in a row up to now (train/nonfinite_guard.h)
 };
 
 struct CheckpointParts {

@@ -16,6 +16,8 @@
 #include "optim/optimizer.h"
 #include "parallel/nccl_communicator.h"
 #include "train/evaluate.h"
+#include "train/memory_check.h"
+#include "train/progress.h"
 #include "train/runtime.h"
 
 namespace loom {
@@ -55,7 +57,8 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
       mesh_(config_, *world_),
       device_(runtime_device(config_.runtime, processes.info().local_rank)),
       schedule_(config_),
-      loss_scaler_(config_.precision) {
+      loss_scaler_(config_.precision),
+      nonfinite_guard_(config_.train.max_bad_steps) {
   validate_batch_split(config_, mesh_.dp());
   if (processes.distributed()) set_log_tag("rank " + std::to_string(mesh_.rank()) + " " + mesh_.coords_name());
   const int64_t threads = configure_threads(config_.runtime, processes.info().local_size);
@@ -63,6 +66,7 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
   if (device_.is_cuda() && mesh_.tp() > 1)
     nccl_tp_group_ = make_nccl_communicator(mesh_.tp_group(), device_.index(), "NCCL " + mesh_.tp_group().name(),
                                             config_.parallel.timeout_s);
+  check_memory_fits(config_, mesh_.dp(), device_, processes.info().local_size);  // before the model is built
   // Resolves model.vocab_size from the data.
   task_ = make_task(config_, device_, TaskData::kTraining, nullptr,
                     nccl_tp_group_ ? nccl_tp_group_.get() : &mesh_.tp_group(), std::move(train_batches));
@@ -85,6 +89,8 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
 void Trainer::resume_or_start() {
   const fs::path run_dir = config_.run.dir;
   if (is_leader()) {
+    LOOM_CHECK(!fs::exists(run_dir) || fs::is_directory(run_dir), "run.dir ", run_dir.string(),
+               " is a file, not a directory: set run.dir to a new or existing run directory");
     fs::create_directories(run_dir);
     write_file_atomic(run_dir / "config.yaml", to_yaml(config_));
   }
@@ -110,12 +116,16 @@ TrainState Trainer::run() {
   }
   session_start_ = interval_start_ = std::chrono::steady_clock::now();
   elapsed_at_start_ = state_.elapsed_s;
+  ProgressBar progress(is_leader() && stderr_is_terminal());  // terminals only: log files stay plain lines
+  const int64_t first_step = state_.step, first_tokens = state_.tokens;
   while (state_.step < max_steps) {
     maybe_inject_fault(state_.step + 1, mesh_.rank());
     const StepResult result = step();
     interval_tokens_ += step_tokens_;
     interval_steps_ += 1;
     state_.elapsed_s = elapsed_at_start_ + seconds_since(session_start_);
+    progress.update(state_.step, max_steps, result.loss, state_.step - first_step, state_.tokens - first_tokens,
+                    state_.elapsed_s);
 
     const bool final_step = state_.step == max_steps;
     if (state_.step % config_.train.log_every == 0 || final_step) log_step(result.loss, result.lr, result.grad_norm);
@@ -137,13 +147,22 @@ StepResult Trainer::step() {
   result.lr = schedule_.at(state_.step);
   set_learning_rate(*optimizer_, result.lr);
   result.loss = forward_backward(clock);
-  // With ZeRO-1 each rank holds a disjoint shard of the gradients: norms span the DP group. Under TP the
-  // sharded parameters' squares sum over the TP group and the replicated ones count once. Whether to
-  // skip the step is agreed by every rank whose gradients differ.
-  Communicator* shards = gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr;
-  Communicator* differing = gradient_sync_->sharded() || mesh_.tp() > 1 ? &mesh_.world() : nullptr;
-  const bool finite = loss_scaler_.unscale(gradient_sync_->optimizer_parameters(), differing);
-  if (finite) {
+  if (fault_injected("nan_grad", state_.step + 1, mesh_.rank()))
+    gradient_sync_->optimizer_parameters().front().grad().view(-1)[0].fill_(std::numeric_limits<double>::quiet_NaN());
+  // One agreement over every rank on whether to update: no rank steps while another skips. With ZeRO-1
+  // or TP the ranks' gradients differ, and a fault can corrupt one replica.
+  const bool local_finite = loss_scaler_.unscale(gradient_sync_->optimizer_parameters());
+  const StepHealth health = nonfinite_guard_.check(
+      state_.step + 1, local_loss_sum_, local_finite, loss_scaler_.enabled() && loss_scaler_.scale() > 1, mesh_,
+      [&] {
+        return first_nonfinite_gradient(gradient_sync_->optimizer_parameters(), gradient_sync_->optimizer_slices(),
+                                        task_->model());
+      },
+      state_);
+  if (health.update) {
+    // With ZeRO-1 each rank holds a disjoint shard of the gradients: norms span the DP group. Under TP the
+    // sharded parameters' squares sum over the TP group and the replicated ones count once.
+    Communicator* shards = gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr;
     result.grad_norm = clip_grad_norm(gradient_sync_->optimizer_parameters(), config_.optim.grad_clip, shards,
                                       task_->tp_group(), tp_sharded_);
     optimizer_->step();
@@ -151,10 +170,11 @@ StepResult Trainer::step() {
   } else {
     result.skipped = true;
     result.grad_norm = std::numeric_limits<double>::infinity();
-    spdlog::warn("step {}: fp16 gradients overflowed at loss scale {}; step skipped, scale now {}", state_.step + 1,
-                 loss_scaler_.scale(), loss_scaler_.scale() * config_.precision.loss_scale_backoff);
+    if (!health.bad)
+      spdlog::warn("step {}: fp16 gradients overflowed at loss scale {}; step skipped, scale now {}", state_.step + 1,
+                   loss_scaler_.scale(), loss_scaler_.scale() * config_.precision.loss_scale_backoff);
   }
-  loss_scaler_.update(finite);
+  loss_scaler_.update(health.gradients_finite);
   clock.lap(&StepPhases::optimizer_s);
   state_.step += 1;
   state_.tokens += step_tokens_;
@@ -184,17 +204,20 @@ double Trainer::forward_backward(PhaseClock& clock) {
   // Summed over this rank's tokens on the device, read once at the end: no device wait per micro-batch.
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device_));
   AutocastGuard autocast(config_.precision, device_);
+  const bool nan_loss = fault_injected("nan_loss", state_.step + 1, mesh_.rank());
   for (int64_t m = 0; m < accumulation; ++m) {
     if (m == accumulation - 1) gradient_sync_->prepare_last_backward();
     const auto weight = static_cast<double>(tokens[m]);
     auto loss = task_->loss(batches[m], device_, config_.optim.label_smoothing);
+    if (nan_loss) loss = loss * std::numeric_limits<double>::quiet_NaN();
     clock.lap(&StepPhases::forward_s);
     (loss_scaler_.scale_loss(loss) * (weight * weight_per_token)).backward();
     loss_sum += loss.detach() * weight;
     clock.lap(&StepPhases::backward_s);
   }
   gradient_sync_->finish();
-  const double loss = sum_over(mesh_.dp_group(), loss_sum.item<double>()) / static_cast<double>(step_tokens_);
+  local_loss_sum_ = loss_sum.item<double>();
+  const double loss = sum_over(mesh_.dp_group(), local_loss_sum_) / static_cast<double>(step_tokens_);
   clock.lap(&StepPhases::sync_s);
   return loss;
 }
@@ -230,10 +253,12 @@ void Trainer::log_step(double loss, double lr, double grad_norm) {
   spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:.0f} tok/s | {} elapsed | ETA {}", state_.step,
                config_.train.max_steps, loss, lr, grad_norm, tokens_per_s, format_duration(state_.elapsed_s),
                format_duration(eta));
-  nlohmann::json row = {{"step", state_.step},   {"split", "train"},     {"loss", loss},
+  // A skipped step's grad_norm, and a non-finite loss, are written as null (JSON has no nan or inf).
+  const auto finite_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json row = {{"step", state_.step},   {"split", "train"},     {"loss", finite_or_null(loss)},
                         {"lr", lr},              {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s},
-                        {"elapsed_s", state_.elapsed_s}};
-  row["grad_norm"] = std::isfinite(grad_norm) ? nlohmann::json(grad_norm) : nlohmann::json(nullptr);  // overflow
+                        {"elapsed_s", state_.elapsed_s}, {"skipped_steps", state_.skipped_steps}};
+  row["grad_norm"] = finite_or_null(grad_norm);
   if (loss_scaler_.enabled()) row["loss_scale"] = loss_scaler_.scale();
   metrics_->write(row);
   interval_start_ = std::chrono::steady_clock::now();

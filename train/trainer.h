@@ -20,6 +20,7 @@
 #include "parallel/mpi_communicator.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/nonfinite_guard.h"
 #include "train/step_phases.h"
 #include "train/task.h"
 
@@ -29,7 +30,7 @@ struct StepResult {
   double loss = 0;       // mean over the global batch
   double lr = 0;         // the scheduled learning rate the step used
   double grad_norm = 0;  // before clipping
-  bool skipped = false;  // fp16: the gradients overflowed, so no update was made (and the loss scale shrank)
+  bool skipped = false;  // no update: non-finite loss or gradients (train/nonfinite_guard.h), or fp16 overflow
 };
 
 class Trainer {
@@ -72,6 +73,7 @@ class Trainer {
   std::unique_ptr<GradientSync> gradient_sync_;
   LrSchedule schedule_;
   LossScaler loss_scaler_;
+  NonFiniteGuard nonfinite_guard_;
   std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
   TrainState state_;
   int64_t last_checkpoint_step_ = -1;
@@ -83,6 +85,7 @@ class Trainer {
   int64_t interval_tokens_ = 0;
   int64_t interval_steps_ = 0;
   int64_t step_tokens_ = 0;  // tokens of the last step's global batch
+  double local_loss_sum_ = 0;  // this rank's summed token losses of the last step (non-finite: a bad step)
   double elapsed_at_start_ = 0;
 };
 

@@ -56,7 +56,7 @@ import sys
 a = [l.split() for l in open(sys.argv[1])]
 b = [l.split() for l in open(sys.argv[2])]
 assert [x[:2] for x in a] == [x[:2] for x in b], "different rows"
-worst = max(abs(float(x[2]) - float(y[2])) for x, y in zip(a, b))
+worst = max(0.0 if x[2] == y[2] else abs(float(x[2]) - float(y[2])) for x, y in zip(a, b))  # both None: skipped
 assert worst < float(sys.argv[4]), worst
 print(f"{sys.argv[3]}: {len(a)} rows, max |loss diff| {worst:.1e}")
 PY

@@ -1,6 +1,6 @@
 // Dynamic loss scaling (precision.dtype: fp16): unscaling divides the gradients by the scale and notices
 // inf/nan; an overflow halves the scale (backoff) and restarts the count, growth_interval finite steps in
-// a row double it; the state round-trips; other dtypes leave everything alone.
+// a row double it; the state round-trips; other dtypes keep the scale at 1 and only report inf/nan.
 #include "optim/loss_scaler.h"
 #include "test_util.h"
 
@@ -86,8 +86,12 @@ TEST_CASE("loss scaler: disabled for fp32 and bf16", "[loss_scaler]") {
   bf16.dtype = "bf16";
   loom::LossScaler scaler(bf16);
   CHECK_FALSE(scaler.enabled());
-  auto params = with_grads({torch::tensor({std::numeric_limits<float>::infinity()})});
-  CHECK(scaler.unscale(params));  // nothing checked, nothing divided
+  // Nothing divided, but non-finite gradients are reported in every precision (the trainer skips them).
+  auto params = with_grads({torch::tensor({3.0f, -4.0f}), torch::tensor({12.0f})});
+  CHECK(scaler.unscale(params));
+  CHECK(torch::equal(params[0].grad(), torch::tensor({3.0f, -4.0f})));
+  for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
+    CHECK_FALSE(scaler.unscale(with_grads({torch::tensor({1.0f}), torch::tensor({2.0f, bad})})));
   scaler.update(false);
   CHECK(scaler.scale() == 1.0);
   CHECK(scaler.scale_loss(torch::tensor(3.0)).item<double>() == 3.0);

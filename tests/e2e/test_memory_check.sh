@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# A model too big for this machine is refused before it is built (train/memory_check.h): `loom train`
+# exits 1 within seconds, naming the per-rank estimate of weights + gradients + AdamW state (the very
+# numbers `loom info` prints) and the memory available (/proc/meminfo MemAvailable, shared by the node's
+# ranks), instead of being OOM-killed. The same under mpirun with ZeRO-1 over 2 ranks.
+source "$(dirname "$0")/common.sh"
+huge=(--set model.d_model=16384 --set model.n_layers=48 --set model.vocab_size=1024)
+check_refusal() {  # check_refusal LOG INFO_JSON RANKS
+  python3 - "$@" <<'PY'
+import json, re, sys
+log, info, ranks = open(sys.argv[1]).read(), json.load(open(sys.argv[2])), int(sys.argv[3])
+m = re.search(r"the model does not fit: each rank needs ([0-9.]+) GiB for weights, gradients and AdamW state "
+              r"\(plus about ([0-9.]+) GiB of activations; `loom info` shows the estimate\) at dp (\d+) x tp 1 x pp 1"
+              r"(?: with ZeRO-1)?, but ([0-9.]+) GiB is available to it", log)
+assert m, log
+memory = info["memory"]
+needed = (memory["weights"] + memory["gradients"] + memory["optimizer"]) / 2**30
+assert abs(float(m.group(1)) - needed) < 0.01, (m.group(1), needed)
+assert abs(float(m.group(2)) - memory["activations"] / 2**30) < 0.01, (m.group(2), memory["activations"])
+assert int(m.group(3)) == ranks
+available = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable:")) / ranks
+assert abs(float(m.group(4)) * 2**30 - available) < 0.1 * available, (m.group(4), available / 2**30)
+print(f"{ranks} rank(s): refused {float(m.group(1)):.0f} GiB per rank with {float(m.group(4)):.1f} GiB available")
+PY
+}
+start=$SECONDS
+set +e
+tiny_train "$WORK/huge" "${huge[@]}" > "$WORK/huge.log" 2>&1
+code=$?
+set -e
+[ $code -eq 1 ] || fail "exit code $code, expected 1: $(tail -3 "$WORK/huge.log")"
+[ $((SECONDS - start)) -lt 60 ] || fail "the refusal took $((SECONDS - start)) s"
+"$LOOM" info "$SRC/tests/e2e/tiny.yaml" "${huge[@]}" --json > "$WORK/info1.json"
+check_refusal "$WORK/huge.log" "$WORK/info1.json" 1 || fail "single-process refusal"
+[ ! -e "$WORK/huge/checkpoints" ] || fail "a checkpoint directory appeared"
+
+set +e
+# shellcheck disable=SC2046
+timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$LOOM" train $(tiny_args "$WORK/huge2") \
+  "${huge[@]}" --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch_size=0 > "$WORK/huge2.log" 2>&1
+code=$?
+set -e
+[ $code -ne 0 ] && [ $code -ne 124 ] || fail "mpirun: exit code $code"
+"$LOOM" info "$SRC/tests/e2e/tiny.yaml" "${huge[@]}" --set parallel.dp=2 --set parallel.zero=1 \
+  --set train.micro_batch_size=0 --json > "$WORK/info2.json"
+check_refusal "$WORK/huge2.log" "$WORK/info2.json" 2 || fail "two-rank refusal"
+grep -q "with ZeRO-1" "$WORK/huge2.log" || fail "the ZeRO-1 layout is not named"
+echo PASS
