@@ -123,5 +123,7 @@ expect_config_error() {  # expect_config_error PATTERN [--set ...]
 }
 expect_config_error "parallel.tp: 3 does not divide model.n_heads=4" --set parallel.tp=3
 expect_config_error "parallel.tp: 4 does not divide model.n_kv_heads=2" --set parallel.tp=4
-echo "TP sizes that do not divide the heads: exit 2 before any work"
+expect_config_error "data.seq_len: 30 must be a multiple of parallel.tp=4 with parallel.sequence_parallel" \
+  --set parallel.tp=4 --set model.n_kv_heads=4 --set data.seq_len=30 --set parallel.sequence_parallel=true
+echo "TP sizes that do not divide the heads (or, with SP, the sequence): exit 2 before any work"
 echo PASS
