@@ -120,6 +120,7 @@ struct ParallelConfig {
   double bucket_mb = 25.0;
   double timeout_s = 300.0;
   int64_t zero = 0;  // 1: ZeRO-1, optimizer state sharded across DP ranks
+  bool sequence_parallel = false;  // with tp > 1: norms and dropout on sequence shards (GPT family)
 };
 
 struct CheckpointConfig {

@@ -88,6 +88,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("parallel.pp", c.parallel.pp, "Pipeline-parallel size.");
   v("parallel.bucket_mb", c.parallel.bucket_mb, "Size of the flat buckets in which data-parallel gradients are all-reduced, overlapping backward.");
   v("parallel.zero", c.parallel.zero, "ZeRO stage: 0, or 1 to shard AdamW state across DP ranks (gradients reduce-scattered, parameters all-gathered).");
+  v("parallel.sequence_parallel", c.parallel.sequence_parallel, "With tp > 1, model.arch=gpt: norms, dropout and residuals work on this rank's 1/tp of the positions (all-gather before column-parallel layers, reduce-scatter after row-parallel ones) instead of all of them; data.seq_len must be a multiple of tp.");
   v("parallel.timeout_s", c.parallel.timeout_s, "A collective that waits longer than this for a failed or stalled rank ends the whole job.");
 
   v("checkpoint.every", c.checkpoint.every, "Steps between checkpoints (one is always written at the end); 0: only at the end.");

@@ -70,8 +70,10 @@ void validate(const Config& c) {
     check.require(one_of(m.position, {"learned", "sinusoidal"}), "model.position", "model.arch=transformer takes ",
                   "learned or sinusoidal positions, not ", m.position);
     check.require(m.attention_window == 0, "model.attention_window", "model.arch=transformer attends to whole sequences");
-    check.require(c.parallel.tp == 1 && c.parallel.pp == 1, "parallel", "model.arch=transformer trains with data ",
-                  "parallelism only so far (tp = pp = 1)");
+    check.require(c.parallel.pp == 1, "parallel.pp", "model.arch=transformer trains with data and tensor ",
+                  "parallelism only so far (pp = 1)");
+    check.require(!c.parallel.sequence_parallel, "parallel.sequence_parallel",
+                  "applies to model.arch=gpt only: the encoder-decoder's sequences differ in length");
     check.require(m.init_from.empty(), "model.init_from", "importing weights applies to model.arch=gpt only");
     check.require(c.train.activation_checkpointing == "none", "train.activation_checkpointing",
                   "model.arch=transformer does not recompute activations yet: set it to none");
@@ -192,6 +194,9 @@ void validate(const Config& c) {
     check.require(m.n_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_heads=", m.n_heads);
   if (p.tp >= 1 && m.n_kv_heads > 0)
     check.require(m.n_kv_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_kv_heads=", m.n_kv_heads);
+  if (p.sequence_parallel && p.tp > 1 && c.data.seq_len > 0)
+    check.require(c.data.seq_len % p.tp == 0, "data.seq_len", c.data.seq_len,
+                  " must be a multiple of parallel.tp=", p.tp, " with parallel.sequence_parallel (each rank keeps 1/tp of the positions)");
   check.require(p.tp == 1 || m.init_from.empty(), "model.init_from",
                 "starting a parallel.tp > 1 run from a weights file is not available yet: start it with parallel.tp=1");
   if (p.pp >= 1 && m.n_layers > 0)

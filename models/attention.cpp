@@ -32,10 +32,12 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options)
   const int64_t c = options.d_model, H = heads_, K = kv_heads_, D = head_dim_, tp = tp_size(options.tp);
   LOOM_CHECK(H % tp == 0 && K % tp == 0, "the tensor-parallel size ", tp, " must divide n_heads=", H,
              " and n_kv_heads=", K);
-  qkv_ = register_module("qkv", ColumnParallelLinear(ParallelLinearOptions{
-                                    c, (H + 2 * K) * D, options.bias, options.init_std, options.tp, {H * D, K * D, K * D}}));
+  const bool sp = options.sequence_parallel;
+  qkv_ = register_module("qkv", ColumnParallelLinear(ParallelLinearOptions{c, (H + 2 * K) * D, options.bias,
+                                                                           options.init_std, options.tp,
+                                                                           {H * D, K * D, K * D}, sp}));
   out_ = register_module("out", RowParallelLinear(ParallelLinearOptions{H * D, c, options.bias, options.out_init_std,
-                                                                        options.tp, {}}));
+                                                                        options.tp, {}, sp}));
   heads_ = H / tp;  // from here on, this rank's heads
   kv_heads_ = K / tp;
   if (options.position == PositionKind::kAlibi)
@@ -71,18 +73,21 @@ std::optional<torch::Tensor> AttentionImpl::scores_mask(int64_t first, int64_t T
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::cross_qkv(const torch::Tensor& x,
                                                                                  const torch::Tensor& memory,
                                                                                  KVCache* cache) const {
-  const int64_t B = x.size(0), T = x.size(1);
+  // Under TP, x and the memory enter the TP region as the fused projection's input would.
+  const auto xs = qkv_->region_input(x);
+  const int64_t B = xs.size(0), T = xs.size(1);
   const int64_t H = heads_, K = kv_heads_, D = head_dim_;
   const auto& w = qkv_->weight;
   const auto& b = qkv_->bias;  // undefined without biases
   auto rows = [&](const torch::Tensor& t, int64_t from, int64_t n) { return t.defined() ? t.narrow(0, from, n) : t; };
-  auto q = torch::nn::functional::linear(x, rows(w, 0, H * D), rows(b, 0, H * D)).view({B, T, H, D}).transpose(1, 2);
+  auto q = torch::nn::functional::linear(xs, rows(w, 0, H * D), rows(b, 0, H * D)).view({B, T, H, D}).transpose(1, 2);
   if (cache != nullptr && cache->length() > 0) return {q, cache->k, cache->v};  // the encoder's, computed once
-  const int64_t S = memory.size(1);
+  const auto ms = qkv_->region_input(memory);
+  const int64_t S = ms.size(1);
   // (B, S, 2 K D) -> k and v (B, K, S, D)
-  const auto kv = torch::nn::functional::linear(memory, rows(w, H * D, 2 * K * D), rows(b, H * D, 2 * K * D)).chunk(2, -1);
-  auto k = kv[0].view({memory.size(0), S, K, D}).transpose(1, 2);
-  auto v = kv[1].view({memory.size(0), S, K, D}).transpose(1, 2);
+  const auto kv = torch::nn::functional::linear(ms, rows(w, H * D, 2 * K * D), rows(b, H * D, 2 * K * D)).chunk(2, -1);
+  auto k = kv[0].view({ms.size(0), S, K, D}).transpose(1, 2);
+  auto v = kv[1].view({ms.size(0), S, K, D}).transpose(1, 2);
   if (cache != nullptr) {
     cache->k = k;
     cache->v = v;
@@ -92,7 +97,10 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::cross_qkv
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, const AttentionInputs& inputs) {
-  const int64_t B = x.size(0), T = x.size(1);
+  // Under sequence parallelism x holds T / tp positions; the projections gather them, so T here is
+  // every position.
+  const int64_t B = x.size(0);
+  const int64_t T = options_.sequence_parallel ? x.size(1) * tp_size(options_.tp) : x.size(1);
   const int64_t H = heads_, K = kv_heads_, D = head_dim_;
   torch::Tensor q, k, v;
   std::optional<torch::Tensor> mask;
@@ -129,8 +137,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
   if (inputs.key_padding.defined()) mask = with_key_padding(mask, &is_causal, inputs.key_padding, T, k.size(2));
 
   const double dropout = is_training() ? options_.dropout : 0.0;
+  std::optional<TensorParallelRng::Fork> own_stream;  // this rank's heads: its own dropout masks
+  if (dropout > 0 && options_.rng != nullptr && tp_size(options_.tp) > 1) own_stream.emplace(*options_.rng, q.device());
   auto y = at::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal, std::nullopt,
                                             /*enable_gqa=*/K != H);  // (B, H, T, D)
+  own_stream.reset();
   return out_->forward(y.transpose(1, 2).reshape({B, T, H * D}));
 }
 

@@ -10,7 +10,10 @@ ActivationCheckpointing activation_checkpointing_kind(const std::string& name) {
                                          "activation checkpointing");
 }
 
-BlockImpl::BlockImpl(const BlockOptions& options) : post_norm_(options.post_norm) {
+BlockImpl::BlockImpl(const BlockOptions& options)
+    : post_norm_(options.post_norm),
+      tp_rng_(tp_size(options.attention.tp) > 1 ? options.attention.rng : nullptr),
+      shard_rng_(options.attention.sequence_parallel ? tp_rng_ : nullptr) {
   ln1_ = register_module("ln1", Norm(options.norm));
   attention_ = register_module("attention", Attention(options.attention));
   if (options.cross_attention) {
@@ -27,8 +30,8 @@ BlockImpl::BlockImpl(const BlockOptions& options) : post_norm_(options.post_norm
 
 template <class F>
 torch::Tensor BlockImpl::sublayer(const torch::Tensor& x, Norm& norm, F&& f) {
-  if (post_norm_) return norm->forward(x + dropout_->forward(f(x)));
-  return x + dropout_->forward(f(norm->forward(x)));
+  if (post_norm_) return norm->forward(x + drop(f(x)));
+  return x + drop(f(norm->forward(x)));
 }
 
 void BlockImpl::set_checkpointing(ActivationCheckpointing mode) {
@@ -40,10 +43,10 @@ void BlockImpl::set_checkpointing(ActivationCheckpointing mode) {
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs) {
   // The recomputed closures see no BlockInputs, so a block given any runs without checkpointing.
   const bool recompute = is_training() && cache == nullptr && !inputs.padding.defined() && !inputs.memory.defined();
-  if (recompute && checkpointing_ == ActivationCheckpointing::kFull) return recompute_in_backward(whole_, x);
+  if (recompute && checkpointing_ == ActivationCheckpointing::kFull) return recompute_in_backward(whole_, x, tp_rng_);
   if (recompute && checkpointing_ == ActivationCheckpointing::kSelective) {
-    auto h = x + dropout_->forward(attention_->forward(ln1_->forward(x), cache));
-    return h + recompute_in_backward(mlp_, h);
+    auto h = x + drop(attention_->forward(ln1_->forward(x), cache));
+    return h + recompute_in_backward(mlp_, h, tp_rng_);
   }
   return forward_uncheckpointed(x, cache, inputs);
 }
@@ -62,6 +65,13 @@ torch::Tensor BlockImpl::forward_uncheckpointed(const torch::Tensor& x, KVCache*
   return h + mlp_branch(h);
 }
 
-torch::Tensor BlockImpl::mlp_branch(const torch::Tensor& h) { return dropout_->forward(mlp_module_->forward(ln2_->forward(h))); }
+torch::Tensor BlockImpl::mlp_branch(const torch::Tensor& h) { return drop(mlp_module_->forward(ln2_->forward(h))); }
+
+torch::Tensor BlockImpl::drop(const torch::Tensor& x) {
+  // Whole activations drop alike on every TP rank (the default stream); sequence shards each their own way.
+  if (shard_rng_ == nullptr || !is_training()) return dropout_->forward(x);
+  TensorParallelRng::Fork own_stream(*shard_rng_, x.device());
+  return dropout_->forward(x);
+}
 
 }  // namespace loom

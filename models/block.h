@@ -23,7 +23,11 @@ enum class ActivationCheckpointing { kNone, kFull, kSelective };
 ActivationCheckpointing activation_checkpointing_kind(const std::string& name);
 
 struct BlockOptions {
-  AttentionOptions attention;  // the cross-attention takes these too, made bidirectional and windowless
+  // The cross-attention takes these too, made bidirectional and windowless. Its tp, rng and
+  // sequence_parallel are the block's: with sequence parallelism (a TP group of more than one rank) x and
+  // the output are (B, T / tp, C), the norms and the residual dropout act on this rank's positions, and
+  // that dropout draws from attention.rng.
+  AttentionOptions attention;
   MlpOptions mlp;
   NormOptions norm;
   double dropout = 0.0;
@@ -52,8 +56,11 @@ class BlockImpl : public torch::nn::Module {
   template <class F>
   torch::Tensor sublayer(const torch::Tensor& x, Norm& norm, F&& f);
   torch::Tensor mlp_branch(const torch::Tensor& h);  // dropout(mlp(ln2(h))), pre-norm
+  torch::Tensor drop(const torch::Tensor& x);         // the residual branch's dropout
 
   bool post_norm_;
+  TensorParallelRng* tp_rng_;    // the stream of this rank's heads (and positions), under TP
+  TensorParallelRng* shard_rng_;  // sequence parallelism: the stream of the residual dropout
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::kNone;
   // What recompute_in_backward re-runs; members so that they live as long as the block.
   Recomputable whole_ = [this](const torch::Tensor& x) { return forward_uncheckpointed(x, nullptr, {}); };

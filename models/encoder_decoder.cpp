@@ -23,22 +23,25 @@ void DecoderState::select(const torch::Tensor& rows) {
   }
 }
 
-EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config)
+EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorParallelism& tp)
     : config_(config),
+      tp_{tp.group, tp.rng, /*sequence_parallel=*/false},
       position_(position_kind(config.position)),
       embedding_scale_(config.scale_embeddings ? std::sqrt(static_cast<double>(config.d_model)) : 1.0) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
   LOOM_CHECK(position_ == PositionKind::kLearned || position_ == PositionKind::kSinusoidal,
              "the encoder-decoder takes learned or sinusoidal positions");
   const int64_t C = config.d_model;
-  BlockOptions encoder_block = block_options(config);
+  BlockOptions encoder_block = block_options(config, tp_);
   encoder_block.post_norm = config.norm_position == "post";
   encoder_block.attention.causal = false;
   BlockOptions decoder_block = encoder_block;
   decoder_block.attention.causal = true;
   decoder_block.cross_attention = true;
 
-  token_embedding_ = register_module("token_embedding", torch::nn::Embedding(config.vocab_size, C));
+  // The same RNG draws as torch::nn::Embedding's and Linear's: a TP layout starts from the single model.
+  token_embedding_ = register_module("token_embedding",
+                                     VocabParallelEmbedding(VocabParallelEmbeddingOptions{config.vocab_size, C, tp_.group}));
   if (position_ == PositionKind::kLearned) {
     encoder_positions_ = register_module("encoder_positions", torch::nn::Embedding(config.max_seq_len, C));
     decoder_positions_ = register_module("decoder_positions", torch::nn::Embedding(config.max_seq_len, C));
@@ -59,13 +62,14 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config)
     decoder_norm_ = register_module("decoder_norm", Norm(encoder_block.norm));
   }
   if (!config.tie_embeddings)
-    lm_head_ = register_module("lm_head", make_linear(C, config.vocab_size, /*bias=*/false, config.init_std));
+    lm_head_ = register_module("lm_head", ColumnParallelLinear(ParallelLinearOptions{
+                                              C, config.vocab_size, /*bias=*/false, config.init_std, tp_.group, {}}));
 
   torch::NoGradGuard no_grad;
   // Scaled embeddings start at unit variance after the scaling (as fairseq), so that they and the
   // positions are of one size; the tied head then gives logits of unit variance too.
   const double embedding_std = config.scale_embeddings ? 1.0 / embedding_scale_ : config.init_std;
-  torch::nn::init::normal_(token_embedding_->weight, 0.0, embedding_std);
+  token_embedding_->reset_normal(embedding_std);
   for (auto& table : {encoder_positions_, decoder_positions_})
     if (table) torch::nn::init::normal_(table->weight, 0.0, config.init_std);
 }
@@ -87,7 +91,7 @@ torch::Tensor EncoderDecoderImpl::embed(const torch::Tensor& tokens, int64_t fir
 
 torch::Tensor EncoderDecoderImpl::head(const torch::Tensor& hidden) {
   const auto h = decoder_norm_ ? decoder_norm_->forward(hidden) : hidden;
-  return lm_head_ ? lm_head_->forward(h) : torch::nn::functional::linear(h, token_embedding_->weight);
+  return lm_head_ ? lm_head_->forward(h) : token_embedding_->logits(h);
 }
 
 torch::Tensor EncoderDecoderImpl::encode(const torch::Tensor& source, const torch::Tensor& source_padding) {

@@ -5,6 +5,10 @@
 // layers (models/block.h, models/attention.h): post-norm as in the paper or pre-norm, sinusoidal or
 // learned positions, ReLU or GELU, embeddings scaled by sqrt(d_model) with model.scale_embeddings.
 // Exposed as embed -> encoder blocks / decoder blocks -> head, like the GPT.
+// Tensor parallelism as the GPT's: built with a TP group, the self- and cross-attention split their heads
+// (cross-attention's q rows and k/v rows of one column-parallel weight), the MLPs their FFN columns, the
+// shared embedding (and the untied head) the vocabulary, and forward/head return this rank's vocabulary
+// columns of the logits, for the vocab-parallel cross-entropy. No sequence parallelism here.
 //
 // Padding: source keys are masked in the encoder's self-attention and the decoder's cross-attention
 // (from source_lengths). The decoder needs only its causal mask: target padding trails, so a real
@@ -19,6 +23,8 @@
 #include "models/attention.h"
 #include "models/block.h"
 #include "models/layers.h"
+#include "models/parallel_linear.h"
+#include "models/vocab_parallel_embedding.h"
 
 namespace loom {
 
@@ -38,7 +44,7 @@ struct DecoderState {
 
 class EncoderDecoderImpl : public torch::nn::Module {
  public:
-  explicit EncoderDecoderImpl(const ModelConfig& config);
+  explicit EncoderDecoderImpl(const ModelConfig& config, const TensorParallelism& tp = {});
 
   // source (B, S), source_lengths (B), target_inputs (B, T) (bos + target) -> logits (B, T, V)
   torch::Tensor forward(const torch::Tensor& source, const torch::Tensor& source_lengths,
@@ -56,26 +62,29 @@ class EncoderDecoderImpl : public torch::nn::Module {
 
   enum class Side { kSource, kTarget };
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position, Side side);  // (B, T) -> (B, T, C)
-  torch::Tensor head(const torch::Tensor& hidden);                                      // (B, T, C) -> (B, T, V)
+  torch::Tensor head(const torch::Tensor& hidden);  // (B, T, C) -> (B, T, V), or (B, T, V_r) under TP
   Block& encoder_block(int64_t i) { return encoder_[i]; }
   Block& decoder_block(int64_t i) { return decoder_[i]; }
   int64_t n_encoder_blocks() const { return static_cast<int64_t>(encoder_.size()); }
   int64_t n_decoder_blocks() const { return static_cast<int64_t>(decoder_.size()); }
   const ModelConfig& config() const { return config_; }
+  // The tensor-parallel group the model was built with (null: none); the loss over its logits needs it.
+  Communicator* tp_group() const { return tp_.group; }
 
  private:
   torch::Tensor run_decoder(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& source_padding,
                             DecoderState* state);
 
   ModelConfig config_;
+  TensorParallelism tp_;
   PositionKind position_;
   double embedding_scale_;
-  torch::nn::Embedding token_embedding_{nullptr};
+  VocabParallelEmbedding token_embedding_{nullptr};
   torch::nn::Embedding encoder_positions_{nullptr}, decoder_positions_{nullptr};  // learned positions only
   torch::nn::Dropout dropout_{nullptr};
   std::vector<Block> encoder_, decoder_;
   Norm encoder_norm_{nullptr}, decoder_norm_{nullptr};  // pre-norm only: the stacks' outputs are not normed
-  torch::nn::Linear lm_head_{nullptr};                  // only when untied
+  ColumnParallelLinear lm_head_{nullptr};               // only when untied
 };
 TORCH_MODULE(EncoderDecoder);
 

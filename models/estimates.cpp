@@ -51,6 +51,8 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 //     kernels keep O(s) instead, so this is an upper bound there)
 //   with dropout, 1-byte masks: 2sbh (residual branches) + a s^2 b / t, and the dropped scores (e each)
 // For GPT-2 (f = 4h, q = kv = h, bf16, dropout) this is the paper's sbh(10 + 24/t + 5as/(ht)) bytes.
+// With sequence parallelism (parallel.sequence_parallel, tp > 1) what was kept whole is kept for s/t
+// positions per rank, the residual dropout masks and the final norm's input too: sbh(34/t + 5as/(ht)).
 // Plus the head: the final norm's input (e sbh) and the logits (e) with their fp32 log-probabilities for
 // the loss (4), sbV/t each. The layout is kept simple: a rank holds ceil(n_layers / pp) layers and the
 // head (an upper bound for middle stages), and weights, gradients and optimizer state are the parameter
@@ -83,8 +85,9 @@ MemoryEstimate estimate_memory(const Config& config) {
   const double whole = e * s * b * 4 * h + dropout * 2 * s * b * h;
   const double split = e * s * b * (2 * q + 2 * kv + rope * 2 * (q + kv) + mlp_tensors * f) +
                        a * s * s * b * (e + dropout * (1 + e));
-  const double layer = whole + split / t;
-  const double head = e * s * b * h + s * b * static_cast<double>(m.vocab_size) / t * (e + 4);
+  const double sequence = config.parallel.sequence_parallel && tp > 1 && !m.encoder_decoder() ? t : 1;
+  const double layer = whole / sequence + split / t;
+  const double head = e * s * b * h / sequence + s * b * static_cast<double>(m.vocab_size) / t * (e + 4);
   if (m.encoder_decoder()) {
     // Source and target both seq_len long. A decoder block adds a cross-attention sub-layer: its norm's
     // input, q, the memory's k and v, the output projection's input, scores and a dropout mask.

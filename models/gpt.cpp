@@ -6,7 +6,8 @@
 
 namespace loom {
 
-BlockOptions block_options(const ModelConfig& c, Communicator* tp) {
+BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp) {
+  const bool sp = tp.sequence_parallel && tp_size(tp.group) > 1;
   const double out_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.n_layers));
   BlockOptions block;
   auto& a = block.attention;
@@ -21,20 +22,24 @@ BlockOptions block_options(const ModelConfig& c, Communicator* tp) {
   a.dropout = c.dropout;
   a.init_std = c.init_std;
   a.out_init_std = out_std;
-  a.tp = tp;
-  block.mlp = {c.d_model, c.ffn_dim(), activation_kind(c.activation), c.bias, c.init_std, out_std, tp};
-  block.norm = {c.d_model, norm_kind(c.norm), c.norm_eps};
+  a.tp = tp.group;
+  a.rng = tp.rng;
+  a.sequence_parallel = sp;
+  block.mlp = {c.d_model, c.ffn_dim(), activation_kind(c.activation), c.bias, c.init_std, out_std, tp.group, sp};
+  block.norm = {c.d_model, norm_kind(c.norm), c.norm_eps, sp ? tp.group : nullptr};
   block.dropout = c.dropout;
   return block;
 }
 
-GptImpl::GptImpl(const ModelConfig& config, Communicator* tp)
+GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp)
     : config_(config), tp_(tp), position_(position_kind(config.position)) {
+  tp_.sequence_parallel = tp.sequence_parallel && tp_size(tp.group) > 1;
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
   const int64_t C = config.d_model;
   const BlockOptions block = block_options(config, tp);
   token_embedding_ =
-      register_module("token_embedding", VocabParallelEmbedding(VocabParallelEmbeddingOptions{config.vocab_size, C, tp}));
+      register_module("token_embedding", VocabParallelEmbedding(VocabParallelEmbeddingOptions{
+                                             config.vocab_size, C, tp.group, tp_.sequence_parallel}));
   if (position_ == PositionKind::kLearned)
     position_embedding_ = register_module("position_embedding", torch::nn::Embedding(config.max_seq_len, C));
   dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
@@ -45,8 +50,9 @@ GptImpl::GptImpl(const ModelConfig& config, Communicator* tp)
   }
   final_norm_ = register_module("final_norm", Norm(block.norm));
   if (!config.tie_embeddings)
-    lm_head_ = register_module("lm_head", ColumnParallelLinear(ParallelLinearOptions{
-                                              C, config.vocab_size, /*bias=*/false, config.init_std, tp, {}}));
+    lm_head_ = register_module("lm_head", ColumnParallelLinear(ParallelLinearOptions{C, config.vocab_size, /*bias=*/false,
+                                                                                     config.init_std, tp.group, {},
+                                                                                     tp_.sequence_parallel}));
 
   torch::NoGradGuard no_grad;
   token_embedding_->reset_normal(config.init_std);
@@ -68,6 +74,11 @@ torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position
   } else if (position_ == PositionKind::kSinusoidal) {
     x = x + sinusoidal_positions(first_position, T, config_.d_model, x.options());
   }
+  if (!tp_.sequence_parallel) return dropout_->forward(x);
+  // This rank's positions from here to the head; their dropout masks are the rank's own.
+  x = scatter_to_sequence(x, *tp_.group);  // (B, T / tp, C)
+  if (!is_training() || tp_.rng == nullptr) return dropout_->forward(x);
+  TensorParallelRng::Fork own_stream(*tp_.rng, x.device());
   return dropout_->forward(x);
 }
 
@@ -78,6 +89,7 @@ torch::Tensor GptImpl::head(const torch::Tensor& hidden) {
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens, std::vector<KVCache>* caches) {
   TORCH_CHECK(caches == nullptr || static_cast<int64_t>(caches->size()) == n_blocks(), "one KV cache per block");
+  TORCH_CHECK(caches == nullptr || !tp_.sequence_parallel, "a sequence-parallel model does not generate: load it whole");
   const int64_t past = caches != nullptr ? (*caches)[0].seen : 0;
   auto x = embed(tokens, past);
   for (int64_t i = 0; i < n_blocks(); ++i) x = blocks_[i]->forward(x, caches != nullptr ? &(*caches)[i] : nullptr);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "parallel/tensor_parallel.h"
 
 namespace loom {
 
@@ -41,6 +42,9 @@ struct NormOptions {
   int64_t dim = 0;
   NormKind kind = NormKind::kLayerNorm;
   double eps = 1e-5;
+  // Sequence parallelism: the TP group whose ranks each normalize their own positions. The weights then
+  // see a part of the batch on each rank, so their gradients are summed over the group.
+  Communicator* sequence_group = nullptr;
 };
 
 // LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias. RMSNorm: x / sqrt(mean(x^2) + eps) * weight,
@@ -54,12 +58,18 @@ class NormImpl : public torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& x) {  // (..., C) -> (..., C)
-    if (options_.kind == NormKind::kLayerNorm) return torch::layer_norm(x, {options_.dim}, weight_, bias_, options_.eps);
+    const auto weight = shared(weight_), bias = shared(bias_);
+    if (options_.kind == NormKind::kLayerNorm) return torch::layer_norm(x, {options_.dim}, weight, bias, options_.eps);
     const auto h = x.to(c10::promoteTypes(x.scalar_type(), torch::kFloat));
-    return weight_ * (h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + options_.eps)).to(x.scalar_type());
+    return weight * (h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + options_.eps)).to(x.scalar_type());
   }
 
  private:
+  // A parameter as the forward uses it: with a sequence group, its gradient sums over the group's ranks.
+  torch::Tensor shared(const torch::Tensor& p) const {
+    return options_.sequence_group != nullptr && p.defined() ? copy_to_tp_region(p, *options_.sequence_group) : p;
+  }
+
   NormOptions options_;
   torch::Tensor weight_, bias_;
 };

@@ -16,10 +16,11 @@ Activation activation_kind(const std::string& name) {
 
 MlpImpl::MlpImpl(const MlpOptions& o) : activation_(o.activation) {
   const bool gated = o.activation == Activation::kSwiglu || o.activation == Activation::kGeglu;
-  const ParallelLinearOptions in{o.d_model, o.d_ff, o.bias, o.init_std, o.tp, {}};
+  const ParallelLinearOptions in{o.d_model, o.d_ff, o.bias, o.init_std, o.tp, {}, o.sequence_parallel};
   if (gated) gate_ = register_module("gate", ColumnParallelLinear(in));
   up_ = register_module("up", ColumnParallelLinear(in));
-  down_ = register_module("down", RowParallelLinear(ParallelLinearOptions{o.d_ff, o.d_model, o.bias, o.out_init_std, o.tp, {}}));
+  down_ = register_module("down", RowParallelLinear(ParallelLinearOptions{o.d_ff, o.d_model, o.bias, o.out_init_std,
+                                                                          o.tp, {}, o.sequence_parallel}));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {

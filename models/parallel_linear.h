@@ -2,7 +2,10 @@
 // over the TP ranks (its input is replicated; its output stays split), row-parallel splits the input
 // features (its input is split; partial products are summed over the ranks, then the bias is added once).
 // A column-parallel layer followed by a row-parallel one needs one all-reduce in forward and one in
-// backward. With no TP group, or one of size 1, each is exactly torch::nn::Linear's computation.
+// backward. With sequence parallelism the activations outside the pair are split along the sequence:
+// the column-parallel layer all-gathers its input (reduce-scatter in backward) and the row-parallel one
+// reduce-scatters its output (all-gather in backward), the same bytes as the all-reduce they replace.
+// With no TP group, or one of size 1, each is exactly torch::nn::Linear's computation.
 // Weights are drawn as make_linear draws the full matrix, then cut: with the same seed every layout
 // starts from the same model.
 #pragma once
@@ -12,8 +15,16 @@
 
 #include "parallel/communicator.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/tensor_parallel_rng.h"
 
 namespace loom {
+
+// How a model is split over its tensor-parallel group; the default is the whole model on one rank.
+struct TensorParallelism {
+  Communicator* group = nullptr;      // null: a group of one
+  TensorParallelRng* rng = nullptr;   // dropout of sharded activations (null: the default generator)
+  bool sequence_parallel = false;     // norms, dropout and residuals on sequence shards (Korthikanti et al.)
+};
 
 struct ParallelLinearOptions {
   int64_t in = 0;
@@ -24,12 +35,17 @@ struct ParallelLinearOptions {
   // Column-parallel only: the output features are these sections (summing to out), each split over the
   // ranks on its own (fused QKV: {H*D, K*D, K*D}). Empty: one section.
   std::vector<int64_t> sections;
+  // Column-parallel: the input is (B, T / tp, in), gathered along the sequence. Row-parallel: the output
+  // is reduce-scattered along the sequence, (B, T / tp, out), and the bias's gradient summed over the group.
+  bool sequence_parallel = false;
 };
 
 class ColumnParallelLinearImpl : public torch::nn::Module, public TensorParallelLayer {
  public:
   explicit ColumnParallelLinearImpl(const ParallelLinearOptions& options);
   torch::Tensor forward(const torch::Tensor& x);  // (..., in) -> (..., out / tp)
+  // The input as the local product sees it: copied into the TP region, or gathered along the sequence.
+  torch::Tensor region_input(const torch::Tensor& x) const;
   std::vector<std::pair<std::string, ShardLayout>> shard_layouts() const override;
 
   torch::Tensor weight, bias;  // (out / tp, in), (out / tp)
@@ -37,6 +53,7 @@ class ColumnParallelLinearImpl : public torch::nn::Module, public TensorParallel
  private:
   Communicator* tp_;
   ShardLayout layout_;
+  bool sequence_parallel_;
 };
 TORCH_MODULE(ColumnParallelLinear);
 
@@ -51,6 +68,7 @@ class RowParallelLinearImpl : public torch::nn::Module, public TensorParallelLay
  private:
   Communicator* tp_;
   ShardLayout layout_;
+  bool sequence_parallel_;
 };
 TORCH_MODULE(RowParallelLinear);
 

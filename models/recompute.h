@@ -9,12 +9,15 @@
 
 #include <functional>
 
+#include "parallel/tensor_parallel_rng.h"
+
 namespace loom {
 
 using Recomputable = std::function<torch::Tensor(const torch::Tensor&)>;
 
 // x: any shape; fn must outlive the backward pass (it is called again from there). Without grad mode or
-// when x needs no gradient this is just fn(x).
-torch::Tensor recompute_in_backward(const Recomputable& fn, const torch::Tensor& x);
+// when x needs no gradient this is just fn(x). tp_rng: the tensor-parallel dropout stream fn draws from
+// besides the default generator (null: none); its state is restored for the re-run too.
+torch::Tensor recompute_in_backward(const Recomputable& fn, const torch::Tensor& x, TensorParallelRng* tp_rng = nullptr);
 
 }  // namespace loom

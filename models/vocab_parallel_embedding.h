@@ -15,13 +15,15 @@ struct VocabParallelEmbeddingOptions {
   int64_t vocab_size = 0;
   int64_t dim = 0;
   Communicator* tp = nullptr;  // null: a group of one
+  bool sequence_parallel = false;  // logits() takes sequence shards (B, T / tp, C) and gathers them
 };
 
 class VocabParallelEmbeddingImpl : public torch::nn::Module, public TensorParallelLayer {
  public:
   explicit VocabParallelEmbeddingImpl(const VocabParallelEmbeddingOptions& options);
   torch::Tensor forward(const torch::Tensor& tokens);  // (B, T) int64 -> (B, T, C), replicated
-  // hidden: (B, T, C) replicated -> this rank's logits (B, T, V_r) (the tied LM head).
+  // hidden: (B, T, C) replicated, or (B, T / tp, C) with sequence parallelism -> this rank's logits
+  // (B, T, V_r) (the tied LM head).
   torch::Tensor logits(const torch::Tensor& hidden);
   // Redraws the full table ~ N(0, std) (the RNG draws of normal_ on a (V, C) tensor) and keeps this
   // rank's rows.

@@ -79,6 +79,15 @@ torch::Tensor reduce_scatter_dim1(const torch::Tensor& x, Communicator& group) {
   return mine.movedim(0, 1).contiguous();
 }
 
+// x: (B, T, C) -> (B, T_r, C), this rank's chunk.
+torch::Tensor split_dim1(const torch::Tensor& x, Communicator& group) {
+  const int64_t n = group.size();
+  LOOM_CHECK(x.size(1) % n == 0, "sequence parallelism: the sequence length ", x.size(1),
+             " is not a multiple of the tensor-parallel size ", n);
+  const int64_t chunk = x.size(1) / n;
+  return x.narrow(1, group.rank() * chunk, chunk).contiguous();
+}
+
 struct CopyToRegion : torch::autograd::Function<CopyToRegion> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Communicator* group) {
     keep_group(ctx, *group);
@@ -137,6 +146,16 @@ struct ReduceScatterToSequence : torch::autograd::Function<ReduceScatterToSequen
   }
 };
 
+struct ScatterToSequence : torch::autograd::Function<ScatterToSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Communicator* group) {
+    keep_group(ctx, *group);
+    return split_dim1(x, *group);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    return {gather_dim1(grads[0], group_of(ctx)), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor copy_to_tp_region(const torch::Tensor& x, Communicator& group) {
@@ -165,6 +184,10 @@ torch::Tensor gather_from_sequence(const torch::Tensor& x, Communicator& group) 
 
 torch::Tensor reduce_scatter_to_sequence(const torch::Tensor& x, Communicator& group) {
   return group.size() == 1 ? x : ReduceScatterToSequence::apply(x, &group);
+}
+
+torch::Tensor scatter_to_sequence(const torch::Tensor& x, Communicator& group) {
+  return group.size() == 1 ? x : ScatterToSequence::apply(x, &group);
 }
 
 torch::Tensor take_shard(const torch::Tensor& full, const ShardLayout& layout, int64_t parts, int64_t rank) {

@@ -6,6 +6,7 @@
 //   gather_from_tp_region   all-gather last dim / split last dim
 //   scatter_to_tp_region    split last dim     / all-gather last dim
 //   gather_from_sequence    all-gather dim 1   / reduce-scatter dim 1   (sequence parallelism)
+//   scatter_to_sequence     split dim 1        / all-gather dim 1
 //   reduce_scatter_to_sequence  reduce-scatter dim 1 / all-gather dim 1
 // With a group of one rank every function returns its input and records nothing for autograd.
 // The layers themselves (column/row-parallel linear, vocab-parallel embedding) live in models/.
@@ -38,6 +39,8 @@ torch::Tensor scatter_to_tp_region(const torch::Tensor& x, Communicator& group);
 torch::Tensor gather_from_sequence(const torch::Tensor& x, Communicator& group);
 // x: (B, T, C) partial sums -> (B, T/size, C), this rank's chunk of the sum over ranks.
 torch::Tensor reduce_scatter_to_sequence(const torch::Tensor& x, Communicator& group);
+// x: (B, T, C) replicated -> (B, T/size, C), this rank's chunk (no communication in forward).
+torch::Tensor scatter_to_sequence(const torch::Tensor& x, Communicator& group);
 
 // How a tensor-parallel parameter is cut: along `dim`, each section (full extents, summing to the full
 // size) is split over the ranks by shard_range and a rank's pieces are concatenated in section order. A

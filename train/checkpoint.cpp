@@ -119,6 +119,8 @@ void write_shard(const fs::path& path, const CheckpointParts& parts, const Train
   if (parts.optimizer != nullptr) write_optimizer_state(shard, optimizer_layout(parts), parts.model);
   if (parts.loss_scaler != nullptr) shard.write("loss_scaler", parts.loss_scaler->state());
   shard.write("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+  if (parts.tp_rng != nullptr)
+    for (const auto& [device, rng_state] : parts.tp_rng->states()) shard.write("rng.tp." + device, rng_state);
   shard.write("state.step", scalar(state.step));
   shard.write("state.tokens", scalar(state.tokens));
   shard.write("state.elapsed_s", torch::tensor({state.elapsed_s}, torch::kDouble));
@@ -295,6 +297,12 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global generator
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(read("rng.cpu"));
+  }
+  // This TP rank's dropout stream, when the shard is its own (resharded, the stream starts from its seed).
+  if (restore_rng && parts.tp_rng != nullptr && !reshard) {
+    for (const auto* device : {"cpu", "cuda"})
+      if (torch::Tensor rng_state; shard.try_read(std::string("rng.tp.") + device, rng_state))
+        parts.tp_rng->set_state(torch::Device(device), rng_state);
   }
   return state;
 }

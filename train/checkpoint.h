@@ -13,6 +13,7 @@
 #include "parallel/gradient_sync.h"
 #include "optim/loss_scaler.h"
 #include "parallel/mesh.h"
+#include "parallel/tensor_parallel_rng.h"
 
 namespace loom {
 
@@ -33,6 +34,7 @@ struct CheckpointParts {
   // optimizer tensor is a whole parameter.
   std::vector<std::vector<ParameterSlice>> optimizer_slices = {};
   LossScaler* loss_scaler = nullptr;         // fp16 runs: its scale travels with the checkpoint
+  TensorParallelRng* tp_rng = nullptr;       // TP runs: this rank's dropout stream ("rng.tp.<device>")
 };
 
 std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir, int64_t step);

@@ -9,13 +9,15 @@ namespace loom {
 namespace fs = std::filesystem;
 
 LmTask::LmTask(Gpt model, std::unique_ptr<TokenFile> train, std::unique_ptr<LmBatches> batches,
-               std::unique_ptr<TokenFile> valid, const Config& config)
+               std::unique_ptr<TokenFile> valid, const Config& config, std::unique_ptr<TensorParallelRng> tp_rng)
     : model_(std::move(model)),
       train_(std::move(train)),
       batches_(std::move(batches)),
       valid_(std::move(valid)),
       sampler_(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
-      batch_size_(config.train.batch_size) {}
+      batch_size_(config.train.batch_size) {
+  tp_rng_ = std::move(tp_rng);
+}
 
 TaskBatch LmTask::train_batch(int64_t step, int64_t first, int64_t count) const {
   LOOM_CHECK(batches_ != nullptr, "no training data (data.train)");
@@ -55,14 +57,17 @@ std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskD
   if (train)
     train_batches = std::make_unique<TokenFileBatches>(
         *train, LmSampler(static_cast<uint64_t>(config.run.seed), config.data.seq_len));
+  std::unique_ptr<TensorParallelRng> tp_rng;
   if (!trained) {
     // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
     torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-    trained = Gpt(config.model, tp);
+    tp_rng = make_tp_rng(config, tp);
+    trained = Gpt(config.model, TensorParallelism{tp, tp_rng.get(), config.parallel.sequence_parallel});
     trained->to(device);
     trained->set_activation_checkpointing(activation_checkpointing_kind(config.train.activation_checkpointing));
   }
-  return std::make_unique<LmTask>(trained, std::move(train), std::move(train_batches), std::move(valid), config);
+  return std::make_unique<LmTask>(trained, std::move(train), std::move(train_batches), std::move(valid), config,
+                                  std::move(tp_rng));
 }
 
 }  // namespace loom

@@ -15,7 +15,7 @@ class LmTask : public Task {
   // batches: where training batches come from (null: evaluation only); train: the token file they read,
   // if any; valid may be null (no evaluation).
   LmTask(Gpt model, std::unique_ptr<TokenFile> train, std::unique_ptr<LmBatches> batches,
-         std::unique_ptr<TokenFile> valid, const Config& config);
+         std::unique_ptr<TokenFile> valid, const Config& config, std::unique_ptr<TensorParallelRng> tp_rng = nullptr);
 
   torch::nn::Module& model() override { return *model_; }
   TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
@@ -37,7 +37,8 @@ class LmTask : public Task {
 
 // Opens data.train / data.valid as `data` asks, checks them against tokenizer.model and fills
 // model.vocab_size from the training (else validation) file when it is 0. A fresh model is built with the
-// TP group `tp` (null: the whole model) and train.activation_checkpointing. train_batches, when given,
+// TP group `tp` (null: the whole model), its dropout stream, parallel.sequence_parallel and
+// train.activation_checkpointing. train_batches, when given,
 // replace data.train (`loom bench`'s synthetic tokens; model.vocab_size must then be set).
 std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskData data, Gpt trained,
                                      Communicator* tp = nullptr, std::unique_ptr<LmBatches> train_batches = nullptr);

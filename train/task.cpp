@@ -12,11 +12,18 @@ int64_t batch_tokens(const TaskBatch& batch) {
   return std::get<Seq2SeqBatch>(batch).target_tokens();
 }
 
+std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Communicator* tp) {
+  if (tp == nullptr || tp->size() == 1) return nullptr;
+  // Megatron's tensor-model-parallel seed: every TP rank its own stream, alike across DP replicas.
+  return std::make_unique<TensorParallelRng>(static_cast<uint64_t>(config.run.seed) + TensorParallelRng::kSeedOffset +
+                                             static_cast<uint64_t>(tp->rank()));
+}
+
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data, const LoadedModel* trained,
                                 Communicator* tp, std::unique_ptr<LmBatches> lm_batches) {
   if (config.model.encoder_decoder()) {
     LOOM_CHECK(lm_batches == nullptr, "synthetic LM batches feed a gpt model only");
-    return make_translation_task(config, device, data, trained ? trained->translator : EncoderDecoder(nullptr));
+    return make_translation_task(config, device, data, trained ? trained->translator : EncoderDecoder(nullptr), tp);
   }
   return make_lm_task(config, device, data, trained ? trained->model : Gpt(nullptr), tp, std::move(lm_batches));
 }

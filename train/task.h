@@ -15,6 +15,7 @@
 #include "data/lm_sampler.h"
 #include "data/seq2seq_batch.h"
 #include "parallel/communicator.h"
+#include "parallel/tensor_parallel_rng.h"
 
 namespace loom {
 
@@ -50,14 +51,22 @@ class Task {
 
   // The tensor-parallel group the model is split over (its loss and gradient norm span it); null: none.
   virtual Communicator* tp_group() const { return nullptr; }
+  // The dropout stream of this rank's sharded activations (null without TP); checkpoints keep its state.
+  TensorParallelRng* tp_rng() const { return tp_rng_.get(); }
+
+ protected:
+  std::unique_ptr<TensorParallelRng> tp_rng_;
 };
+
+// The TP dropout stream of this rank of `tp`, seeded from run.seed and the rank; null for no TP.
+std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Communicator* tp);
 
 // Which data a task opens: training (data.train required, data.valid if given) or evaluation only.
 enum class TaskData { kTraining, kEvaluation };
 
 // The task of config.model.arch with its data opened and config.model.vocab_size resolved from it. The
 // model is `trained`'s, or else built afresh on `device` from torch::manual_seed(run.seed), split over the
-// TP group `tp` (GPT only; null: whole). lm_batches replaces data.train for a GPT (`loom bench`).
+// TP group `tp` (null: whole), with parallel.sequence_parallel for a GPT. lm_batches replaces data.train for a GPT (`loom bench`).
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
                                 const LoadedModel* trained = nullptr, Communicator* tp = nullptr,
                                 std::unique_ptr<LmBatches> lm_batches = nullptr);

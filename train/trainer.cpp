@@ -268,7 +268,7 @@ void Trainer::log_step(double loss, double lr, double grad_norm) {
 
 CheckpointParts Trainer::checkpoint_parts() {
   return {task_->model(), optimizer_.get(), gradient_sync_->sharded(), gradient_sync_->optimizer_slices(),
-          loss_scaler_.enabled() ? &loss_scaler_ : nullptr};
+          loss_scaler_.enabled() ? &loss_scaler_ : nullptr, task_->tp_rng()};
 }
 
 void Trainer::checkpoint() {

@@ -6,8 +6,11 @@
 
 namespace loom {
 
-TranslationTask::TranslationTask(EncoderDecoder model, std::unique_ptr<Seq2SeqSource> data)
-    : model_(std::move(model)), data_(std::move(data)) {}
+TranslationTask::TranslationTask(EncoderDecoder model, std::unique_ptr<Seq2SeqSource> data,
+                                 std::unique_ptr<TensorParallelRng> tp_rng)
+    : model_(std::move(model)), data_(std::move(data)) {
+  tp_rng_ = std::move(tp_rng);
+}
 
 TaskBatch TranslationTask::train_batch(int64_t step, int64_t first, int64_t count) const {
   return data_->train_batch(step, first, count);
@@ -17,9 +20,10 @@ TaskBatch TranslationTask::eval_batch(int64_t first, int64_t count) const { retu
 
 torch::Tensor TranslationTask::loss(const TaskBatch& batch, torch::Device device, double label_smoothing) {
   const auto& b = std::get<Seq2SeqBatch>(batch);
-  // (B, T, V): teacher forcing, every target position at once
+  // (B, T, V), or this TP rank's vocabulary slice (B, T, V_r): teacher forcing, every target position at once
   auto logits = model_->forward(b.source.to(device), b.source_lengths.to(device), b.target_inputs.to(device));
-  return cross_entropy(logits.flatten(0, 1), b.target_labels.to(device).flatten(), label_smoothing, kIgnoreLabel);
+  return cross_entropy(logits.flatten(0, 1), b.target_labels.to(device).flatten(), label_smoothing, kIgnoreLabel,
+                       model_->tp_group());
 }
 
 void TranslationTask::load_weights(const std::filesystem::path& file) {
@@ -27,15 +31,18 @@ void TranslationTask::load_weights(const std::filesystem::path& file) {
 }
 
 std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::Device device, TaskData data_use,
-                                                       EncoderDecoder trained) {
+                                                       EncoderDecoder trained, Communicator* tp) {
   auto data = make_seq2seq_source(config, data_use == TaskData::kTraining);
   resolve_vocab(config, data->vocab_size(), "the training pairs");
+  std::unique_ptr<TensorParallelRng> tp_rng;
   if (!trained) {
+    // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
     torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-    trained = EncoderDecoder(config.model);
+    tp_rng = make_tp_rng(config, tp);
+    trained = EncoderDecoder(config.model, TensorParallelism{tp, tp_rng.get(), false});
     trained->to(device);
   }
-  return std::make_unique<TranslationTask>(trained, std::move(data));
+  return std::make_unique<TranslationTask>(trained, std::move(data), std::move(tp_rng));
 }
 
 }  // namespace loom

@@ -12,7 +12,8 @@ namespace loom {
 
 class TranslationTask : public Task {
  public:
-  TranslationTask(EncoderDecoder model, std::unique_ptr<Seq2SeqSource> data);
+  TranslationTask(EncoderDecoder model, std::unique_ptr<Seq2SeqSource> data,
+                  std::unique_ptr<TensorParallelRng> tp_rng = nullptr);
 
   torch::nn::Module& model() override { return *model_; }
   TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
@@ -22,6 +23,7 @@ class TranslationTask : public Task {
   int64_t eval_size() const override { return data_->eval_size(); }
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
   void load_weights(const std::filesystem::path& file) override;
+  Communicator* tp_group() const override { return model_->tp_group(); }
 
   EncoderDecoder& encoder_decoder() { return model_; }
   const Seq2SeqSource& data() const { return *data_; }
@@ -32,8 +34,8 @@ class TranslationTask : public Task {
 };
 
 // Opens the config's pair source (training data only for TaskData::kTraining) and fills model.vocab_size
-// from it when it is 0.
+// from it when it is 0. A fresh model is split over the TP group `tp` (null: whole).
 std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::Device device, TaskData data,
-                                                       EncoderDecoder trained);
+                                                       EncoderDecoder trained, Communicator* tp = nullptr);
 
 }  // namespace loom

@@ -61,3 +61,27 @@ assert worst < float(sys.argv[4]), worst
 print(f"{sys.argv[3]}: {len(a)} rows, max |loss diff| {worst:.1e}")
 PY
 }
+# Multi-rank runs (tensor parallelism): mpirun as the tests need it.
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+mpi_train() {  # mpi_train RANKS RUN_DIR [--set ...]
+  local ranks=$1 dir=$2; shift 2
+  # shellcheck disable=SC2046
+  "${MPIRUN[@]}" -np "$ranks" "$LOOM" train $(train_args "$dir") "$@" >"$dir.log" 2>&1 || { tail -20 "$dir.log"; return 1; }
+}
+# same_curve REFERENCE_RUN RUN WHAT [STEPS]: the same rows (STEPS train losses, a valid loss every 5 steps),
+# each loss within 1e-5 of the reference's (another layout of the same fp32 computation).
+same_curve() {
+  losses "$1" > "$1.txt"
+  losses "$2" > "$2.txt"
+  python3 - "$1.txt" "$2.txt" "$3" "${4:-10}" <<'PY' || fail "$3: losses differ from the single process"
+import sys
+a = [l.split() for l in open(sys.argv[1])]
+b = [l.split() for l in open(sys.argv[2])]
+steps = int(sys.argv[4])
+assert [x[:2] for x in a] == [x[:2] for x in b], "different rows"
+assert sum(x[0] == "train" for x in a) == steps and sum(x[0] == "valid" for x in a) == steps // 5, "missing rows"
+worst = max(abs(float(x[2]) - float(y[2])) for x, y in zip(a, b))
+assert worst < 1e-5, worst
+print(f"{sys.argv[3]}: {len(a)} rows, max |loss diff| {worst:.1e}")
+PY
+}

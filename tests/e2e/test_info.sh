@@ -40,6 +40,17 @@ assert zero["memory"]["optimizer"] == (plain["memory"]["optimizer"] // 8 + 7) //
 assert zero["memory"]["weights"] == plain["memory"]["weights"]
 print(f"llama2-7b optimizer state per rank at dp=8: {plain['memory']['optimizer'] / 2**30:.2f} GiB plain, "
       f"{zero['memory']['optimizer'] / 2**30:.2f} GiB with ZeRO-1")
+# Sequence parallelism keeps 1/tp of what TP alone keeps whole on every rank. GPT-2 124M in bf16 with
+# dropout, tp=4, micro-batch 16 of 1024: 10sbh per layer (Korthikanti et al.: sbh(10 + 24/t + 5as/(ht)) ->
+# sbh(34/t + 5as/(ht))) and the final norm's input, 2sbh.
+gpt2 = [f"{configs}/gpt2-124m.yaml", "--json", "--set", "parallel.tp=4", "--set", "parallel.dp=1",
+        "--set", "precision.dtype=bf16", "--set", "model.dropout=0.1", "--set", "train.micro_batch_size=16"]
+tp_only = json.loads(subprocess.check_output([loom, "info", *gpt2]))["memory"]["activations"]
+with_sp = json.loads(subprocess.check_output([loom, "info", *gpt2, "--set", "parallel.sequence_parallel=true"]))["memory"]["activations"]
+sbh = 1024 * 16 * 768
+expected = (12 * 10 * sbh + 2 * sbh) * (1 - 1 / 4)
+assert abs((tp_only - with_sp) - expected) <= 2, (tp_only, with_sp, expected)
+print(f"gpt2-124m activations per rank at tp=4: {tp_only / 2**30:.2f} GiB, {with_sp / 2**30:.2f} GiB with sequence parallelism")
 PY
 
 set +e

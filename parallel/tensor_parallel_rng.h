@@ -1,0 +1,49 @@
+// The second dropout stream of tensor parallelism (Megatron's RNG tracker). Dropout on activations that
+// every TP rank holds whole (after a row-parallel layer, between blocks) must draw the same mask on every
+// rank, or the replicas drift apart: it uses the device's default generator, seeded alike everywhere.
+// Dropout on activations a rank holds only its part of (attention probabilities of its own heads, sequence
+// shards under sequence parallelism) must draw different masks on different ranks, or the ranks' parts
+// are dropped in lockstep: it uses this stream, seeded from run.seed and the TP rank. fork() switches the
+// device's default generator to this stream for a scope (so any op's draws, SDPA's dropout included, come
+// from it) and back after. The stream's state is saved in checkpoints so that resume stays exact.
+#pragma once
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+namespace loom {
+
+class TensorParallelRng {
+ public:
+  // seed: run.seed + kSeedOffset + tp_rank (Megatron's tensor-model-parallel seed).
+  static constexpr uint64_t kSeedOffset = 2718;
+  explicit TensorParallelRng(uint64_t seed) : seed_(seed) {}
+
+  // While alive, `device`'s default generator draws from this stream; the default stream is put back after.
+  class Fork {
+   public:
+    Fork(TensorParallelRng& rng, torch::Device device);
+    ~Fork();
+    Fork(const Fork&) = delete;
+    Fork& operator=(const Fork&) = delete;
+
+   private:
+    TensorParallelRng& rng_;
+    torch::Device device_;
+    torch::Tensor default_state_;
+  };
+
+  // The stream's generator state on a device type ("cpu", "cuda"); a fresh stream starts from the seed.
+  torch::Tensor state(torch::Device device);
+  void set_state(torch::Device device, const torch::Tensor& state);
+  // Every device type's state drawn from so far, by name (what a checkpoint keeps).
+  const std::map<std::string, torch::Tensor>& states() const { return states_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  uint64_t seed_;
+  std::map<std::string, torch::Tensor> states_;  // by device type name
+};
+
+}  // namespace loom
