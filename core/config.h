@@ -93,6 +93,7 @@ struct TrainConfig {
   int64_t eval_batches = 20;
   std::string activation_checkpointing = "none";  // none | full | selective
   int64_t max_bad_steps = 10;  // non-finite steps in a row that stop the run; 0: never
+  int64_t loss_chunk_tokens = 1024;  // fused LM head + cross-entropy chunk; 0: plain logits
 };
 
 // Decoding for translation (loom translate, loom eval of a translation run).

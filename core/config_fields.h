@@ -68,6 +68,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("train.eval_every", c.train.eval_every, "Steps between validation passes; 0 evaluates only at the end.");
   v("train.eval_batches", c.train.eval_batches, "Batches of train.batch_size validation sequences per evaluation (consecutive windows of the validation file).");
   v("train.activation_checkpointing", c.train.activation_checkpointing, "Recompute activations in backward instead of keeping them: `none`, `full` (each block keeps only its input) or `selective` (each block's MLP is recomputed, attention kept). Same gradients, less memory, one more forward.");
+  v("train.loss_chunk_tokens", c.train.loss_chunk_tokens, "Language models: the LM head and cross-entropy run fused, this many tokens at a time, each chunk's logit gradient computed in the same pass, so the (tokens x vocabulary) logits and their fp32 copies are never held whole (less memory, no extra pass). 0: the plain path (full logits, then cross-entropy). Same loss and gradients either way.");
 
   v("train.max_bad_steps", c.train.max_bad_steps, "A step whose loss or gradients hold inf/nan is skipped (no update; the step count, data and learning rate move on) and counted in metrics.jsonl (skipped_steps); this many such steps in a row stop the run with the step, rank and what was non-finite. 0: never stop.");
 

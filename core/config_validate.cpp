@@ -182,6 +182,7 @@ void validate(const Config& c) {
   check.require(t.eval_every >= 0, "train.eval_every", t.eval_every, " must be >= 0");
   check.require(t.eval_batches >= 0, "train.eval_batches", t.eval_batches, " must be >= 0");
   check.require(t.max_bad_steps >= 0, "train.max_bad_steps", t.max_bad_steps, " must be >= 0 (0: never stop)");
+  check.require(t.loss_chunk_tokens >= 0, "train.loss_chunk_tokens", t.loss_chunk_tokens, " must be >= 0 (0: unfused)");
   check.require(one_of(t.activation_checkpointing, {"none", "full", "selective"}), "train.activation_checkpointing", "'",
                 t.activation_checkpointing, "' is not one of none, full, selective");
   check.require(p.dp >= 1 || p.dp == -1, "parallel.dp", p.dp, " must be >= 1, or -1 for world / (tp * pp)");

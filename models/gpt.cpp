@@ -87,13 +87,27 @@ torch::Tensor GptImpl::head(const torch::Tensor& hidden) {
   return lm_head_ ? lm_head_->forward(h) : token_embedding_->logits(h);
 }
 
-torch::Tensor GptImpl::forward(const torch::Tensor& tokens, std::vector<KVCache>* caches) {
+const torch::Tensor& GptImpl::head_weight() const { return lm_head_ ? lm_head_->weight : token_embedding_->weight; }
+
+torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches) {
   TORCH_CHECK(caches == nullptr || static_cast<int64_t>(caches->size()) == n_blocks(), "one KV cache per block");
   TORCH_CHECK(caches == nullptr || !tp_.sequence_parallel, "a sequence-parallel model does not generate: load it whole");
   const int64_t past = caches != nullptr ? (*caches)[0].seen : 0;
   auto x = embed(tokens, past);
   for (int64_t i = 0; i < n_blocks(); ++i) x = blocks_[i]->forward(x, caches != nullptr ? &(*caches)[i] : nullptr);
-  return head(x);
+  return x;
+}
+
+torch::Tensor GptImpl::final_hidden(const torch::Tensor& tokens) {
+  const auto h = final_norm_->forward(trunk(tokens, nullptr));
+  if (tp_size(tp_.group) <= 1) return h;
+  // Entering the vocabulary-parallel head as its layers do: every rank needs the whole sequence, and the
+  // gradient of h sums the ranks' vocabulary slices.
+  return tp_.sequence_parallel ? gather_from_sequence(h, *tp_.group) : copy_to_tp_region(h, *tp_.group);
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens, std::vector<KVCache>* caches) {
+  return head(trunk(tokens, caches));
 }
 
 }  // namespace loom

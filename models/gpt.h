@@ -34,6 +34,10 @@ class GptImpl : public torch::nn::Module {
 
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position);  // (B, T) -> (B, T or T / tp, C)
   torch::Tensor head(const torch::Tensor& hidden);  // (B, T or T / tp, C) -> (B, T, V or V_r)
+  // What the LM head multiplies, for a loss that fuses the head (optim/linear_cross_entropy.h):
+  // forward(tokens) == final_hidden(tokens) @ head_weight()^T. tokens: (B, T) -> (B, T, C).
+  torch::Tensor final_hidden(const torch::Tensor& tokens);
+  const torch::Tensor& head_weight() const;  // (V or V_r, C): the token embedding when tied
 
   const ModelConfig& config() const { return config_; }
   // Recompute block activations in backward (train.activation_checkpointing); training only.
@@ -43,6 +47,8 @@ class GptImpl : public torch::nn::Module {
   int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
 
  private:
+  torch::Tensor trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches);  // embed -> blocks: (B, T, C)
+
   ModelConfig config_;
   TensorParallelism tp_;
   PositionKind position_;

@@ -4,6 +4,7 @@
 #include "data/data_files.h"
 #include "models/hf_weights.h"
 #include "optim/cross_entropy.h"
+#include "optim/linear_cross_entropy.h"
 
 namespace loom {
 namespace fs = std::filesystem;
@@ -15,7 +16,8 @@ LmTask::LmTask(Gpt model, std::unique_ptr<TokenFile> train, std::unique_ptr<LmBa
       batches_(std::move(batches)),
       valid_(std::move(valid)),
       sampler_(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
-      batch_size_(config.train.batch_size) {
+      batch_size_(config.train.batch_size),
+      loss_chunk_tokens_(config.train.loss_chunk_tokens) {
   tp_rng_ = std::move(tp_rng);
 }
 
@@ -31,6 +33,11 @@ TaskBatch LmTask::eval_batch(int64_t first, int64_t count) const {
 
 torch::Tensor LmTask::loss(const TaskBatch& batch, torch::Device device, double label_smoothing) {
   const auto& b = std::get<LmBatch>(batch);
+  if (loss_chunk_tokens_ > 0) {
+    auto hidden = model_->final_hidden(b.inputs.to(device));  // (B, T, C)
+    return linear_cross_entropy(hidden.flatten(0, 1), model_->head_weight(), b.targets.to(device).flatten(),
+                                loss_chunk_tokens_, label_smoothing, kIgnoreIndex, model_->tp_group());
+  }
   auto logits = model_->forward(b.inputs.to(device));  // (B, T, V), or this TP rank's vocabulary slice (B, T, V_r)
   return cross_entropy(logits.flatten(0, 1), b.targets.to(device).flatten(), label_smoothing, kIgnoreIndex,
                        model_->tp_group());

@@ -33,6 +33,7 @@ class LmTask : public Task {
   std::unique_ptr<TokenFile> valid_;
   LmSampler sampler_;
   int64_t batch_size_;  // train.batch_size
+  int64_t loss_chunk_tokens_;  // train.loss_chunk_tokens: the fused head + loss, 0 the plain logits
 };
 
 // Opens data.train / data.valid as `data` asks, checks them against tokenizer.model and fills

@@ -9,6 +9,7 @@
 #include "models/parallel_linear.h"
 #include "models/vocab_parallel_embedding.h"
 #include "optim/cross_entropy.h"
+#include "optim/linear_cross_entropy.h"
 #include "optim/optimizer.h"
 #include "parallel/tensor_parallel.h"
 #include "test_util.h"
@@ -234,6 +235,21 @@ TEST_CASE("tensor parallel: vocab-parallel embedding, tied head and cross-entrop
     expected.backward();
     got.backward();
     CHECK(max_abs_diff(logits.grad(), slice(logits_full.grad(), 1, mine)) <= kTolerance);
+  }
+
+  SECTION("fused head + cross-entropy (train.loss_chunk_tokens): this rank's vocabulary rows of the head") {
+    torch::manual_seed(14);
+    const auto hidden_full = torch::randn({15, C}).requires_grad_();
+    const auto weight_full = torch::randn({V, C}).requires_grad_();
+    auto hidden = hidden_full.detach().clone().requires_grad_();
+    auto weight = slice(weight_full.detach(), 0, mine).clone().requires_grad_();
+    auto expected = loom::cross_entropy(torch::nn::functional::linear(hidden_full, weight_full), targets, smoothing);
+    auto got = loom::linear_cross_entropy(hidden, weight, targets, /*chunk_tokens=*/4, smoothing, loom::kIgnoreIndex, &g);
+    CHECK(std::abs(got.item<double>() - expected.item<double>()) <= kTolerance);
+    expected.backward();
+    got.backward();
+    CHECK(max_abs_diff(hidden.grad(), hidden_full.grad()) <= kTolerance);  // summed over the group
+    CHECK(max_abs_diff(weight.grad(), slice(weight_full.grad(), 0, mine)) <= kTolerance);
   }
 }
 
