@@ -50,6 +50,16 @@ class Task {
 
   // The tensor-parallel group the model is split over (its loss and gradient norm span it); null: none.
   virtual Communicator* tp_group() const { return nullptr; }
+
+  // Pipeline parallelism (the model is one stage of parallel.pp; train/pipeline_runner.h). This stage's
+  // forward of a batch: `input` is the previous stage's output (undefined on the first stage). Returns the
+  // mean loss as loss() does on the last stage, else what the next stage takes, of stage_output_shape().
+  virtual torch::Tensor stage_forward(const TaskBatch& batch, torch::Device device, const torch::Tensor& input,
+                                      double label_smoothing);
+  virtual std::vector<int64_t> stage_output_shape(const TaskBatch& batch) const;
+  // A parameter held by both the first and the last stage (the tied token embedding) whose gradients must
+  // be summed across them; undefined if none.
+  virtual torch::Tensor stage_tied_parameter() { return {}; }
 };
 
 // Which data a task opens: training (data.train required, data.valid if given) or evaluation only.
@@ -57,9 +67,10 @@ enum class TaskData { kTraining, kEvaluation };
 
 // The task of config.model.arch with its data opened and config.model.vocab_size resolved from it. The
 // model is `trained`'s, or else built afresh on `device` from torch::manual_seed(run.seed), split over the
-// TP group `tp` (GPT only; null: whole). lm_batches replaces data.train for a GPT (`loom bench`).
+// TP group `tp` (GPT only; null: whole), pipeline stage `pp_stage` of parallel.pp (GPT only).
+// lm_batches replaces data.train for a GPT (`loom bench`).
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
                                 const LoadedModel* trained = nullptr, Communicator* tp = nullptr,
-                                std::unique_ptr<LmBatches> lm_batches = nullptr);
+                                std::unique_ptr<LmBatches> lm_batches = nullptr, int64_t pp_stage = 0);
 
 }  // namespace loom
