@@ -11,6 +11,13 @@
 #include "parallel/pipeline_schedule.h"
 #include "test_util.h"
 
+namespace loom {
+// "F0" / "B3" in failure messages.
+std::ostream& operator<<(std::ostream& out, const PipelineAction& a) {
+  return out << (a.kind == PipelineAction::kForward ? "F" : "B") << a.micro;
+}
+}  // namespace loom
+
 namespace {
 using loom::PipelineAction;
 using loom::PipelineSchedule;
@@ -153,7 +160,7 @@ TEST_CASE("both schedules finish in the ideal time; the bubble is (p - 1) / (m +
 TEST_CASE("GPT pipeline stages drawn from one seed chain into exactly the whole model") {
   for (bool llama : {false, true}) {
     std::vector<std::string> sets = {"model.vocab_size=50", "model.d_model=32", "model.n_layers=5", "model.n_heads=4",
-                                     "model.max_seq_len=16", "model.dropout=0", "parallel.pp=3",
+                                     "model.max_seq_len=16", "data.seq_len=16", "model.dropout=0", "parallel.pp=3",
                                      "parallel.pp_layers=[1, 3, 1]"};
     if (llama)
       for (const char* s : {"model.norm=rmsnorm", "model.position=rope", "model.activation=swiglu", "model.bias=false",
