@@ -42,7 +42,9 @@ nlohmann::json to_json(const BenchResult& r) {
           {"gemm_share", share(r.gemm_share)},
           {"attention_share", share(r.attention_share)},
           {"non_matmul_share", share(r.non_matmul_share)},
-          {"final_loss", r.final_loss}};
+          {"final_loss", r.final_loss},
+          {"pipeline_idle", r.pipeline_idle},
+          {"pipeline_ideal_bubble", r.pipeline_ideal_bubble}};
 }
 
 void print_text(const BenchResult& r) {
@@ -67,6 +69,12 @@ void print_text(const BenchResult& r) {
   if (r.non_matmul_share >= 0)
     std::printf("time in        matmul %.1f%%, attention kernels %.1f%%, everything else %.1f%%\n", 100 * r.gemm_share,
                 100 * r.attention_share, 100 * r.non_matmul_share);
+  if (!r.pipeline_idle.empty()) {
+    std::string stages;
+    for (double idle : r.pipeline_idle) stages += (stages.empty() ? "" : ", ") + std::to_string(100 * idle).substr(0, 4) + "%";
+    std::printf("pipeline idle  %s per stage (ideal bubble (p-1)/(m+p-1) = %.1f%%)\n", stages.c_str(),
+                100 * r.pipeline_ideal_bubble);
+  }
 }
 
 }  // namespace

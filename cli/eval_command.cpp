@@ -87,6 +87,9 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
   LOOM_CHECK(config.train.eval_batches > 0, "train.eval_batches is 0: nothing to evaluate");
 
   const torch::Device device = runtime_device(config.runtime);
+  // One process evaluates every slice with the whole model: the same sequences as any training layout.
+  config.parallel.dp = config.parallel.tp = config.parallel.pp = 1;
+  config.parallel.pp_layers.clear();
   auto task = make_task(config, device, TaskData::kEvaluation, loaded ? &*loaded : nullptr);
   if (!loaded) {
     if (config.model.init_from.empty()) {
@@ -99,8 +102,6 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
   }
   if (task->eval_size() > 0)  // a fixed set (translation pairs) is evaluated whole
     config.train.eval_batches = (task->eval_size() + config.train.batch_size - 1) / config.train.batch_size;
-  // One process evaluates every slice: the same sequences as any training layout.
-  config.parallel.dp = config.parallel.tp = config.parallel.pp = 1;
   const Mesh mesh(config, 1, 0);
   const EvalLoss result = evaluate_loss(*task, config, mesh, device);
   const std::string data_name = config.model.encoder_decoder()

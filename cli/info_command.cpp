@@ -1,8 +1,11 @@
 // `loom info CONFIG`: what the configured model costs, from closed forms and without building it: the
 // exact parameter count, training FLOPs per token, and memory per rank (weights, gradients, AdamW state,
-// activations of one micro-batch) for the config's precision and parallel layout. --json for scripts.
+// activations of the micro-batches a rank keeps) for the config's precision and parallel layout, per
+// pipeline stage when parallel.pp > 1. --json for scripts.
+#include <algorithm>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -10,6 +13,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "models/estimates.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace loom::cli {
 namespace {
@@ -60,23 +64,37 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                       "model.vocab_size=N to plan");
   const int64_t parameters = count_parameters(m);
   const double flops = training_flops_per_token(m, config.data.seq_len);
-  const MemoryEstimate memory = estimate_memory(config);
   const auto& p = config.parallel;
+  // Per pipeline stage; the headline figures are the busiest stage's.
+  std::vector<MemoryEstimate> stages;
+  for (int64_t s = 0; s < (m.encoder_decoder() ? 1 : p.pp); ++s) stages.push_back(estimate_memory(config, s));
+  const MemoryEstimate memory = *std::max_element(
+      stages.begin(), stages.end(), [](const MemoryEstimate& a, const MemoryEstimate& b) { return a.total() < b.total(); });
+  auto memory_json = [](const MemoryEstimate& e) {
+    return nlohmann::json{{"weights", e.weights},
+                          {"gradients", e.gradients},
+                          {"optimizer", e.optimizer},
+                          {"activations", e.activations},
+                          {"total", e.total()}};
+  };
   const int64_t micro_batch = config.micro_batch_size(std::max<int64_t>(1, p.dp));
   if (args.flag("json")) {
-    const nlohmann::json out = {
+    nlohmann::json out = {
         {"parameters", parameters},
         {"flops_per_token", flops},
         {"seq_len", config.data.seq_len},
         {"micro_batch_size", micro_batch},
         {"precision", config.precision.dtype},
         {"layout", {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}}},
-        {"memory",
-         {{"weights", memory.weights},
-          {"gradients", memory.gradients},
-          {"optimizer", memory.optimizer},
-          {"activations", memory.activations},
-          {"total", memory.total()}}}};
+        {"memory", memory_json(memory)}};
+    if (p.pp > 1) {
+      out["layout"]["pp_schedule"] = p.pp_schedule;
+      out["layout"]["microbatches"] = config.accumulation_steps(std::max<int64_t>(1, p.dp));
+      for (int64_t s = 0; s < p.pp; ++s)
+        out["stages"].push_back({{"stage", s},
+                                 {"parameters", count_stage_parameters(config, s)},
+                                 {"memory", memory_json(stages[static_cast<size_t>(s)])}});
+    }
     std::cout << out.dump() << std::endl;
     return 0;
   }
@@ -100,6 +118,18 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                                                   {"total", memory.total()}};
   for (const auto& [name, bytes] : rows)
     std::printf("  %-12s %10s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());
+  if (p.pp > 1) {
+    const auto layers = stage_layers(m.n_layers, p.pp, p.pp_layers);
+    std::printf("pipeline       %ld stages, %s, %ld micro-batches per step (the rows above: the busiest stage)\n",
+                static_cast<long>(p.pp), p.pp_schedule.c_str(),
+                static_cast<long>(config.accumulation_steps(std::max<int64_t>(1, p.dp))));
+    for (int64_t s = 0; s < p.pp; ++s) {
+      const auto& e = stages[static_cast<size_t>(s)];
+      std::printf("  stage %-6ld %10s  %ld blocks, %s parameters, activations %s\n", static_cast<long>(s),
+                  gib(e.total()).c_str(), static_cast<long>(layers[static_cast<size_t>(s)]),
+                  grouped(count_stage_parameters(config, s)).c_str(), gib(e.activations).c_str());
+    }
+  }
   return 0;
 }
 

@@ -62,11 +62,13 @@ void assign(const YAML::Node& node, std::string& out, const std::string& where, 
   out = node.Scalar();
 }
 
-void assign(const YAML::Node& node, std::vector<double>& out, const std::string& where, const std::string& key) {
+// A list of numbers (optim.betas, parallel.pp_layers); each item is checked like a single value.
+template <class T>
+void assign(const YAML::Node& node, std::vector<T>& out, const std::string& where, const std::string& key) {
   if (!node.IsSequence()) type_error(where, key, "a list of numbers", node);
-  std::vector<double> values;
+  std::vector<T> values;
   for (const auto& item : node) {
-    double v = 0;
+    T v{};
     assign(item, v, where, key + "[" + std::to_string(values.size()) + "]");
     values.push_back(v);
   }
@@ -85,9 +87,10 @@ YAML::Node to_node(double v) {
 }
 YAML::Node to_node(bool v) { return YAML::Node(v); }
 YAML::Node to_node(const std::string& v) { return YAML::Node(v); }
-YAML::Node to_node(const std::vector<double>& v) {
+template <class T>
+YAML::Node to_node(const std::vector<T>& v) {
   YAML::Node seq(YAML::NodeType::Sequence);
-  for (double x : v) seq.push_back(to_node(x));
+  for (const T& x : v) seq.push_back(to_node(x));
   seq.SetStyle(YAML::EmitterStyle::Flow);
   return seq;
 }
@@ -165,6 +168,7 @@ std::string Config::where(const std::string& key_path) const {
 }
 
 int64_t Config::micro_batch_size(int64_t dp) const {
+  if (parallel.microbatches > 0) return train.batch_size / (dp * parallel.microbatches);
   return train.micro_batch_size > 0 ? train.micro_batch_size : train.batch_size / dp;
 }
 

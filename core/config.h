@@ -118,6 +118,9 @@ struct ParallelConfig {
   int64_t dp = 1;  // -1: world / (tp * pp)
   int64_t tp = 1;
   int64_t pp = 1;
+  std::vector<int64_t> pp_layers;  // blocks per pipeline stage; empty: balanced
+  int64_t microbatches = 0;        // pipeline micro-batches per step; 0: train.micro_batch_size decides
+  std::string pp_schedule = "1f1b";
   double bucket_mb = 25.0;
   double timeout_s = 300.0;
   int64_t zero = 0;  // 1: ZeRO-1, optimizer state sharded across DP ranks

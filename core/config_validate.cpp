@@ -35,6 +35,16 @@ class Checker {
 };
 
 void check_batch_split(Checker& check, const Config& c, int64_t dp) {
+  const int64_t n = c.parallel.microbatches;
+  if (n > 0) {
+    check.require(c.train.batch_size % (dp * n) == 0, "parallel.microbatches", n, " micro-batches per DP rank do not ",
+                  "divide train.batch_size=", c.train.batch_size, " over parallel.dp=", dp);
+    check.require(c.train.micro_batch_size == 0 || c.train.micro_batch_size * dp * n == c.train.batch_size,
+                  "parallel.microbatches", n, " micro-batches of train.micro_batch_size=", c.train.micro_batch_size,
+                  " do not make train.batch_size=", c.train.batch_size, " over parallel.dp=", dp,
+                  ": set one of the two (or train.micro_batch_size=0)");
+    return;
+  }
   const int64_t micro = c.micro_batch_size(dp);
   check.require(micro > 0 && c.train.batch_size % (micro * dp) == 0, "train.batch_size", c.train.batch_size,
                 " must be a multiple of train.micro_batch_size * parallel.dp = ", micro, " * ", dp);
@@ -198,10 +208,30 @@ void validate(const Config& c) {
   if (p.sequence_parallel && p.tp > 1 && c.data.seq_len > 0)
     check.require(c.data.seq_len % p.tp == 0, "data.seq_len", c.data.seq_len,
                   " must be a multiple of parallel.tp=", p.tp, " with parallel.sequence_parallel (each rank keeps 1/tp of the positions)");
+  check.require(!(p.sequence_parallel && p.tp > 1 && p.pp > 1), "parallel.sequence_parallel",
+                "does not combine with pipeline parallelism (parallel.pp > 1) yet: turn one of them off");
   check.require(p.tp == 1 || m.init_from.empty(), "model.init_from",
                 "starting a parallel.tp > 1 run from a weights file is not available yet: start it with parallel.tp=1");
+  check.require(p.pp == 1 || m.init_from.empty(), "model.init_from",
+                "starting a parallel.pp > 1 run from a weights file is not available yet: start it with parallel.pp=1 "
+                "and resume its checkpoint with parallel.pp > 1");
   if (p.pp >= 1 && m.n_layers > 0)
     check.require(p.pp <= m.n_layers, "parallel.pp", p.pp, " exceeds model.n_layers=", m.n_layers);
+  check.require(p.microbatches >= 0, "parallel.microbatches", p.microbatches, " must be >= 0 (0: train.micro_batch_size)");
+  check.require(one_of(p.pp_schedule, {"gpipe", "1f1b"}), "parallel.pp_schedule", "'", p.pp_schedule,
+                "' is not one of gpipe, 1f1b");
+  if (!p.pp_layers.empty()) {
+    int64_t sum = 0, smallest = p.pp_layers[0];
+    for (int64_t n : p.pp_layers) {
+      sum += n;
+      smallest = std::min(smallest, n);
+    }
+    check.require(static_cast<int64_t>(p.pp_layers.size()) == p.pp, "parallel.pp_layers", "lists ",
+                  p.pp_layers.size(), " stages but parallel.pp is ", p.pp, ": give one block count per stage");
+    check.require(smallest >= 1, "parallel.pp_layers", "every stage needs at least one block (got ", smallest, ")");
+    check.require(sum == m.n_layers, "parallel.pp_layers", "the stages hold ", sum, " blocks but model.n_layers is ",
+                  m.n_layers, ": the counts must add up to it");
+  }
   if (p.dp >= 1 && t.batch_size > 0 && t.micro_batch_size >= 0) check_batch_split(check, c, p.dp);
 
   check.require(one_of(c.precision.dtype, {"fp32", "bf16", "fp16"}), "precision.dtype", "'", c.precision.dtype,

@@ -2,17 +2,35 @@
 
 #include <algorithm>
 
+#include "parallel/pipeline_schedule.h"
+
 namespace loom {
 
-int64_t count_parameters(const ModelConfig& c) {
+namespace {
+
+// The parameter counts of the decoder-only model's parts.
+struct Parts {
+  int64_t norm, attention, block, head, position_table, embedding;
+};
+Parts parts_of(const ModelConfig& c) {
   const int64_t C = c.d_model, F = c.ffn_dim(), Q = c.n_heads * c.head_dim(), KV = c.kv_heads() * c.head_dim();
   auto linear = [&](int64_t in, int64_t out) { return in * out + (c.bias ? out : 0); };
-  const int64_t norm = c.norm == "layernorm" ? 2 * C : C;
-  const int64_t attention = linear(C, Q + 2 * KV) + linear(Q, C);
+  Parts p;
+  p.norm = c.norm == "layernorm" ? 2 * C : C;
+  p.attention = linear(C, Q + 2 * KV) + linear(Q, C);
   const int64_t mlp = (c.gated_mlp() ? 2 : 1) * linear(C, F) + linear(F, C);
-  const int64_t block = 2 * norm + attention + mlp;
-  const int64_t head = c.tie_embeddings ? 0 : c.vocab_size * C;  // the untied head has no bias
-  const int64_t position_table = c.position == "learned" ? c.max_seq_len * C : 0;
+  p.block = 2 * p.norm + p.attention + mlp;
+  p.head = c.tie_embeddings ? 0 : c.vocab_size * C;  // the untied head has no bias
+  p.position_table = c.position == "learned" ? c.max_seq_len * C : 0;
+  p.embedding = c.vocab_size * C;
+  return p;
+}
+
+}  // namespace
+
+int64_t count_parameters(const ModelConfig& c) {
+  const auto [norm, attention, block, head, position_table, embedding] = parts_of(c);
+  const int64_t C = c.d_model;
   if (c.encoder_decoder()) {
     // One shared token embedding, a position table per side, decoder blocks with a cross-attention and
     // its norm, and final norms only in the pre-norm variant.
@@ -20,7 +38,19 @@ int64_t count_parameters(const ModelConfig& c) {
     return c.vocab_size * C + 2 * position_table + c.encoder_layers() * block +
            c.n_layers * (block + norm + attention) + final_norms + head;
   }
-  return c.vocab_size * C + position_table + c.n_layers * block + norm + head;
+  return embedding + position_table + c.n_layers * block + norm + head;
+}
+
+int64_t count_stage_parameters(const Config& config, int64_t stage) {
+  const ModelConfig& c = config.model;
+  if (config.parallel.pp == 1 || c.encoder_decoder()) return count_parameters(c);
+  const Parts p = parts_of(c);
+  const int64_t layers = stage_layers(c.n_layers, config.parallel.pp, config.parallel.pp_layers)[static_cast<size_t>(stage)];
+  int64_t n = layers * p.block;
+  if (stage == 0) n += p.embedding + p.position_table;
+  // The last stage: final norm and head, or its own copy of the tied embedding.
+  if (stage == config.parallel.pp - 1) n += p.norm + (c.tie_embeddings ? p.embedding : p.head);
+  return n;
 }
 
 double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
@@ -54,18 +84,18 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // With sequence parallelism (parallel.sequence_parallel, tp > 1) what was kept whole is kept for s/t
 // positions per rank, the residual dropout masks and the final norm's input too: sbh(34/t + 5as/(ht)).
 // Plus the head: the final norm's input (e sbh) and the logits (e) with their fp32 log-probabilities for
-// the loss (4), sbV/t each. The layout is kept simple: a rank holds ceil(n_layers / pp) layers and the
-// head (an upper bound for middle stages), and weights, gradients and optimizer state are the parameter
-// count / (tp * pp) (the optimizer state also / dp with ZeRO-1), ignoring replicated norms and biases and uneven stages. A 1F1B pipeline keeps up to
-// pp micro-batches in flight on its first stage; this counts one.
-MemoryEstimate estimate_memory(const Config& config) {
+// the loss (4), sbV/t each. Weights, gradients and optimizer state are the stage's parameter count / tp
+// (the optimizer state also / dp with ZeRO-1), ignoring replicated norms and biases. A pipeline stage
+// holds its own blocks' activations for every micro-batch in flight: all m of them under GPipe,
+// min(m, pp - stage) under 1F1B; the last stage the head's too.
+MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const ModelConfig& m = config.model;
   const int64_t tp = config.parallel.tp, pp = config.parallel.pp;
   const int64_t dp = std::max<int64_t>(1, config.parallel.dp);  // -1 (world / (tp * pp)) is unknown here
   const bool bf16 = config.precision.dtype == "bf16";
 
   MemoryEstimate out;
-  const int64_t params = (count_parameters(m) + tp * pp - 1) / (tp * pp);
+  const int64_t params = (count_stage_parameters(config, stage) + tp - 1) / tp;
   // Parameters are fp32 in every precision: bf16 is autocast over fp32 master weights, which caches a
   // bf16 copy of each weight for the step.
   out.weights = 4 * params + (bf16 ? 2 * params : 0);
@@ -97,8 +127,11 @@ MemoryEstimate estimate_memory(const Config& config) {
     out.activations = static_cast<int64_t>(blocks + head);
     return out;
   }
-  const int64_t layers = (m.n_layers + pp - 1) / pp;
-  out.activations = static_cast<int64_t>(static_cast<double>(layers) * layer + head);
+  const int64_t micro = config.accumulation_steps(dp);
+  const int64_t in_flight = pp == 1 ? 1 : config.parallel.pp_schedule == "gpipe" ? micro : std::min(micro, pp - stage);
+  const int64_t layers = stage_layers(m.n_layers, pp, config.parallel.pp_layers)[static_cast<size_t>(stage)];
+  const double stage_head = stage == pp - 1 ? head : 0.0;
+  out.activations = static_cast<int64_t>(static_cast<double>(in_flight) * (static_cast<double>(layers) * layer + stage_head));
   return out;
 }
 

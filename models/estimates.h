@@ -18,7 +18,12 @@ int64_t count_parameters(const ModelConfig& config);
 // seq_len long (encoder, decoder and cross-attention weights; encoder, decoder and cross attention).
 double training_flops_per_token(const ModelConfig& config, int64_t seq_len);
 
-// Bytes one rank holds while training, for the config's precision and parallel layout.
+// Parameters of pipeline stage `stage` of parallel.pp (the whole model's with pp = 1): its blocks, the
+// embeddings on the first stage, the final norm and head (or the tied embedding's copy) on the last.
+int64_t count_stage_parameters(const Config& config, int64_t stage);
+
+// Bytes one rank of pipeline stage `stage` holds while training, for the config's precision and parallel
+// layout.
 struct MemoryEstimate {
   int64_t weights = 0;      // fp32 parameters (+ the bf16 copies autocast keeps during a step)
   int64_t gradients = 0;    // fp32, one per parameter
@@ -26,6 +31,6 @@ struct MemoryEstimate {
   int64_t activations = 0;  // what one micro-batch's forward keeps for its backward
   int64_t total() const { return weights + gradients + optimizer + activations; }
 };
-MemoryEstimate estimate_memory(const Config& config);
+MemoryEstimate estimate_memory(const Config& config, int64_t stage = 0);
 
 }  // namespace loom

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace loom {
 
@@ -31,32 +32,57 @@ BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp) {
   return block;
 }
 
-GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp)
-    : config_(config), tp_(tp), position_(position_kind(config.position)) {
+GptStage gpt_stage(const ModelConfig& model, const ParallelConfig& parallel, int64_t stage) {
+  const auto layers = stage_layers(model.n_layers, parallel.pp, parallel.pp_layers);
+  const BlockRange blocks = stage_blocks(layers, stage);
+  return {blocks.first, blocks.end, stage == 0, stage == parallel.pp - 1};
+}
+
+GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const GptStage& stage)
+    : config_(config), tp_(tp), stage_(stage), position_(position_kind(config.position)) {
   tp_.sequence_parallel = tp.sequence_parallel && tp_size(tp.group) > 1;
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
+  if (stage_.end_block < 0) stage_.end_block = config.n_layers;
+  LOOM_CHECK(0 <= stage_.first_block && stage_.first_block < stage_.end_block && stage_.end_block <= config.n_layers,
+             "pipeline stage blocks [", stage_.first_block, ", ", stage_.end_block, ") outside model.n_layers=",
+             config.n_layers);
   const int64_t C = config.d_model;
   const BlockOptions block = block_options(config, tp);
-  token_embedding_ =
-      register_module("token_embedding", VocabParallelEmbedding(VocabParallelEmbeddingOptions{
-                                             config.vocab_size, C, tp.group, tp_.sequence_parallel}));
-  if (position_ == PositionKind::kLearned)
-    position_embedding_ = register_module("position_embedding", torch::nn::Embedding(config.max_seq_len, C));
-  dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
-  auto blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.n_layers; ++i) {
-    blocks_.push_back(Block(block));
-    blocks->push_back(blocks_.back());
+  // Every part is built (drawing its initial weights) whether the stage keeps it or not, so that the RNG
+  // draws are those of the whole model; a part not kept is freed at once.
+  const bool holds_embedding = stage_.first || (stage_.last && config.tie_embeddings);
+  auto token_embedding =
+      VocabParallelEmbedding(VocabParallelEmbeddingOptions{config.vocab_size, C, tp.group, tp_.sequence_parallel});
+  if (holds_embedding) token_embedding_ = register_module("token_embedding", token_embedding);
+  torch::nn::Embedding position_embedding{nullptr};
+  if (position_ == PositionKind::kLearned) {
+    position_embedding = torch::nn::Embedding(config.max_seq_len, C);
+    if (stage_.first) position_embedding_ = register_module("position_embedding", position_embedding);
   }
-  final_norm_ = register_module("final_norm", Norm(block.norm));
-  if (!config.tie_embeddings)
-    lm_head_ = register_module("lm_head", ColumnParallelLinear(ParallelLinearOptions{C, config.vocab_size, /*bias=*/false,
-                                                                                     config.init_std, tp.group, {},
-                                                                                     tp_.sequence_parallel}));
+  dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
+  // A plain module holding the blocks by their global index (a ModuleList would number them from 0).
+  auto blocks = register_module("blocks", std::make_shared<torch::nn::Module>());
+  for (int64_t i = 0; i < config.n_layers; ++i) {
+    Block b(block);
+    if (i < stage_.first_block || i >= stage_.end_block) continue;
+    blocks_.push_back(b);
+    blocks->register_module(std::to_string(i), b);
+  }
+  if (stage_.last) final_norm_ = register_module("final_norm", Norm(block.norm));
+  if (!config.tie_embeddings) {
+    auto lm_head = ColumnParallelLinear(ParallelLinearOptions{C, config.vocab_size, /*bias=*/false, config.init_std,
+                                                              tp.group, {}, tp_.sequence_parallel});
+    if (stage_.last) lm_head_ = register_module("lm_head", lm_head);
+  }
 
   torch::NoGradGuard no_grad;
-  token_embedding_->reset_normal(config.init_std);
-  if (position_embedding_) torch::nn::init::normal_(position_embedding_->weight, 0.0, config.init_std);
+  token_embedding->reset_normal(config.init_std);
+  if (position_embedding) torch::nn::init::normal_(position_embedding->weight, 0.0, config.init_std);
+}
+
+torch::Tensor GptImpl::stage_tied_embedding() const {
+  const bool split = !(stage_.first && stage_.last);
+  return split && config_.tie_embeddings && token_embedding_ ? token_embedding_->weight : torch::Tensor();
 }
 
 void GptImpl::set_activation_checkpointing(ActivationCheckpointing mode) {
@@ -89,7 +115,14 @@ torch::Tensor GptImpl::head(const torch::Tensor& hidden) {
 
 const torch::Tensor& GptImpl::head_weight() const { return lm_head_ ? lm_head_->weight : token_embedding_->weight; }
 
+torch::Tensor GptImpl::forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden) {
+  auto x = stage_.first ? embed(tokens, 0) : hidden;  // (B, T, C)
+  for (auto& block : blocks_) x = block->forward(x);
+  return stage_.last ? head(x) : x;
+}
+
 torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches) {
+  TORCH_CHECK(stage_.first && stage_.last, "forward() runs the whole model; a pipeline stage runs forward_stage()");
   TORCH_CHECK(caches == nullptr || static_cast<int64_t>(caches->size()) == n_blocks(), "one KV cache per block");
   TORCH_CHECK(caches == nullptr || !tp_.sequence_parallel, "a sequence-parallel model does not generate: load it whole");
   const int64_t past = caches != nullptr ? (*caches)[0].seen : 0;

@@ -2,7 +2,10 @@
 // blocks -> final norm -> LM head (tied to the token embedding unless model.tie_embeddings is false).
 // GPT-2, LLaMA and the rest of the zoo are this one model with different options (norm, positions,
 // activation, biases, kv heads, window): see configs/. Exposed as embed -> blocks -> head so that a
-// pipeline stage can later keep only its own blocks.
+// pipeline stage keeps only its own part (GptStage): blocks keep their global names ("blocks.5" on the
+// second stage too), so a checkpoint's parameter names are the same under every layout. The first stage
+// holds the embeddings, the last the final norm and head; with tied embeddings the last stage holds its own
+// copy of the token embedding for the head, kept identical to the first's by summing their gradients.
 // Tensor parallelism: built with a TP group, the blocks split their heads and FFN columns, the token
 // embedding (and the untied LM head) split the vocabulary, and forward/head return this rank's vocabulary
 // columns of the logits (for vocab-parallel cross-entropy). No group, or a group of one: the plain model.
@@ -24,13 +27,28 @@
 
 namespace loom {
 
+// The part of the model a pipeline stage holds; the default is the whole model.
+struct GptStage {
+  int64_t first_block = 0;
+  int64_t end_block = -1;  // -1: model.n_layers
+  bool first = true;       // embeds the tokens
+  bool last = true;        // final norm, head (and the loss)
+};
+// Stage `stage` of the parallel.pp stages (parallel.pp_layers, or balanced).
+GptStage gpt_stage(const ModelConfig& model, const ParallelConfig& parallel, int64_t stage);
+
 class GptImpl : public torch::nn::Module {
  public:
-  explicit GptImpl(const ModelConfig& config, const TensorParallelism& tp = {});
+  // Every rank draws the whole model's initial weights from the RNG in the same order and keeps its stage
+  // (and TP shard) of them, so any layout starts from the single-process model.
+  explicit GptImpl(const ModelConfig& config, const TensorParallelism& tp = {}, const GptStage& stage = {});
 
   // tokens: (B, T) int64 -> logits (B, T, V), or (B, T, V_r) of this rank's columns under TP. With caches (one per block), tokens continue the positions
-  // the caches have seen.
+  // the caches have seen. The whole model only.
   torch::Tensor forward(const torch::Tensor& tokens, std::vector<KVCache>* caches = nullptr);
+  // A pipeline stage's forward: the first stage embeds tokens (B, T), the others take the previous stage's
+  // hidden (B, T, C); the last returns logits as forward() does, the others their hidden (B, T, C).
+  torch::Tensor forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden);
 
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position);  // (B, T) -> (B, T or T / tp, C)
   torch::Tensor head(const torch::Tensor& hidden);  // (B, T or T / tp, C) -> (B, T, V or V_r)
@@ -45,17 +63,22 @@ class GptImpl : public torch::nn::Module {
   // The tensor-parallel group the model was built with (null: none); the loss over its logits needs it.
   Communicator* tp_group() const { return tp_.group; }
   int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
+  const GptStage& stage() const { return stage_; }
+  // The token embedding when it is tied to the head and a pipeline puts embedding and head on different
+  // stages: its gradient must be summed with the other stage's copy. Undefined otherwise.
+  torch::Tensor stage_tied_embedding() const;
 
  private:
   torch::Tensor trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches);  // embed -> blocks: (B, T, C)
 
   ModelConfig config_;
   TensorParallelism tp_;
+  GptStage stage_;
   PositionKind position_;
   VocabParallelEmbedding token_embedding_{nullptr};
   torch::nn::Embedding position_embedding_{nullptr};  // only for learned positions
   torch::nn::Dropout dropout_{nullptr};
-  std::vector<Block> blocks_;
+  std::vector<Block> blocks_;  // this stage's, blocks_[i] is global block stage_.first_block + i
   Norm final_norm_{nullptr};
   ColumnParallelLinear lm_head_{nullptr};  // only when untied
 };

@@ -45,30 +45,45 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards,
-                      Communicator* tp, const std::vector<std::vector<ElementRange>>& tp_sharded) {
+                      Communicator* tp, const std::vector<std::vector<ElementRange>>& tp_sharded, Communicator* pp,
+                      const std::vector<std::vector<ElementRange>>& duplicated) {
   const bool split = tp != nullptr && tp->size() > 1;
+  const bool staged = pp != nullptr && pp->size() > 1;
   TORCH_CHECK(!split || tp_sharded.size() == parameters.size(), "clip_grad_norm: one tp_sharded entry per parameter");
+  TORCH_CHECK(duplicated.empty() || duplicated.size() == parameters.size(),
+              "clip_grad_norm: one duplicated entry per parameter");
   std::vector<torch::Tensor> grads;
   for (const auto& p : parameters)
     if (p.grad().defined()) grads.push_back(p.grad());
   auto squared = torch::zeros({1}, torch::kDouble);
   auto sharded_squared = torch::zeros({1}, torch::kDouble);  // TP shards: summed over the TP group
-  if (!split) {
+  if (!split && duplicated.empty()) {
     // One reduction pass per gradient, no squared temporaries; the sum of squares in double.
     if (!grads.empty()) squared += torch::stack(at::_foreach_norm(grads, 2)).to(torch::kDouble).pow(2).sum().cpu();
   } else {
+    auto sum_of = [](const torch::Tensor& g2, const std::vector<ElementRange>& ranges) {
+      auto part = torch::zeros({1}, torch::kDouble);
+      for (const auto& r : ranges) part += g2.view(-1).narrow(0, r.first, r.length).sum().to(torch::kDouble).cpu();
+      return part;
+    };
     for (size_t i = 0; i < parameters.size(); ++i) {
       const auto& g = parameters[i].grad();
       if (!g.defined()) continue;
       const auto g2 = g.to(torch::kFloat).pow(2);
-      auto part = torch::zeros({1}, torch::kDouble);
-      for (const auto& r : tp_sharded[i]) part += g2.view(-1).narrow(0, r.first, r.length).sum().to(torch::kDouble).cpu();
-      sharded_squared += part;
-      squared += g2.sum().to(torch::kDouble).cpu() - part;
+      const auto part = split ? sum_of(g2, tp_sharded[i]) : torch::zeros({1}, torch::kDouble);
+      // A duplicated parameter is TP-sharded or replicated as a whole: its ranges are then its tp ranges.
+      const auto twice = duplicated.empty() ? torch::zeros({1}, torch::kDouble) : sum_of(g2, duplicated[i]);
+      const bool twice_sharded = split && !tp_sharded[i].empty();
+      sharded_squared += part - (twice_sharded ? twice : torch::zeros({1}, torch::kDouble));
+      squared += g2.sum().to(torch::kDouble).cpu() - part - (twice_sharded ? torch::zeros({1}, torch::kDouble) : twice);
     }
   }
   if (shards != nullptr) shards->all_reduce(squared);
   if (shards != nullptr && split) shards->all_reduce(sharded_squared);
+  if (staged) {
+    pp->all_reduce(squared);
+    if (split) pp->all_reduce(sharded_squared);
+  }
   if (split) {
     tp->all_reduce(sharded_squared);
     squared += sharded_squared;
@@ -78,19 +93,26 @@ double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_n
   return norm;
 }
 
-std::vector<std::vector<ElementRange>> tensor_parallel_ranges(const torch::nn::Module& model,
-                                                              const std::vector<std::vector<ParameterSlice>>& slices) {
-  const auto layouts = shard_layouts(model);
-  std::set<const void*> sharded;
-  for (const auto& p : model.named_parameters())
-    if (layouts.count(p.key()) > 0) sharded.insert(p.value().unsafeGetTensorImpl());
+std::vector<std::vector<ElementRange>> parameter_ranges(const std::vector<torch::Tensor>& parameters,
+                                                        const std::vector<std::vector<ParameterSlice>>& slices) {
+  std::set<const void*> wanted;
+  for (const auto& p : parameters) wanted.insert(p.unsafeGetTensorImpl());
   std::vector<std::vector<ElementRange>> ranges;
   for (const auto& tensor_slices : slices) {
     ranges.emplace_back();
     for (const auto& slice : tensor_slices)
-      if (sharded.count(slice.parameter.unsafeGetTensorImpl()) > 0) ranges.back().push_back({slice.offset, slice.length});
+      if (wanted.count(slice.parameter.unsafeGetTensorImpl()) > 0) ranges.back().push_back({slice.offset, slice.length});
   }
   return ranges;
+}
+
+std::vector<std::vector<ElementRange>> tensor_parallel_ranges(const torch::nn::Module& model,
+                                                              const std::vector<std::vector<ParameterSlice>>& slices) {
+  const auto layouts = shard_layouts(model);
+  std::vector<torch::Tensor> sharded;
+  for (const auto& p : model.named_parameters())
+    if (layouts.count(p.key()) > 0) sharded.push_back(p.value());
+  return parameter_ranges(sharded, slices);
 }
 
 }  // namespace loom

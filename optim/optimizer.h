@@ -29,13 +29,21 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 // With a tensor-parallel group `tp` of more than one rank, the elements of parameters[i] in the ranges
 // tp_sharded[i] belong to tensor-parallel shards (each TP rank holds its own slice: their squares are
 // summed over the group) and the others to replicated parameters (identical on every TP rank: counted
-// once). So every parameter counts exactly once, with or without ZeRO-1's flat shards.
+// once). Under pipeline parallelism each stage holds its own parameters: the squares are summed over the
+// PP group `pp`, except for the elements in `duplicated` (the last stage's copy of the tied embedding, whose
+// gradient equals the first stage's), which are not counted. So every parameter counts exactly once, with
+// or without ZeRO-1's flat shards.
 struct ElementRange {
   int64_t first = 0;
   int64_t length = 0;
 };
 double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards = nullptr,
-                      Communicator* tp = nullptr, const std::vector<std::vector<ElementRange>>& tp_sharded = {});
+                      Communicator* tp = nullptr, const std::vector<std::vector<ElementRange>>& tp_sharded = {},
+                      Communicator* pp = nullptr, const std::vector<std::vector<ElementRange>>& duplicated = {});
+
+// Per optimizer tensor, the element ranges that hold pieces of `parameters`.
+std::vector<std::vector<ElementRange>> parameter_ranges(const std::vector<torch::Tensor>& parameters,
+                                                        const std::vector<std::vector<ParameterSlice>>& slices);
 
 // Per optimizer tensor (described by its parameter slices, GradientSync::optimizer_slices), the element
 // ranges that hold tensor-parallel shards of `model` (models that declare shard layouts,

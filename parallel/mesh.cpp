@@ -25,6 +25,7 @@ Mesh::Mesh(const Config& config, int64_t world_size, int64_t rank)
     dp_group_ = make_self_communicator("dp group");
     tp_group_ = make_self_communicator("tp group");
     pp_group_ = make_self_communicator("pp group");
+    embedding_group_ = make_self_communicator("embedding group");
   }
 }
 
@@ -36,6 +37,10 @@ Mesh::Mesh(const Config& config, Communicator& world) : Mesh(config, world.size(
   dp_group_ = world.split(static_cast<int>(c.tp + tp_ * c.pp), static_cast<int>(c.dp), "dp group of " + coords_name());
   tp_group_ = world.split(static_cast<int>(c.dp + dp_ * c.pp), static_cast<int>(c.tp), "tp group of " + coords_name());
   pp_group_ = world.split(static_cast<int>(c.tp + tp_ * c.dp), static_cast<int>(c.pp), "pp group of " + coords_name());
+  // Colors past the tp * dp first/last-stage groups leave each middle stage on its own.
+  const bool end_stage = c.pp == 0 || c.pp == pp_ - 1;
+  embedding_group_ = world.split(static_cast<int>(end_stage ? c.tp + tp_ * c.dp : tp_ * dp_ + rank_),
+                                 static_cast<int>(c.pp), "embedding group of " + coords_name());
 }
 
 namespace {
@@ -49,6 +54,7 @@ Communicator& Mesh::world() const { return require(world_, "world"); }
 Communicator& Mesh::dp_group() const { return require(dp_group_.get(), "dp group"); }
 Communicator& Mesh::tp_group() const { return require(tp_group_.get(), "tp group"); }
 Communicator& Mesh::pp_group() const { return require(pp_group_.get(), "pp group"); }
+Communicator& Mesh::embedding_group() const { return require(embedding_group_.get(), "embedding group"); }
 
 MeshCoords Mesh::coords_of(int64_t rank) const {
   MeshCoords c;

@@ -2,7 +2,8 @@
 //   rank = tp_rank + tp * (dp_rank + dp * pp_rank).
 // Built over a world communicator, it owns one sub-communicator per axis (the ranks that differ only
 // in that coordinate). Built from a world size and rank alone, it is the rank arithmetic only, except
-// for a world of one, whose groups are the process itself.
+// for a world of one, whose groups are the process itself. Besides the three axes it has the group of the
+// first and last pipeline stage (tied embeddings).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -43,12 +44,15 @@ class Mesh {
   Communicator& dp_group() const;
   Communicator& tp_group() const;
   Communicator& pp_group() const;
+  // The first and the last pipeline stage of this rank's (dp, tp) position, which both hold the tied token
+  // embedding; on a middle stage (or with pp = 1) this rank alone.
+  Communicator& embedding_group() const;
 
  private:
   int64_t dp_, tp_, pp_, rank_;
   std::unique_ptr<Communicator> own_world_;  // a world of one made here
   Communicator* world_ = nullptr;
-  std::unique_ptr<Communicator> dp_group_, tp_group_, pp_group_;
+  std::unique_ptr<Communicator> dp_group_, tp_group_, pp_group_, embedding_group_;
 };
 
 }  // namespace loom

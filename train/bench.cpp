@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/lm_batches.h"
 #include "models/estimates.h"
+#include "parallel/pipeline_schedule.h"
 #include "train/op_time.h"
 #include "train/trainer.h"
 
@@ -132,6 +133,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   reset_peak_memory(device);
   std::vector<double> step_s;
   StepPhases sum;
+  trainer.reset_pipeline_stats();
   const double cpu_start = cpu_seconds();
   for (int64_t i = 0; i < options.steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -155,6 +157,14 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   r.step_ms_min = *std::min_element(step_s.begin(), step_s.end()) * 1e3;
   r.mfu = r.flops_per_token * r.tokens_per_s / (r.gemm_peak_gflops * 1e9);
   r.phases_mean = {sum.data_s / n, sum.forward_s / n, sum.backward_s / n, sum.sync_s / n, sum.optimizer_s / n};
+  if (const Mesh& mesh = trainer.mesh(); mesh.pp() > 1) {
+    // Each stage's first rank reports its idle share; the sum over the world puts them side by side.
+    auto idle = torch::zeros({mesh.pp()}, torch::kDouble);
+    if (mesh.coords().dp == 0 && mesh.coords().tp == 0) idle[mesh.coords().pp] = trainer.pipeline_stats().idle_fraction();
+    mesh.world().all_reduce(idle);
+    for (int64_t s = 0; s < mesh.pp(); ++s) r.pipeline_idle.push_back(idle[s].item<double>());
+    r.pipeline_ideal_bubble = ideal_bubble_fraction(mesh.pp(), config.accumulation_steps(mesh.dp()));
+  }
 
   if (!device.is_cuda() && options.profile_steps > 0) {
     double profiled_s = 0;

@@ -1,10 +1,12 @@
 // `loom bench`: the real Trainer step on synthetic random tokens (no data files), timed after warm-up
 // steps, against a matrix-product ceiling measured in the same process, dtype and thread count. What it
 // reports: throughput, the median step, MFU (model FLOPs per second / that ceiling), peak memory, where a
-// step's time goes (the Trainer's own phase timer) and the share of it outside matrix products.
+// step's time goes (the Trainer's own phase timer) and the share of it outside matrix products; with a
+// pipeline, each stage's measured bubble against the ideal one.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "parallel/mpi_communicator.h"
@@ -32,6 +34,10 @@ struct BenchResult {
   StepPhases phases_mean;      // seconds per step, averaged over the timed steps
   double gemm_share = -1, attention_share = -1, non_matmul_share = -1;  // of the profiled steps; -1 on GPUs
   double final_loss = 0;
+  // Pipeline runs: per stage, the share of the timed steps' pipeline time it sat idle waiting for a
+  // neighbour (the bubble, measured), and the ideal (p - 1) / (m + p - 1). Empty without a pipeline.
+  std::vector<double> pipeline_idle;
+  double pipeline_ideal_bubble = 0;
 };
 
 BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchOptions& options);

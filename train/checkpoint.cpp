@@ -5,8 +5,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
+
 #include "core/error.h"
 #include "core/file_io.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel.h"
 #include "train/checkpoint_reshard.h"
 #include "train/optimizer_state.h"
@@ -136,18 +139,58 @@ void write_shard(const fs::path& path, const CheckpointParts& parts, const Train
   write_file_atomic(path, bytes);
 }
 
+// What one pipeline stage holds: the names of its parameters and buffers, and how its tensor-parallel
+// parameters are cut.
+nlohmann::json stage_record(const torch::nn::Module& model) {
+  nlohmann::json names = nlohmann::json::array(), tp = nlohmann::json::object();
+  for (const auto& p : model.named_parameters()) names.push_back(p.key());
+  for (const auto& b : model.named_buffers()) names.push_back(b.key());
+  for (const auto& [name, layout] : shard_layouts(model)) tp[name] = {{"dim", layout.dim}, {"sections", layout.sections}};
+  return {{"names", names}, {"tensor_parallel", tp}};
+}
+
+// Collective over the PP group of rank 0 (dp 0, tp 0): rank 0 gets every stage's record, in stage order
+// (sent as JSON text, its length first); the other ranks get nothing.
+std::vector<nlohmann::json> gather_stage_records(const Mesh& mesh, const torch::nn::Module& model) {
+  const auto c = mesh.coords();
+  if (c.dp != 0 || c.tp != 0) return {};
+  auto& group = mesh.pp_group();
+  if (c.pp > 0) {
+    const std::string text = stage_record(model).dump();
+    auto bytes = torch::empty({static_cast<int64_t>(text.size())}, torch::kByte);
+    std::memcpy(bytes.data_ptr(), text.data(), text.size());
+    group.send(torch::tensor({bytes.numel()}, torch::kLong), 0);
+    group.send(bytes, 0);
+    return {};
+  }
+  std::vector<nlohmann::json> records = {stage_record(model)};
+  for (int peer = 1; peer < group.size(); ++peer) {
+    auto length = torch::empty({1}, torch::kLong);
+    group.recv(length, peer);
+    auto bytes = torch::empty({length.item<int64_t>()}, torch::kByte);
+    group.recv(bytes, peer);
+    records.push_back(nlohmann::json::parse(std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel())));
+  }
+  return records;
+}
+
 void write_manifest(const fs::path& dir, const Config& config, const Mesh& mesh, const TrainState& state,
-                    const torch::nn::Module& model) {
+                    const std::vector<nlohmann::json>& stages) {
   write_file_atomic(dir / "config.yaml", to_yaml(config));
   nlohmann::json manifest;
   manifest["format"] = kFormat;
   manifest["step"] = state.step;
   manifest["tokens"] = state.tokens;
   manifest["layout"] = {{"dp", mesh.dp()}, {"tp", mesh.tp()}, {"pp", mesh.pp()}, {"zero", config.parallel.zero}};
-  // How each tensor-parallel parameter is cut into the tp shards (the others are whole in every shard).
+  // How each tensor-parallel parameter is cut into the tp shards (the others are whole in every shard),
+  // and which parameters each pipeline stage holds (so that another layout finds them).
   manifest["tensor_parallel"] = nlohmann::json::object();
-  for (const auto& [name, layout] : shard_layouts(model))
-    manifest["tensor_parallel"][name] = {{"dim", layout.dim}, {"sections", layout.sections}};
+  manifest["pipeline"] = {{"layers", stage_layers(config.model.n_layers, mesh.pp(), config.parallel.pp_layers)},
+                          {"names", nlohmann::json::array()}};
+  for (const auto& stage : stages) {
+    manifest["tensor_parallel"].update(stage.at("tensor_parallel"));
+    manifest["pipeline"]["names"].push_back(stage.at("names"));
+  }
   for (const auto& entry : fs::directory_iterator(dir)) {
     const auto name = entry.path().filename().string();
     manifest["files"][name] = {{"bytes", fs::file_size(entry.path())}, {"crc32", crc32_file(entry.path())}};
@@ -183,8 +226,9 @@ void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& 
   if (ok && (mesh.coords().dp == 0 || parts.sharded_optimizer))
     attempt([&] { write_shard(tmp_dir / shard_name(mesh, parts.sharded_optimizer), parts, state); });
   ok = ok && all_ranks_ok(world, error.empty());
+  const auto stages = ok ? gather_stage_records(mesh, parts.model) : std::vector<nlohmann::json>{};
   if (ok && leader) attempt([&] {
-      write_manifest(tmp_dir, config, mesh, state, parts.model);
+      write_manifest(tmp_dir, config, mesh, state, stages);
       fs::remove_all(final_dir);  // a broken directory of the same step, from an earlier crash
       fs::rename(tmp_dir, final_dir);
       fsync_path(final_dir.parent_path());
@@ -242,12 +286,14 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
                 std::to_string(format) + ", this loom resumes format " + std::to_string(kFormat) +
                 "): start a new run.dir (`loom export` and model.init_from carry its weights over)");
   const auto& layout = manifest.at("layout");
-  // Any DP size can resume (replicas are identical, optimizer state is re-partitioned), any TP size by
-  // resharding; PP resharding is not available yet.
-  if (layout.at("pp") != mesh.pp())
-    throw Error("checkpoint " + dir.string() + " was written with layout " + layout.dump() +
-                " and cannot be loaded with pp=" + std::to_string(mesh.pp()) + " (pipeline resharding is not available yet)");
-  const bool reshard = layout.at("tp") != mesh.tp();
+  // Any DP size can resume (replicas are identical, optimizer state is re-partitioned), any TP size and
+  // pipeline split by resharding. The same split: this stage held exactly this model's names.
+  bool same_stage = layout.at("pp") == mesh.pp();
+  if (same_stage && manifest.contains("pipeline")) {
+    const auto& names = manifest.at("pipeline").at("names").at(static_cast<size_t>(mesh.coords().pp));
+    same_stage = names == stage_record(parts.model).at("names");
+  }
+  const bool reshard = layout.at("tp") != mesh.tp() || !same_stage;
   if (reshard && !manifest.contains("tensor_parallel"))
     throw Error("checkpoint " + dir.string() + " was written with layout " + layout.dump() +
                 " by a loom that did not record its tensor-parallel layout: resume it with parallel.tp=" +
@@ -257,8 +303,10 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   std::vector<fs::path> shard_paths;
   for (int64_t d = 0; d < saved_dp; ++d) shard_paths.push_back(dir / shard_name(d, mesh.coords()));
   const bool same_partition = !reshard && saved_dp == mesh.dp() && parts.sharded_optimizer;
-  // Resharded, the counters and RNG state come from the first TP shard (TP ranks hold the same ones).
-  const auto shard_path = reshard          ? dir / shard_file_name(0, 0, mesh.coords().pp)
+  // Resharded, the counters and RNG state come from the first TP shard (TP ranks hold the same ones) of
+  // the same stage, or the last stage there was.
+  const int64_t saved_pp = layout.at("pp").get<int64_t>();
+  const auto shard_path = reshard          ? dir / shard_file_name(0, 0, std::min(mesh.coords().pp, saved_pp - 1))
                           : same_partition ? shard_paths[mesh.coords().dp]
                                            : shard_paths[0];
   torch::serialize::InputArchive shard;
@@ -266,7 +314,7 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
     shard.load_from(shard_path.string());
     if (reshard) {
       const auto optimizer = parts.optimizer != nullptr ? std::optional(optimizer_layout(parts)) : std::nullopt;
-      load_tp_resharded(dir, manifest, mesh, parts.model, optimizer ? &*optimizer : nullptr);
+      load_resharded(dir, manifest, mesh, parts.model, optimizer ? &*optimizer : nullptr);
     } else {
       torch::serialize::InputArchive model_archive;
       shard.read("model", model_archive);

@@ -1,8 +1,9 @@
 // Checkpoints: RUN_DIR/checkpoints/<step>/ holding one shard per rank (named by its mesh coordinates:
 // model, optimizer, RNG states, counters), the resolved config and manifest.json (step, tokens,
-// layout, how each tensor-parallel parameter is split, size and CRC-32 of every file). Written under a
-// temporary name, fsynced, then renamed: a directory named by a step with a manifest whose checksums match
-// is complete, anything else is not. A checkpoint loads under any DP and TP size (checkpoint_reshard.h).
+// layout, how each tensor-parallel parameter is split, which parameters each pipeline stage holds, size
+// and CRC-32 of every file). Written under a temporary name, fsynced, then renamed: a directory named by a
+// step with a manifest whose checksums match is complete, anything else is not. A checkpoint loads under
+// any DP, TP and PP layout (checkpoint_reshard.h).
 #pragma once
 #include <torch/torch.h>
 
@@ -58,7 +59,8 @@ std::optional<int64_t> latest_checkpoint(const std::filesystem::path& run_dir);
 
 // Restores model (and optimizer, RNG state if given) from the shards of this rank's (tp, pp) position.
 // The DP size and ZeRO-1 may differ from the checkpoint's: optimizer state is stored per parameter range
-// and re-partitioned on load. A different TP size reshards (checkpoint_reshard.h). Returns the counters.
+// and re-partitioned on load. A different TP size or pipeline split reshards (checkpoint_reshard.h).
+// Returns the counters.
 TrainState load_checkpoint(const std::filesystem::path& run_dir, int64_t step, const Mesh& mesh,
                            const CheckpointParts& parts, bool restore_rng = true);
 

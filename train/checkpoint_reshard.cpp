@@ -2,6 +2,8 @@
 
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "core/error.h"
 #include "parallel/tensor_parallel.h"
@@ -11,49 +13,74 @@ namespace loom {
 namespace fs = std::filesystem;
 namespace {
 
-using Named = std::map<std::string, torch::Tensor>;
-
-// The stored tensors of one shard's model archive by full name, walking the current model's structure
-// (the names are the same in every layout; only the shapes of the split parameters differ).
-void read_named(const torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix,
-                const fs::path& shard, Named& out) {
-  auto take = [&](const std::string& key, bool is_buffer) {
+// A tensor of a model archive by its full name ("blocks.3.attention.qkv.weight"): the archive nests like
+// Module::save writes it, one sub-archive per child module. Null if the archive does not hold it.
+std::optional<torch::Tensor> read_by_name(torch::serialize::InputArchive& archive, const std::string& name,
+                                          bool is_buffer) {
+  const auto dot = name.find('.');
+  if (dot == std::string::npos) {
     torch::Tensor stored;
-    if (!archive.try_read(key, stored, is_buffer))
-      throw Error(shard.string() + " does not fit this model: it has no " + prefix + key + " (was the model config changed?)");
-    out[prefix + key] = stored;
-  };
-  for (const auto& p : module.named_parameters(/*recurse=*/false)) take(p.key(), false);
-  for (const auto& b : module.named_buffers(/*recurse=*/false)) take(b.key(), true);
-  for (const auto& child : module.named_children()) {
-    torch::serialize::InputArchive child_archive;
-    if (!archive.try_read(child.key(), child_archive))
-      throw Error(shard.string() + " does not fit this model: it has no " + prefix + child.key());
-    read_named(*child.value(), child_archive, prefix + child.key() + ".", shard, out);
+    if (!archive.try_read(name, stored, is_buffer)) return std::nullopt;
+    return stored;
   }
+  torch::serialize::InputArchive child;
+  if (!archive.try_read(name.substr(0, dot), child)) return std::nullopt;
+  return read_by_name(child, name.substr(dot + 1), is_buffer);
+}
+
+// The names each old pipeline stage holds, from the manifest (a checkpoint without them has one stage).
+std::vector<std::set<std::string>> stage_names(const nlohmann::json& manifest) {
+  if (!manifest.contains("pipeline")) return std::vector<std::set<std::string>>(1);
+  std::vector<std::set<std::string>> stages;
+  for (const auto& names : manifest.at("pipeline").at("names")) stages.emplace_back(names.begin(), names.end());
+  return stages;
 }
 
 }  // namespace
 
-void load_tp_resharded(const fs::path& dir, const nlohmann::json& manifest, const Mesh& mesh, torch::nn::Module& model,
-                       const OptimizerLayout* optimizer) {
+void load_resharded(const fs::path& dir, const nlohmann::json& manifest, const Mesh& mesh, torch::nn::Module& model,
+                    const OptimizerLayout* optimizer) {
   const auto& saved = manifest.at("layout");
   const int64_t old_tp = saved.at("tp").get<int64_t>();
   // With ZeRO-1 every DP rank's file holds a part of the optimizer state; the model is in each.
   const int64_t saved_dp = saved.value("zero", 0) == 1 ? saved.at("dp").get<int64_t>() : 1;
-  const int64_t tp = mesh.tp(), rank = mesh.coords().tp, pp = mesh.coords().pp;
+  const int64_t tp = mesh.tp(), rank = mesh.coords().tp;
   std::map<std::string, ShardLayout> layouts;
   for (const auto& [name, l] : manifest.at("tensor_parallel").items())
     layouts[name] = ShardLayout{l.at("dim").get<int64_t>(), l.at("sections").get<std::vector<int64_t>>()};
+  const auto old_stages = stage_names(manifest);
+  const bool one_stage = !manifest.contains("pipeline");
 
-  std::vector<Named> model_shards(old_tp);
-  for (int64_t k = 0; k < old_tp; ++k) {
-    const auto path = dir / shard_file_name(0, k, pp);
+  // The old stage holding a name: the first that has it (the tied embedding is on the first and last).
+  auto owner = [&](const std::string& name) -> int64_t {
+    for (size_t s = 0; s < old_stages.size(); ++s)
+      if (one_stage || old_stages[s].count(name) > 0) return static_cast<int64_t>(s);
+    throw Error("checkpoint " + dir.string() + " does not fit this model: no pipeline stage of it holds " + name +
+                " (was the model config changed?)");
+  };
+  // The model archives of the old (tp rank, stage) shards, loaded when first needed.
+  std::map<std::pair<int64_t, int64_t>, torch::serialize::InputArchive> archives;
+  std::set<int64_t> stages_used;
+  auto archive_of = [&](int64_t k, int64_t s) -> torch::serialize::InputArchive& {
+    auto found = archives.find({k, s});
+    if (found != archives.end()) return found->second;
     torch::serialize::InputArchive shard, model_archive;
-    shard.load_from(path.string());
+    shard.load_from((dir / shard_file_name(0, k, s)).string());
     shard.read("model", model_archive);
-    read_named(model, model_archive, "", path, model_shards[k]);
-  }
+    stages_used.insert(s);
+    return archives.emplace(std::make_pair(k, s), std::move(model_archive)).first->second;
+  };
+  std::vector<std::map<std::string, torch::Tensor>> model_shards(static_cast<size_t>(old_tp));  // by old tp rank
+  auto stored = [&](int64_t k, const std::string& name, bool is_buffer) {
+    auto& cache = model_shards[static_cast<size_t>(k)];
+    if (auto found = cache.find(name); found != cache.end()) return found->second;
+    const int64_t s = owner(name);
+    auto value = read_by_name(archive_of(k, s), name, is_buffer);
+    if (!value)
+      throw Error((dir / shard_file_name(0, k, s)).string() + " does not fit this model: it has no " + name +
+                  " (was the model config changed?)");
+    return cache[name] = *value;
+  };
   // A split tensor: the old shards joined along its layout, then this rank's new share; a replicated
   // one: the first shard's copy (every TP rank held the same).
   auto reshard = [&](const std::string& name, const std::function<torch::Tensor(int64_t)>& of_shard) {
@@ -65,30 +92,32 @@ void load_tp_resharded(const fs::path& dir, const nlohmann::json& manifest, cons
   };
 
   std::vector<std::pair<torch::Tensor, torch::Tensor>> assignments;  // (model tensor, value), all checked first
-  auto add = [&](const std::string& name, const torch::Tensor& target) {
-    auto value = reshard(name, [&](int64_t k) { return model_shards[k].at(name); });
+  auto add = [&](const std::string& name, const torch::Tensor& target, bool is_buffer) {
+    auto value = reshard(name, [&](int64_t k) { return stored(k, name, is_buffer); });
     if (value.sizes() != target.sizes())
       throw Error("checkpoint " + dir.string() + " does not fit this model: " + name + " resharded from tp=" +
                   std::to_string(old_tp) + " to tp=" + std::to_string(tp) + " is " + c10::str(value.sizes()) +
                   " but the model has " + c10::str(target.sizes()) + " (was the model config changed?)");
     assignments.emplace_back(target, value);
   };
-  for (const auto& p : model.named_parameters()) add(p.key(), p.value());
-  for (const auto& b : model.named_buffers()) add(b.key(), b.value());
+  for (const auto& p : model.named_parameters()) add(p.key(), p.value(), false);
+  for (const auto& b : model.named_buffers()) add(b.key(), b.value(), true);
   {
     torch::NoGradGuard no_grad;
     for (auto& [target, value] : assignments) target.copy_(value);
   }
   if (optimizer == nullptr) return;
 
-  // AdamW moments: each old TP rank's, by parameter name over its own shard, then resharded like the weights.
-  std::vector<std::map<std::string, ParameterMoments>> old_moments(old_tp);
+  // AdamW moments: each old TP rank's, by parameter name over its own shard (from the files of every old
+  // stage that held one of this model's parameters), then resharded like the weights.
+  std::vector<std::map<std::string, ParameterMoments>> old_moments(static_cast<size_t>(old_tp));
   for (int64_t k = 0; k < old_tp; ++k) {
     std::map<std::string, int64_t> numels;
-    for (const auto& [name, t] : model_shards[k]) numels[name] = t.numel();
+    for (const auto& p : model.named_parameters()) numels[p.key()] = stored(k, p.key(), false).numel();
     std::vector<fs::path> files;
-    for (int64_t d = 0; d < saved_dp; ++d) files.push_back(dir / shard_file_name(d, k, pp));
-    old_moments[k] = read_parameter_moments(files, numels, torch::kFloat);
+    for (int64_t s : stages_used)
+      for (int64_t d = 0; d < saved_dp; ++d) files.push_back(dir / shard_file_name(d, k, s));
+    old_moments[static_cast<size_t>(k)] = read_parameter_moments(files, numels, torch::kFloat);
   }
   std::map<std::string, ParameterMoments> moments;
   for (const auto& p : model.named_parameters()) {
@@ -99,10 +128,10 @@ void load_tp_resharded(const fs::path& dir, const nlohmann::json& manifest, cons
     }
     auto moment = [&](bool squared) {
       return reshard(name, [&](int64_t k) {
-               const auto& m = old_moments[k].at(name);
+               const auto& m = old_moments[static_cast<size_t>(k)].at(name);
                if (!m.covered.all().item<bool>())
                  throw Error("the checkpoint's optimizer state lacks part of " + name + " (a shard file is missing)");
-               return (squared ? m.exp_avg_sq : m.exp_avg).view(model_shards[k].at(name).sizes());
+               return (squared ? m.exp_avg_sq : m.exp_avg).view(stored(k, name, false).sizes());
              }).flatten();
     };
     auto exp_avg = moment(false);

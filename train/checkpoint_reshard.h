@@ -15,10 +15,10 @@
 
 namespace loom {
 
-// dir: the checkpoint directory; manifest: its parsed manifest.json (layout and tensor_parallel).
+// dir: the checkpoint directory; manifest: its parsed manifest.json (layout, tensor_parallel, pipeline).
 // Fills `model` and, if given, the optimizer tensors of `optimizer` (whole parameters or ZeRO-1 shards)
 // with this rank's share.
-void load_tp_resharded(const std::filesystem::path& dir, const nlohmann::json& manifest, const Mesh& mesh,
-                       torch::nn::Module& model, const OptimizerLayout* optimizer);
+void load_resharded(const std::filesystem::path& dir, const nlohmann::json& manifest, const Mesh& mesh,
+                    torch::nn::Module& model, const OptimizerLayout* optimizer);
 
 }  // namespace loom

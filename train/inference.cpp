@@ -17,8 +17,9 @@ LoadedModel load_trained_model(const std::filesystem::path& run_dir, std::option
   if (auto problem = checkpoint_problem(dir)) throw Error("checkpoint " + dir.string() + ": " + *problem);
   LoadedModel loaded;
   loaded.config = load_config((dir / "config.yaml").string());
-  // One process holds the whole model: a tensor-parallel checkpoint is joined when it loads.
-  loaded.config.parallel.dp = loaded.config.parallel.tp = 1;
+  // One process holds the whole model: a tensor- or pipeline-parallel checkpoint is joined when it loads.
+  loaded.config.parallel.dp = loaded.config.parallel.tp = loaded.config.parallel.pp = 1;
+  loaded.config.parallel.pp_layers.clear();
   configure_threads(loaded.config.runtime);
   if (loaded.config.model.encoder_decoder()) {
     loaded.translator = EncoderDecoder(loaded.config.model);

@@ -32,21 +32,34 @@ TaskBatch LmTask::eval_batch(int64_t first, int64_t count) const {
 }
 
 torch::Tensor LmTask::loss(const TaskBatch& batch, torch::Device device, double label_smoothing) {
+  return stage_forward(batch, device, {}, label_smoothing);
+}
+
+torch::Tensor LmTask::stage_forward(const TaskBatch& batch, torch::Device device, const torch::Tensor& input,
+                                    double label_smoothing) {
   const auto& b = std::get<LmBatch>(batch);
-  if (loss_chunk_tokens_ > 0) {
+  const auto& stage = model_->stage();
+  if (stage.first && stage.last && loss_chunk_tokens_ > 0) {  // the whole model: the fused head + loss
     auto hidden = model_->final_hidden(b.inputs.to(device));  // (B, T, C)
     return linear_cross_entropy(hidden.flatten(0, 1), model_->head_weight(), b.targets.to(device).flatten(),
                                 loss_chunk_tokens_, label_smoothing, kIgnoreIndex, model_->tp_group());
   }
-  auto logits = model_->forward(b.inputs.to(device));  // (B, T, V), or this TP rank's vocabulary slice (B, T, V_r)
-  return cross_entropy(logits.flatten(0, 1), b.targets.to(device).flatten(), label_smoothing, kIgnoreIndex,
+  // (B, T, V), or this TP rank's vocabulary slice (B, T, V_r), on the last stage; (B, T, C) before it.
+  auto out = model_->forward_stage(stage.first ? b.inputs.to(device) : torch::Tensor(), input);
+  if (!stage.last) return out;
+  return cross_entropy(out.flatten(0, 1), b.targets.to(device).flatten(), label_smoothing, kIgnoreIndex,
                        model_->tp_group());
+}
+
+std::vector<int64_t> LmTask::stage_output_shape(const TaskBatch& batch) const {
+  const auto& b = std::get<LmBatch>(batch);
+  return {b.inputs.size(0), b.inputs.size(1), model_->config().d_model};
 }
 
 void LmTask::load_weights(const fs::path& file) { load_weights_file(*model_, file); }
 
 std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskData data, Gpt trained,
-                                     Communicator* tp, std::unique_ptr<LmBatches> train_batches) {
+                                     Communicator* tp, std::unique_ptr<LmBatches> train_batches, int64_t pp_stage) {
   std::unique_ptr<TokenFile> train, valid;
   if (data == TaskData::kTraining && !train_batches) {
     if (config.data.train.empty())
@@ -69,7 +82,8 @@ std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskD
     // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
     torch::manual_seed(static_cast<uint64_t>(config.run.seed));
     tp_rng = make_tp_rng(config, tp);
-    trained = Gpt(config.model, TensorParallelism{tp, tp_rng.get(), config.parallel.sequence_parallel});
+    trained = Gpt(config.model, TensorParallelism{tp, tp_rng.get(), config.parallel.sequence_parallel},
+                  gpt_stage(config.model, config.parallel, pp_stage));
     trained->to(device);
     trained->set_activation_checkpointing(activation_checkpointing_kind(config.train.activation_checkpointing));
   }

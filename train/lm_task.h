@@ -25,6 +25,10 @@ class LmTask : public Task {
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
   void load_weights(const std::filesystem::path& file) override;
   Communicator* tp_group() const override { return model_->tp_group(); }
+  torch::Tensor stage_forward(const TaskBatch& batch, torch::Device device, const torch::Tensor& input,
+                              double label_smoothing) override;
+  std::vector<int64_t> stage_output_shape(const TaskBatch& batch) const override;
+  torch::Tensor stage_tied_parameter() override { return model_->stage_tied_embedding(); }
 
  private:
   Gpt model_;
@@ -38,10 +42,11 @@ class LmTask : public Task {
 
 // Opens data.train / data.valid as `data` asks, checks them against tokenizer.model and fills
 // model.vocab_size from the training (else validation) file when it is 0. A fresh model is built with the
-// TP group `tp` (null: the whole model), its dropout stream, parallel.sequence_parallel and
-// train.activation_checkpointing. train_batches, when given,
+// TP group `tp` (null: the whole model), its dropout stream, parallel.sequence_parallel, as pipeline
+// stage `pp_stage` of parallel.pp and with train.activation_checkpointing. train_batches, when given,
 // replace data.train (`loom bench`'s synthetic tokens; model.vocab_size must then be set).
 std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskData data, Gpt trained,
-                                     Communicator* tp = nullptr, std::unique_ptr<LmBatches> train_batches = nullptr);
+                                     Communicator* tp = nullptr, std::unique_ptr<LmBatches> train_batches = nullptr,
+                                     int64_t pp_stage = 0);
 
 }  // namespace loom

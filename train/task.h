@@ -54,6 +54,16 @@ class Task {
   // The dropout stream of this rank's sharded activations (null without TP); checkpoints keep its state.
   TensorParallelRng* tp_rng() const { return tp_rng_.get(); }
 
+  // Pipeline parallelism (the model is one stage of parallel.pp; train/pipeline_runner.h). This stage's
+  // forward of a batch: `input` is the previous stage's output (undefined on the first stage). Returns the
+  // mean loss as loss() does on the last stage, else what the next stage takes, of stage_output_shape().
+  virtual torch::Tensor stage_forward(const TaskBatch& batch, torch::Device device, const torch::Tensor& input,
+                                      double label_smoothing);
+  virtual std::vector<int64_t> stage_output_shape(const TaskBatch& batch) const;
+  // A parameter held by both the first and the last stage (the tied token embedding) whose gradients must
+  // be summed across them; undefined if none.
+  virtual torch::Tensor stage_tied_parameter() { return {}; }
+
  protected:
   std::unique_ptr<TensorParallelRng> tp_rng_;
 };
@@ -66,9 +76,10 @@ enum class TaskData { kTraining, kEvaluation };
 
 // The task of config.model.arch with its data opened and config.model.vocab_size resolved from it. The
 // model is `trained`'s, or else built afresh on `device` from torch::manual_seed(run.seed), split over the
-// TP group `tp` (null: whole), with parallel.sequence_parallel for a GPT. lm_batches replaces data.train for a GPT (`loom bench`).
+// TP group `tp` (null: whole; with parallel.sequence_parallel for a GPT), pipeline stage `pp_stage` of
+// parallel.pp (GPT only). lm_batches replaces data.train for a GPT (`loom bench`).
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
                                 const LoadedModel* trained = nullptr, Communicator* tp = nullptr,
-                                std::unique_ptr<LmBatches> lm_batches = nullptr);
+                                std::unique_ptr<LmBatches> lm_batches = nullptr, int64_t pp_stage = 0);
 
 }  // namespace loom

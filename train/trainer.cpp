@@ -69,7 +69,14 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
   check_memory_fits(config_, mesh_.dp(), device_, processes.info().local_size);  // before the model is built
   // Resolves model.vocab_size from the data.
   task_ = make_task(config_, device_, TaskData::kTraining, nullptr,
-                    nccl_tp_group_ ? nccl_tp_group_.get() : &mesh_.tp_group(), std::move(train_batches));
+                    nccl_tp_group_ ? nccl_tp_group_.get() : &mesh_.tp_group(), std::move(train_batches),
+                    mesh_.coords().pp);
+  if (device_.is_cuda() && mesh_.pp() > 1) {
+    nccl_pp_group_ = make_nccl_communicator(mesh_.pp_group(), device_.index(), "NCCL " + mesh_.pp_group().name(),
+                                            config_.parallel.timeout_s);
+    nccl_embedding_group_ = make_nccl_communicator(mesh_.embedding_group(), device_.index(),
+                                                   "NCCL " + mesh_.embedding_group().name(), config_.parallel.timeout_s);
+  }
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
     task_->load_weights(config_.model.init_from);
   // CUDA gradients are reduced by NCCL; the MPI group of the same ranks carries its unique id.
@@ -81,6 +88,9 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
                                                   config_.parallel.bucket_mb, config_.parallel.zero == 1);
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
   tp_sharded_ = tensor_parallel_ranges(task_->model(), gradient_sync_->optimizer_slices());
+  // The last stage's copy of a tied embedding: its gradient is the first stage's, counted there.
+  if (auto tied = task_->stage_tied_parameter(); tied.defined() && mesh_.coords().pp == mesh_.pp() - 1)
+    duplicated_ = parameter_ranges({tied}, gradient_sync_->optimizer_slices());
   spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
                count_parameters(config_.model), threads, config_.precision.dtype, device_.str(), mesh_.dp(), mesh_.tp(),
                mesh_.pp(), gradient_sync_->bucket_count());
@@ -164,7 +174,7 @@ StepResult Trainer::step() {
     // sharded parameters' squares sum over the TP group and the replicated ones count once.
     Communicator* shards = gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr;
     result.grad_norm = clip_grad_norm(gradient_sync_->optimizer_parameters(), config_.optim.grad_clip, shards,
-                                      task_->tp_group(), tp_sharded_);
+                                      task_->tp_group(), tp_sharded_, &pp_group(), duplicated_);
     optimizer_->step();
     gradient_sync_->gather_parameters();
   } else {
@@ -201,6 +211,16 @@ double Trainer::forward_backward(PhaseClock& clock) {
   step_tokens_ = static_cast<int64_t>(sum_over(mesh_.dp_group(), static_cast<double>(local_tokens)));
   const double weight_per_token = static_cast<double>(mesh_.dp()) / static_cast<double>(step_tokens_);
   clock.lap(&StepPhases::data_s);
+  if (mesh_.pp() > 1) {
+    const auto loss_sum = pipeline_forward_backward(batches, weight_per_token);
+    clock.lap(&StepPhases::backward_s);
+    local_loss_sum_ = loss_sum.item<double>();  // zero on all but the last stage
+    auto sums = loss_sum.cpu().reshape({1});
+    mesh_.pp_group().all_reduce(sums);  // the loss is known on the last stage only
+    const double loss = sum_over(mesh_.dp_group(), sums.item<double>()) / static_cast<double>(step_tokens_);
+    clock.lap(&StepPhases::sync_s);
+    return loss;
+  }
   // Summed over this rank's tokens on the device, read once at the end: no device wait per micro-batch.
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device_));
   AutocastGuard autocast(config_.precision, device_);
@@ -222,6 +242,29 @@ double Trainer::forward_backward(PhaseClock& clock) {
   return loss;
 }
 
+torch::Tensor Trainer::pipeline_forward_backward(const std::vector<TaskBatch>& batches, double weight_per_token) {
+  AutocastGuard autocast(config_.precision, device_);
+  PipelineStep step;
+  step.label_smoothing = config_.optim.label_smoothing;
+  step.backward_loss = [&](const torch::Tensor& loss, int64_t m) {
+    const auto tokens = static_cast<double>(batch_tokens(batches[static_cast<size_t>(m)]));
+    return loss_scaler_.scale_loss(loss) * (tokens * weight_per_token);
+  };
+  // A tied embedding's gradient is complete only once the first and last stage have summed theirs, so the
+  // DP reduction cannot start during backward; otherwise it overlaps this stage's last backward.
+  auto tied = task_->stage_tied_parameter();
+  if (!tied.defined()) step.before_last_backward = [this] { gradient_sync_->prepare_last_backward(); };
+  auto loss_sum = run_pipeline(*task_, batches, pp_group(), pipeline_schedule(config_.parallel.pp_schedule), device_,
+                               step, &pipeline_stats_);
+  if (tied.defined()) {
+    if (tied.grad().defined())
+      (nccl_embedding_group_ ? *nccl_embedding_group_ : mesh_.embedding_group()).all_reduce(tied.grad());
+    gradient_sync_->prepare_last_backward();
+  }
+  gradient_sync_->finish();
+  return loss_sum;
+}
+
 bool Trainer::any_rank_stopping() {
   auto stopping = torch::tensor({stop_requested() ? 1 : 0}, torch::kInt);
   mesh_.world().all_reduce(stopping);
@@ -230,7 +273,7 @@ bool Trainer::any_rank_stopping() {
 
 double Trainer::evaluate() {
   LOOM_CHECK(task_->can_evaluate(), "no validation data (data.valid)");
-  return evaluate_loss(*task_, config_, mesh_, device_).loss;
+  return evaluate_loss(*task_, config_, mesh_, device_, &pp_group()).loss;
 }
 
 void Trainer::maybe_evaluate(bool final_step) {

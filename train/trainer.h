@@ -1,7 +1,8 @@
 // The training loop. run() reads as the story of training: load or resume, then per step: global batch
 // -> this DP rank's micro-batches -> backward (gradients all-reduced in buckets as they are ready) ->
 // clip -> AdamW at the scheduled LR -> metrics -> maybe eval -> maybe checkpoint; a stop signal on any
-// rank ends it after the step with a checkpoint. What is trained (the GPT on token windows, the
+// rank ends it after the step with a checkpoint. With parallel.pp > 1 the micro-batches go through the
+// pipeline schedule instead (train/pipeline_runner.h). What is trained (the GPT on token windows, the
 // encoder-decoder on pairs) is the Task's business (train/task.h); the loss of a step is the mean over
 // every token of the global batch.
 #pragma once
@@ -21,6 +22,7 @@
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/nonfinite_guard.h"
+#include "train/pipeline_runner.h"
 #include "train/step_phases.h"
 #include "train/task.h"
 
@@ -44,16 +46,23 @@ class Trainer {
   StepResult step();
   // Where the last step's time went; with synchronize_phases(true) a GPU is waited for at each phase end.
   const StepPhases& last_phases() const { return phases_; }
+  // Pipeline runs: this stage's busy and idle (bubble) time, summed over the steps since the last reset.
+  const PipelineStats& pipeline_stats() const { return pipeline_stats_; }
+  void reset_pipeline_stats() { pipeline_stats_ = {}; }
   void synchronize_phases(bool on) { synchronize_phases_ = on; }
 
   double evaluate();  // mean validation loss over train.eval_batches batches of train.batch_size sequences
   Task& task() { return *task_; }
   const Config& config() const { return config_; }
+  const Mesh& mesh() const { return mesh_; }
   torch::Device device() const { return device_; }
 
  private:
   void resume_or_start();
   double forward_backward(PhaseClock& clock);  // this rank's micro-batches; returns the global batch's mean loss
+  // The pipeline's part of forward_backward (parallel.pp > 1): returns this rank's sum of loss x tokens.
+  torch::Tensor pipeline_forward_backward(const std::vector<TaskBatch>& batches, double weight_per_token);
+  Communicator& pp_group() const { return nccl_pp_group_ ? *nccl_pp_group_ : mesh_.pp_group(); }
   bool any_rank_stopping();
   void log_step(double loss, double lr, double grad_norm);
   void maybe_evaluate(bool final_step);
@@ -69,7 +78,9 @@ class Trainer {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<Communicator> nccl_dp_group_;  // CUDA runs: the DP group over NCCL
   std::unique_ptr<Communicator> nccl_tp_group_;  // CUDA runs with tp > 1: the TP group over NCCL
+  std::unique_ptr<Communicator> nccl_pp_group_, nccl_embedding_group_;  // CUDA runs with pp > 1
   std::vector<std::vector<ElementRange>> tp_sharded_;  // per optimizer tensor: its elements split over TP
+  std::vector<std::vector<ElementRange>> duplicated_;  // per optimizer tensor: elements another stage counts
   std::unique_ptr<GradientSync> gradient_sync_;
   LrSchedule schedule_;
   LossScaler loss_scaler_;
@@ -79,6 +90,7 @@ class Trainer {
   int64_t last_checkpoint_step_ = -1;
   StepPhases phases_;
   bool synchronize_phases_ = false;
+  PipelineStats pipeline_stats_;
 
   // Throughput between progress lines.
   std::chrono::steady_clock::time_point session_start_, interval_start_;

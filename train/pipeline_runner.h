@@ -1,0 +1,41 @@
+// Runs one step's micro-batches through this rank's pipeline stage (parallel.pp > 1): the actions of the
+// schedule (parallel/pipeline_schedule.h) in order, hidden states (B, T, C) sent to the next stage after
+// each forward and their gradients sent back after each backward, point-to-point over the PP group.
+// Sends are asynchronous (a stage never waits for its neighbour to take a message); receives block, and
+// the time spent blocked is the stage's idle time, the pipeline bubble measured.
+// What a micro-batch's forward is belongs to the Task (Task::stage_forward); what the last stage
+// backpropagates (loss scaling, the micro-batch's weight in the global mean) to the caller.
+#pragma once
+#include <torch/torch.h>
+
+#include <functional>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "parallel/pipeline_schedule.h"
+#include "train/task.h"
+
+namespace loom {
+
+struct PipelineStep {
+  bool train = true;  // false: forwards only (evaluation, under NoGradGuard)
+  double label_smoothing = 0;
+  // Last stage, training: the scalar to backpropagate for micro-batch m's mean loss.
+  std::function<torch::Tensor(const torch::Tensor& loss, int64_t micro)> backward_loss;
+  // Called just before this stage's last backward of the step (gradient sync overlapping it); may be empty.
+  std::function<void()> before_last_backward;
+};
+
+struct PipelineStats {
+  double busy_s = 0;  // in the stage's own forwards and backwards (sends included: they only start)
+  double idle_s = 0;  // blocked waiting for a neighbour's activations or gradients
+  double idle_fraction() const { return busy_s + idle_s > 0 ? idle_s / (busy_s + idle_s) : 0.0; }
+};
+
+// Returns the sum over micro-batches of mean loss x batch_tokens on the last stage (a double scalar on
+// `device`, not read back), zero on the others. `stage`/`stages`: this rank's place in `pp_group`.
+torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Communicator& pp_group,
+                           PipelineSchedule schedule, torch::Device device, const PipelineStep& step,
+                           PipelineStats* stats = nullptr);
+
+}  // namespace loom
