@@ -10,7 +10,7 @@ namespace loom {
 bool data_file_given(const std::string& path, const std::string& key, const Config& config) {
   if (path.empty()) return false;
   if (!std::filesystem::exists(path))
-    throw Error(config.where(key) + ": " + key + ": " + path +
+    throw ConfigError(config.where(key) + ": " + key + ": " + path +
                 " does not exist (scripts/prepare_kjv.sh makes the KJV data, scripts/prepare_bible_mt.sh the "
                 "English-Spanish pairs)");
   return true;

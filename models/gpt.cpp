@@ -132,11 +132,8 @@ torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* 
 }
 
 torch::Tensor GptImpl::final_hidden(const torch::Tensor& tokens) {
-  const auto h = final_norm_->forward(trunk(tokens, nullptr));
-  if (tp_size(tp_.group) <= 1) return h;
-  // Entering the vocabulary-parallel head as its layers do: every rank needs the whole sequence, and the
-  // gradient of h sums the ranks' vocabulary slices.
-  return tp_.sequence_parallel ? gather_from_sequence(h, *tp_.group) : copy_to_tp_region(h, *tp_.group);
+  TORCH_CHECK(tp_size(tp_.group) <= 1, "final_hidden() is for a model that is not tensor-parallel");
+  return final_norm_->forward(trunk(tokens, nullptr));
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens, std::vector<KVCache>* caches) {

@@ -39,7 +39,9 @@ torch::Tensor LmTask::stage_forward(const TaskBatch& batch, torch::Device device
                                     double label_smoothing) {
   const auto& b = std::get<LmBatch>(batch);
   const auto& stage = model_->stage();
-  if (stage.first && stage.last && loss_chunk_tokens_ > 0) {  // the whole model: the fused head + loss
+  // The fused head + loss for a whole, unsplit model (under TP its gradients do not yet match the
+  // vocabulary-parallel path: tests/e2e/test_tensor_parallel.sh).
+  if (stage.first && stage.last && tp_size(model_->tp_group()) <= 1 && loss_chunk_tokens_ > 0) {
     auto hidden = model_->final_hidden(b.inputs.to(device));  // (B, T, C)
     return linear_cross_entropy(hidden.flatten(0, 1), model_->head_weight(), b.targets.to(device).flatten(),
                                 loss_chunk_tokens_, label_smoothing, kIgnoreIndex, model_->tp_group());

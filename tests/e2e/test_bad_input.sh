@@ -40,7 +40,7 @@ PY
 # shellcheck disable=SC2046
 expect_error 1 "$WORK/foreign.bin was not made with tokenizer.model=.*checksum mismatch" "$LOOM" train $(tiny "$WORK/t3") --set data.train="$WORK/foreign.bin"
 # shellcheck disable=SC2046
-expect_error 1 "data.train: $WORK/missing.bin does not exist" \
+expect_error 2 "data.train: $WORK/missing.bin does not exist" \
   "$LOOM" train $(tiny "$WORK/t4") --set data.train="$WORK/missing.bin"
 echo "token files: $cases cases refused"
 

@@ -29,11 +29,11 @@ expect_config_error "unknown option --sett" train "$SRC/tests/e2e/tiny.yaml" --s
 expect_config_error "parallel.dp \* tp \* pp = 2 \* 1 \* 1 = 2 but the job has 1 process" \
   train $(tiny_args "$WORK/r") --set parallel.dp=2
 
-# A missing data file is a runtime error naming the key and the file.
+# A missing data file is a config error (exit 2) naming the key and the file.
 set +e
 out=$("$LOOM" train "$SRC/tests/e2e/tiny.yaml" --set run.dir="$WORK/r" --set data.train="$WORK/none.bin" 2>&1); code=$?
 set -e
-[ $code -eq 1 ] && grep -q "data.train: $WORK/none.bin does not exist" <<<"$out" || fail "missing data: $code '$out'"
+[ $code -eq 2 ] && grep -q "data.train: $WORK/none.bin does not exist" <<<"$out" || fail "missing data: $code '$out'"
 
 # Token files made by another tokenizer are refused.
 spm_train --input="$KJV_DATA/valid.txt" --model_prefix="$WORK/other" --model_type=bpe --vocab_size=300 \

@@ -45,8 +45,8 @@ close "$trained" "$ours" 1e-7 "valid loss: the trainer's at step 20 vs loom eval
 again=$("$LOOM" eval $(tiny_args "$WORK/unused") "${llama[@]}" "${fp32[@]}" \
         --set model.init_from="$WORK/hf/model.safetensors" --set data.valid="$KJV_DATA/valid.bin" --json | json_get loss)
 close "$ours" "$again" 1e-7 "valid loss: the run vs loom eval CONFIG --set model.init_from=export"
-"$LOOM" eval "$run" --split test >/dev/null 2>&1 && fail "--split test without --set data.valid should fail"
-test_loss=$("$LOOM" eval "$run" "${fp32[@]}" --split test --set data.valid="$KJV_DATA/test.bin" --json | json_get loss)
+"$LOOM" eval "$run" --split test >/dev/null 2>&1 && fail "--split test without data.test should fail"
+test_loss=$("$LOOM" eval "$run" "${fp32[@]}" --split test --set data.test="$KJV_DATA/test.bin" --json | json_get loss)
 echo "test loss $test_loss"
 
 # transformers' own random LLaMA (vocab of the KJV data) evaluated by loom equals transformers' loss.

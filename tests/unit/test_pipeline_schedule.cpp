@@ -172,7 +172,7 @@ TEST_CASE("GPT pipeline stages drawn from one seed chain into exactly the whole 
     std::vector<loom::Gpt> stages;
     for (int64_t s = 0; s < 3; ++s) {
       torch::manual_seed(3);
-      stages.emplace_back(config.model, nullptr, loom::gpt_stage(config.model, config.parallel, s));
+      stages.emplace_back(config.model, loom::TensorParallelism{}, loom::gpt_stage(config.model, config.parallel, s));
     }
     CHECK(stages[1]->n_blocks() == 3);
     const auto whole_params = whole->named_parameters();
