@@ -11,13 +11,8 @@ using loom::test::max_abs_diff;
 namespace {
 
 loom::Gpt small_model() {
-  loom::ModelConfig c;
-  c.vocab_size = 50;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.max_seq_len = 8;
-  c.dropout = 0.0;
+  const auto c = loom::test::small_gpt_config(/*vocab_size=*/50, /*d_model=*/32, /*n_layers=*/2, /*n_heads=*/2,
+                                              /*max_seq_len=*/8);
   torch::manual_seed(5);
   return loom::Gpt(c);
 }

@@ -13,13 +13,8 @@ using loom::test::max_abs_diff;
 namespace {
 
 loom::ModelConfig small_config(bool tied = true) {
-  loom::ModelConfig c;
-  c.vocab_size = 97;
-  c.d_model = 64;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.max_seq_len = 64;
-  c.dropout = 0.0;
+  auto c = loom::test::small_gpt_config(/*vocab_size=*/97, /*d_model=*/64, /*n_layers=*/2, /*n_heads=*/4,
+                                        /*max_seq_len=*/64);
   c.tie_embeddings = tied;
   return c;
 }

@@ -10,12 +10,8 @@
 namespace {
 
 loom::ModelConfig dropout_config() {
-  loom::ModelConfig c;
-  c.vocab_size = 61;
-  c.d_model = 32;
-  c.n_layers = 3;
-  c.n_heads = 4;
-  c.max_seq_len = 16;
+  auto c = loom::test::small_gpt_config(/*vocab_size=*/61, /*d_model=*/32, /*n_layers=*/3, /*n_heads=*/4,
+                                        /*max_seq_len=*/16);
   c.dropout = 0.2;
   return c;
 }

@@ -12,9 +12,23 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "core/config.h"
 #include "parallel/mpi_communicator.h"
 
 namespace loom::test {
+
+// A small GPT for unit tests: the given sizes, dropout off, every other key at its default.
+inline loom::ModelConfig small_gpt_config(int64_t vocab_size, int64_t d_model, int64_t n_layers, int64_t n_heads,
+                                          int64_t max_seq_len) {
+  loom::ModelConfig c;
+  c.vocab_size = vocab_size;
+  c.d_model = d_model;
+  c.n_layers = n_layers;
+  c.n_heads = n_heads;
+  c.max_seq_len = max_seq_len;
+  c.dropout = 0.0;
+  return c;
+}
 
 // The MPI process set-up, shared by every test file: MPI_Init once per process, MPI_Finalize at exit.
 // Without mpirun it is the process alone and the tests' groups are groups of one.
