@@ -15,6 +15,7 @@ namespace loom::cli {
 namespace {
 
 nlohmann::json to_json(const BenchResult& r) {
+  // A negative value: not measured (JSON null).
   const auto share = [](double s) { return s < 0 ? nlohmann::json(nullptr) : nlohmann::json(s); };
   const StepPhases& p = r.phases_mean;
   return {{"device", r.device},
@@ -33,6 +34,7 @@ nlohmann::json to_json(const BenchResult& r) {
           {"gemm_peak_gflops", r.gemm_peak_gflops},
           {"mfu", r.mfu},
           {"peak_memory_mb", r.peak_memory_mb},
+          {"peak_allocated_mb", share(r.peak_allocated_mb)},
           {"phases_ms",
            {{"data", p.data_s * 1e3},
             {"forward", p.forward_s * 1e3},
@@ -58,6 +60,7 @@ void print_text(const BenchResult& r) {
   std::printf("MFU            %.1f%% (%.4g FLOPs/token, %s matmul ceiling %.1f GFLOP/s measured)\n", r.mfu * 100,
               r.flops_per_token, r.dtype.c_str(), r.gemm_peak_gflops);
   std::printf("peak memory    %.1f MB\n", r.peak_memory_mb);
+  if (r.peak_allocated_mb >= 0) std::printf("peak in tensors %.1f MB\n", r.peak_allocated_mb);
   const StepPhases& p = r.phases_mean;
   const double total = p.total_s();
   const std::pair<const char*, double> phases[] = {{"data", p.data_s},         {"forward", p.forward_s},

@@ -72,7 +72,7 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
   } else {
     if (args.option("step")) throw ConfigError("--step applies to a run dir, not a config file");
     config = load_config(target.string(), args.sets);
-    configure_threads(config.runtime);
+    configure_cpu(config.runtime);
   }
   if (args.option("beam")) config.decode.beam = args.int_option("beam", 1);
   if (config.decode.beam < 1) throw ConfigError("--beam must be >= 1 (1: greedy)");

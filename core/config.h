@@ -135,6 +135,7 @@ struct CheckpointConfig {
 struct RuntimeConfig {
   int64_t threads = 0;  // 0: all cores of this rank
   std::string device = "cpu";
+  std::string cpu_allocator = "caching";
 };
 
 struct Config {

@@ -100,6 +100,9 @@ void visit_fields(Config& c, Visitor&& v) {
 
   v("runtime.threads", c.runtime.threads, "CPU threads for this rank; 0 means all cores (divided among local ranks).");
   v("runtime.device", c.runtime.device, "`cpu` or `cuda`.");
+  v("runtime.cpu_allocator", c.runtime.cpu_allocator,
+    "CPU tensor memory: `caching` (large blocks kept and reused across steps: no page faults, no heap "
+    "fragmentation) or `system` (malloc).");
 }
 
 }  // namespace loom

@@ -246,6 +246,8 @@ void validate(const Config& c) {
   check.require(c.checkpoint.every >= 0, "checkpoint.every", c.checkpoint.every, " must be >= 0");
   check.require(c.checkpoint.keep >= 1, "checkpoint.keep", c.checkpoint.keep, " must be >= 1");
   check.require(c.runtime.threads >= 0, "runtime.threads", c.runtime.threads, " must be >= 0 (0: all cores)");
+  check.require(one_of(c.runtime.cpu_allocator, {"caching", "system"}), "runtime.cpu_allocator", "'",
+                c.runtime.cpu_allocator, "' is not one of caching, system");
   check.require(one_of(c.runtime.device, {"cpu", "cuda"}), "runtime.device", "'", c.runtime.device,
                 "' is not one of cpu, cuda");
   check.finish();

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "core/cpu_allocator.h"
 #include "core/error.h"
 #include "data/lm_batches.h"
 #include "models/estimates.h"
@@ -46,6 +47,7 @@ void reset_peak_memory(torch::Device device) {
   }
 #endif
   (void)device;
+  if (CachingCpuAllocator* allocator = caching_cpu_allocator()) allocator->reset_peak();
   std::ofstream("/proc/self/clear_refs") << "5";  // Linux: resets VmHWM to the current resident set
 }
 
@@ -149,6 +151,8 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   }
   r.cpu_ms_per_step = (cpu_seconds() - cpu_start) / static_cast<double>(options.steps) * 1e3;
   r.peak_memory_mb = peak_memory_mb(device);
+  if (const CachingCpuAllocator* allocator = caching_cpu_allocator(); allocator != nullptr && !device.is_cuda())
+    r.peak_allocated_mb = static_cast<double>(allocator->stats().peak_allocated) / (1024.0 * 1024.0);
   const double total_s = std::accumulate(step_s.begin(), step_s.end(), 0.0);
   const auto n = static_cast<double>(options.steps);
   r.tokens_per_s = static_cast<double>(r.tokens_per_step) * n / total_s;

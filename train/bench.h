@@ -31,6 +31,7 @@ struct BenchResult {
   double gemm_peak_gflops = 0;
   double mfu = 0;              // flops_per_token * tokens_per_s / gemm ceiling
   double peak_memory_mb = 0;   // of the timed steps (CPU: resident set high-water mark, CUDA: allocated)
+  double peak_allocated_mb = -1;  // CPU with the caching allocator: bytes in tensors at the peak (-1: not known)
   StepPhases phases_mean;      // seconds per step, averaged over the timed steps
   double gemm_share = -1, attention_share = -1, non_matmul_share = -1;  // of the profiled steps; -1 on GPUs
   double final_loss = 0;

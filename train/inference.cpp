@@ -20,7 +20,7 @@ LoadedModel load_trained_model(const std::filesystem::path& run_dir, std::option
   // One process holds the whole model: a tensor- or pipeline-parallel checkpoint is joined when it loads.
   loaded.config.parallel.dp = loaded.config.parallel.tp = loaded.config.parallel.pp = 1;
   loaded.config.parallel.pp_layers.clear();
-  configure_threads(loaded.config.runtime);
+  configure_cpu(loaded.config.runtime);
   if (loaded.config.model.encoder_decoder()) {
     loaded.translator = EncoderDecoder(loaded.config.model);
   } else {

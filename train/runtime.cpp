@@ -4,14 +4,16 @@
 
 #include <thread>
 
+#include "core/cpu_allocator.h"
 #include "core/error.h"
 
 namespace loom {
 
-int64_t configure_threads(const RuntimeConfig& runtime, int64_t local_ranks) {
+int64_t configure_cpu(const RuntimeConfig& runtime, int64_t local_ranks) {
   int64_t threads = runtime.threads;
   if (threads == 0) threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / std::max<int64_t>(1, local_ranks));
   torch::set_num_threads(static_cast<int>(threads));
+  use_cpu_allocator(runtime.cpu_allocator);
   return threads;
 }
 

@@ -1,4 +1,4 @@
-// Process set-up shared by every command that runs a model: thread count, device, autocast.
+// Process set-up shared by every command that runs a model: thread count, CPU allocator, device, autocast.
 #pragma once
 #include <torch/torch.h>
 
@@ -6,8 +6,9 @@
 
 namespace loom {
 
-// Threads for this rank: runtime.threads, or the cores divided among the ranks on this node.
-int64_t configure_threads(const RuntimeConfig& runtime, int64_t local_ranks = 1);
+// Threads for this rank (runtime.threads, or the cores divided among the ranks on this node) and the
+// allocator of CPU tensors (runtime.cpu_allocator). Returns the thread count.
+int64_t configure_cpu(const RuntimeConfig& runtime, int64_t local_ranks = 1);
 
 // runtime.device; for cuda, the GPU of this rank's place on its node (local rank modulo the GPUs).
 torch::Device runtime_device(const RuntimeConfig& runtime, int64_t local_rank = 0);

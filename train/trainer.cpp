@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/cpu_allocator.h"
 #include "core/error.h"
 #include "core/fault_injection.h"
 #include "core/file_io.h"
@@ -61,7 +62,7 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
       nonfinite_guard_(config_.train.max_bad_steps) {
   validate_batch_split(config_, mesh_.dp());
   if (processes.distributed()) set_log_tag("rank " + std::to_string(mesh_.rank()) + " " + mesh_.coords_name());
-  const int64_t threads = configure_threads(config_.runtime, processes.info().local_size);
+  const int64_t threads = configure_cpu(config_.runtime, processes.info().local_size);
   // CUDA tensors of the TP group travel over NCCL (its unique id over the MPI group of the same ranks).
   if (device_.is_cuda() && mesh_.tp() > 1)
     nccl_tp_group_ = make_nccl_communicator(mesh_.tp_group(), device_.index(), "NCCL " + mesh_.tp_group().name(),
@@ -185,6 +186,8 @@ StepResult Trainer::step() {
                    loss_scaler_.scale(), loss_scaler_.scale() * config_.precision.loss_scale_backoff);
   }
   loss_scaler_.update(health.gradients_finite);
+  // The next step reuses this one's CPU blocks; the cache lets go of the ones it did not need.
+  if (CachingCpuAllocator* allocator = caching_cpu_allocator()) allocator->trim();
   clock.lap(&StepPhases::optimizer_s);
   state_.step += 1;
   state_.tokens += step_tokens_;
