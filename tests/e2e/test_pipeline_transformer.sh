@@ -9,7 +9,7 @@
 # stage passing the embedded target on, one passing the memory on), TP=2 x PP=2 (post-norm, tied
 # embedding on the first and last stage) and DP=2 x PP=2 (pre-norm, learned positions, GELU, untied head).
 # Checkpoints reshard: PP=2 -> one process, TP=2 x PP=2 -> one process and one process -> PP=2 continue the
-# single-process 20-step curve. `loom eval` and `loom translate` from a PP=2 run give the single run's loss
+# single-process 20-step curve, and a PP=2 run with dropout resumes bit for bit. `loom eval` and `loom translate` from a PP=2 run give the single run's loss
 # and translations; on the Bible pairs (token-based batches: the pairs per step vary) PP=2 gives the
 # single run's losses (also with steps of one pair, one micro-batch left empty) and `loom eval --split
 # test` its BLEU. Bad splits are config errors naming the key.
@@ -90,6 +90,15 @@ resumed "$WORK/tp2pp2-to-single" "transformer TP=2 x PP=2 checkpoint resumed as 
 cp -r "$WORK/single" "$WORK/pp1-to-pp2"
 pp_train 2 "$WORK/pp1-to-pp2" 2 "${twenty[@]}" --set parallel.dp=1 --set parallel.microbatches=2
 resumed "$WORK/pp1-to-pp2" "transformer PP=1 checkpoint resumed as PP=2"
+
+# Exact resume under PP=2 with dropout (each stage's generator state in its shard): steps 1-10, then
+# 11-20, against 20 uninterrupted steps.
+dropout=(--set model.dropout=0.1 --set train.max_steps=20 --set parallel.dp=1 --set parallel.microbatches=2)
+pp_train 2 "$WORK/dropout-reference" 2 "${dropout[@]}"
+pp_train 2 "$WORK/dropout-resumed" 2 "${dropout[@]}" --set train.max_steps=10
+pp_train 2 "$WORK/dropout-resumed" 2 "${dropout[@]}"
+grep -q "resumed from .*/checkpoints/10" "$WORK/dropout-resumed.log" || fail "PP=2 with dropout did not resume"
+same_losses "$WORK/dropout-reference" "$WORK/dropout-resumed" "transformer PP=2 (dropout 0.1) resumed at step 10"
 
 # One process evaluates and translates from the PP=2 run (its stages joined): what the single run gives.
 "$LOOM" eval "$WORK/pp2-gpipe" --json > "$WORK/pp2-eval.json" 2>/dev/null || fail "loom eval from PP=2"
