@@ -67,7 +67,7 @@ int info_command(const Argv& argv, const ProcessGroup&) {
   const auto& p = config.parallel;
   // Per pipeline stage; the headline figures are the busiest stage's.
   std::vector<MemoryEstimate> stages;
-  for (int64_t s = 0; s < (m.encoder_decoder() ? 1 : p.pp); ++s) stages.push_back(estimate_memory(config, s));
+  for (int64_t s = 0; s < p.pp; ++s) stages.push_back(estimate_memory(config, s));
   const MemoryEstimate memory = *std::max_element(
       stages.begin(), stages.end(), [](const MemoryEstimate& a, const MemoryEstimate& b) { return a.total() < b.total(); });
   auto memory_json = [](const MemoryEstimate& e) {
@@ -119,15 +119,18 @@ int info_command(const Argv& argv, const ProcessGroup&) {
   for (const auto& [name, bytes] : rows)
     std::printf("  %-12s %10s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());
   if (p.pp > 1) {
-    const auto layers = stage_layers(m.n_layers, p.pp, p.pp_layers);
     std::printf("pipeline       %ld stages, %s, %ld micro-batches per step (the rows above: the busiest stage)\n",
                 static_cast<long>(p.pp), p.pp_schedule.c_str(),
                 static_cast<long>(config.accumulation_steps(std::max<int64_t>(1, p.dp))));
     for (int64_t s = 0; s < p.pp; ++s) {
       const auto& e = stages[static_cast<size_t>(s)];
-      std::printf("  stage %-6ld %10s  %ld blocks, %s parameters, activations %s\n", static_cast<long>(s),
-                  gib(e.total()).c_str(), static_cast<long>(layers[static_cast<size_t>(s)]),
-                  grouped(count_stage_parameters(config, s)).c_str(), gib(e.activations).c_str());
+      const auto blocks = stage_block_counts(config, s);
+      const std::string held = m.encoder_decoder() ? std::to_string(blocks.encoder) + " encoder + " +
+                                                         std::to_string(blocks.decoder) + " decoder blocks"
+                                                   : std::to_string(blocks.decoder) + " blocks";
+      std::printf("  stage %-6ld %10s  %s, %s parameters, activations %s\n", static_cast<long>(s),
+                  gib(e.total()).c_str(), held.c_str(), grouped(count_stage_parameters(config, s)).c_str(),
+                  gib(e.activations).c_str());
     }
   }
   return 0;

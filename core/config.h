@@ -47,6 +47,9 @@ struct ModelConfig {
   bool gated_mlp() const { return activation == "swiglu" || activation == "geglu"; }
   bool encoder_decoder() const { return arch == "transformer"; }
   int64_t encoder_layers() const { return n_encoder_layers > 0 ? n_encoder_layers : n_layers; }
+  // The blocks a pipeline (parallel.pp, parallel.pp_layers) splits into stages: the encoder-decoder's
+  // encoder blocks then its decoder blocks, the GPT's blocks.
+  int64_t pipeline_layers() const { return encoder_decoder() ? encoder_layers() + n_layers : n_layers; }
 };
 
 struct DataConfig {

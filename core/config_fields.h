@@ -86,8 +86,8 @@ void visit_fields(Config& c, Visitor&& v) {
 
   v("parallel.dp", c.parallel.dp, "Data-parallel size; -1 means world / (tp * pp).");
   v("parallel.tp", c.parallel.tp, "Tensor-parallel size.");
-  v("parallel.pp", c.parallel.pp, "Pipeline-parallel size: the GPT's embedding -> blocks -> head split into this many stages (embedding on the first, final norm, head and loss on the last).");
-  v("parallel.pp_layers", c.parallel.pp_layers, "Blocks per pipeline stage, e.g. [3, 5] (parallel.pp numbers summing to model.n_layers); empty: balanced, earlier stages taking the remainder.");
+  v("parallel.pp", c.parallel.pp, "Pipeline-parallel size: the model's embedding -> blocks -> head split into this many stages (embedding on the first, final norm, head and loss on the last); the encoder-decoder's blocks are its encoder blocks then its decoder blocks.");
+  v("parallel.pp_layers", c.parallel.pp_layers, "Blocks per pipeline stage, e.g. [3, 5] (parallel.pp numbers summing to model.n_layers, for model.arch=transformer to model.n_encoder_layers + model.n_layers); empty: balanced, earlier stages taking the remainder.");
   v("parallel.microbatches", c.parallel.microbatches, "Micro-batches per step and DP rank, pipelined through the stages (they are the gradient-accumulation micro-batches: sets train.micro_batch_size = batch_size / (dp * microbatches)); 0: as train.micro_batch_size says.");
   v("parallel.pp_schedule", c.parallel.pp_schedule, "Pipeline schedule: `gpipe` (all forwards, then all backwards: keeps every micro-batch's activations) or `1f1b` (after a warm-up each stage alternates one forward and one backward: at most pp micro-batches in flight).");
   v("parallel.bucket_mb", c.parallel.bucket_mb, "Size of the flat buckets in which data-parallel gradients are all-reduced, overlapping backward.");

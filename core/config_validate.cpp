@@ -80,8 +80,6 @@ void validate(const Config& c) {
     check.require(one_of(m.position, {"learned", "sinusoidal"}), "model.position", "model.arch=transformer takes ",
                   "learned or sinusoidal positions, not ", m.position);
     check.require(m.attention_window == 0, "model.attention_window", "model.arch=transformer attends to whole sequences");
-    check.require(c.parallel.pp == 1, "parallel.pp", "model.arch=transformer trains with data and tensor ",
-                  "parallelism only so far (pp = 1)");
     check.require(!c.parallel.sequence_parallel, "parallel.sequence_parallel",
                   "applies to model.arch=gpt only: the encoder-decoder's sequences differ in length");
     check.require(m.init_from.empty(), "model.init_from", "importing weights applies to model.arch=gpt only");
@@ -215,8 +213,11 @@ void validate(const Config& c) {
   check.require(p.pp == 1 || m.init_from.empty(), "model.init_from",
                 "starting a parallel.pp > 1 run from a weights file is not available yet: start it with parallel.pp=1 "
                 "and resume its checkpoint with parallel.pp > 1");
+  // The encoder-decoder's pipeline splits its encoder blocks then its decoder blocks into the stages.
+  const std::string pipeline_blocks = m.encoder_decoder() ? "model.n_encoder_layers + model.n_layers" : "model.n_layers";
   if (p.pp >= 1 && m.n_layers > 0)
-    check.require(p.pp <= m.n_layers, "parallel.pp", p.pp, " exceeds model.n_layers=", m.n_layers);
+    check.require(p.pp <= m.pipeline_layers(), "parallel.pp", p.pp, " exceeds ", pipeline_blocks, "=",
+                  m.pipeline_layers());
   check.require(p.microbatches >= 0, "parallel.microbatches", p.microbatches, " must be >= 0 (0: train.micro_batch_size)");
   check.require(one_of(p.pp_schedule, {"gpipe", "1f1b"}), "parallel.pp_schedule", "'", p.pp_schedule,
                 "' is not one of gpipe, 1f1b");
@@ -229,8 +230,9 @@ void validate(const Config& c) {
     check.require(static_cast<int64_t>(p.pp_layers.size()) == p.pp, "parallel.pp_layers", "lists ",
                   p.pp_layers.size(), " stages but parallel.pp is ", p.pp, ": give one block count per stage");
     check.require(smallest >= 1, "parallel.pp_layers", "every stage needs at least one block (got ", smallest, ")");
-    check.require(sum == m.n_layers, "parallel.pp_layers", "the stages hold ", sum, " blocks but model.n_layers is ",
-                  m.n_layers, ": the counts must add up to it");
+    check.require(sum == m.pipeline_layers(), "parallel.pp_layers", "the stages hold ", sum, " blocks but ",
+                  pipeline_blocks, " is ", m.pipeline_layers(), ": the counts must add up to it",
+                  m.encoder_decoder() ? " (encoder blocks first, then decoder blocks)" : "");
   }
   if (p.dp >= 1 && t.batch_size > 0 && t.micro_batch_size >= 0) check_batch_split(check, c, p.dp);
 

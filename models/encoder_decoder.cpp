@@ -23,14 +23,22 @@ void DecoderState::select(const torch::Tensor& rows) {
   }
 }
 
-EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorParallelism& tp)
+EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorParallelism& tp, const ModelStage& stage)
     : config_(config),
       tp_{tp.group, tp.rng, /*sequence_parallel=*/false},
+      stage_(stage),
       position_(position_kind(config.position)),
       embedding_scale_(config.scale_embeddings ? std::sqrt(static_cast<double>(config.d_model)) : 1.0) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
   LOOM_CHECK(position_ == PositionKind::kLearned || position_ == PositionKind::kSinusoidal,
              "the encoder-decoder takes learned or sinusoidal positions");
+  const int64_t encoder_layers = config.encoder_layers(), layers = config.pipeline_layers();
+  if (stage_.end_block < 0) stage_.end_block = layers;
+  LOOM_CHECK(0 <= stage_.first_block && stage_.first_block < stage_.end_block && stage_.end_block <= layers,
+             "pipeline stage blocks [", stage_.first_block, ", ", stage_.end_block,
+             ") outside model.n_encoder_layers + model.n_layers=", layers);
+  ends_encoder_ = stage_.first_block < encoder_layers && encoder_layers <= stage_.end_block;
+  auto holds = [&](int64_t block) { return stage_.first_block <= block && block < stage_.end_block; };
   const int64_t C = config.d_model;
   BlockOptions encoder_block = block_options(config, tp_);
   encoder_block.post_norm = config.norm_position == "post";
@@ -40,38 +48,75 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
   decoder_block.cross_attention = true;
 
   // The same RNG draws as torch::nn::Embedding's and Linear's: a TP layout starts from the single model.
-  token_embedding_ = register_module("token_embedding",
-                                     VocabParallelEmbedding(VocabParallelEmbeddingOptions{config.vocab_size, C, tp_.group}));
+  // Every part is built (drawing its initial weights) whether the stage keeps it or not, so that the RNG
+  // draws are those of the whole model; a part not kept is freed at once.
+  auto token_embedding = VocabParallelEmbedding(VocabParallelEmbeddingOptions{config.vocab_size, C, tp_.group});
+  if (stage_.first || (stage_.last && config.tie_embeddings))
+    token_embedding_ = register_module("token_embedding", token_embedding);
+  torch::nn::Embedding encoder_positions{nullptr}, decoder_positions{nullptr};
   if (position_ == PositionKind::kLearned) {
-    encoder_positions_ = register_module("encoder_positions", torch::nn::Embedding(config.max_seq_len, C));
-    decoder_positions_ = register_module("decoder_positions", torch::nn::Embedding(config.max_seq_len, C));
+    encoder_positions = torch::nn::Embedding(config.max_seq_len, C);
+    decoder_positions = torch::nn::Embedding(config.max_seq_len, C);
+    if (stage_.first) {
+      encoder_positions_ = register_module("encoder_positions", encoder_positions);
+      decoder_positions_ = register_module("decoder_positions", decoder_positions);
+    }
   }
   dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
-  auto encoder = register_module("encoder", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.encoder_layers(); ++i) {
-    encoder_.push_back(Block(encoder_block));
-    encoder->push_back(encoder_.back());
+  // Plain modules holding the blocks by their global index (named as a ModuleList of them all would be).
+  auto encoder = register_module("encoder", std::make_shared<torch::nn::Module>());
+  for (int64_t i = 0; i < encoder_layers; ++i) {
+    Block b(encoder_block);
+    if (!holds(i)) continue;
+    encoder_.push_back(b);
+    encoder->register_module(std::to_string(i), b);
   }
-  auto decoder = register_module("decoder", torch::nn::ModuleList());
+  auto decoder = register_module("decoder", std::make_shared<torch::nn::Module>());
   for (int64_t i = 0; i < config.n_layers; ++i) {
-    decoder_.push_back(Block(decoder_block));
-    decoder->push_back(decoder_.back());
+    Block b(decoder_block);
+    if (!holds(encoder_layers + i)) continue;
+    decoder_.push_back(b);
+    decoder->register_module(std::to_string(i), b);
   }
   if (!encoder_block.post_norm) {
-    encoder_norm_ = register_module("encoder_norm", Norm(encoder_block.norm));
-    decoder_norm_ = register_module("decoder_norm", Norm(encoder_block.norm));
+    if (ends_encoder_) encoder_norm_ = register_module("encoder_norm", Norm(encoder_block.norm));
+    if (stage_.last) decoder_norm_ = register_module("decoder_norm", Norm(encoder_block.norm));
   }
-  if (!config.tie_embeddings)
-    lm_head_ = register_module("lm_head", ColumnParallelLinear(ParallelLinearOptions{
-                                              C, config.vocab_size, /*bias=*/false, config.init_std, tp_.group, {}}));
+  if (!config.tie_embeddings) {
+    auto lm_head = ColumnParallelLinear(
+        ParallelLinearOptions{C, config.vocab_size, /*bias=*/false, config.init_std, tp_.group, {}});
+    if (stage_.last) lm_head_ = register_module("lm_head", lm_head);
+  }
 
   torch::NoGradGuard no_grad;
   // Scaled embeddings start at unit variance after the scaling (as fairseq), so that they and the
   // positions are of one size; the tied head then gives logits of unit variance too.
   const double embedding_std = config.scale_embeddings ? 1.0 / embedding_scale_ : config.init_std;
-  token_embedding_->reset_normal(embedding_std);
-  for (auto& table : {encoder_positions_, decoder_positions_})
+  token_embedding->reset_normal(embedding_std);
+  for (auto& table : {encoder_positions, decoder_positions})
     if (table) torch::nn::init::normal_(table->weight, 0.0, config.init_std);
+}
+
+torch::Tensor EncoderDecoderImpl::stage_tied_embedding() const {
+  return !whole() && config_.tie_embeddings && token_embedding_ ? token_embedding_->weight : torch::Tensor();
+}
+
+std::vector<torch::Tensor> EncoderDecoderImpl::forward_stage(const torch::Tensor& source,
+                                                             const torch::Tensor& source_padding,
+                                                             const torch::Tensor& target_inputs,
+                                                             const std::vector<torch::Tensor>& inputs) {
+  TORCH_CHECK(stage_.first || inputs.size() == 2, "a later pipeline stage takes [source side, target side]");
+  // x: (B, S, C): the encoder's hidden states, from the stage ending the encoder on the memory;
+  // y: (B, T, C): the embedded target, then the decoder's hidden states.
+  auto x = stage_.first ? embed(source, 0, Side::kSource) : inputs[0];
+  auto y = stage_.first ? embed(target_inputs, 0, Side::kTarget) : inputs[1];
+  BlockInputs encoder_inputs;
+  encoder_inputs.padding = source_padding;
+  for (auto& block : encoder_) x = block->forward(x, nullptr, encoder_inputs);
+  if (ends_encoder_ && encoder_norm_) x = encoder_norm_->forward(x);
+  for (auto& block : decoder_) y = block->forward(y, nullptr, BlockInputs{torch::Tensor(), x, source_padding, nullptr});
+  if (stage_.last) return {head(y)};
+  return {x, y};
 }
 
 torch::Tensor EncoderDecoderImpl::embed(const torch::Tensor& tokens, int64_t first_position, Side side) {
@@ -95,6 +140,7 @@ torch::Tensor EncoderDecoderImpl::head(const torch::Tensor& hidden) {
 }
 
 torch::Tensor EncoderDecoderImpl::encode(const torch::Tensor& source, const torch::Tensor& source_padding) {
+  TORCH_CHECK(whole(), "encode() runs the whole model; a pipeline stage runs forward_stage()");
   auto x = embed(source, 0, Side::kSource);
   BlockInputs inputs;
   inputs.padding = source_padding;
@@ -104,6 +150,7 @@ torch::Tensor EncoderDecoderImpl::encode(const torch::Tensor& source, const torc
 
 torch::Tensor EncoderDecoderImpl::run_decoder(const torch::Tensor& x, const torch::Tensor& memory,
                                               const torch::Tensor& source_padding, DecoderState* state) {
+  TORCH_CHECK(whole(), "decoding runs the whole model; a pipeline stage runs forward_stage()");
   auto h = x;
   for (int64_t i = 0; i < n_decoder_blocks(); ++i) {
     BlockInputs inputs{torch::Tensor(), memory, source_padding, state != nullptr ? &state->cross[i] : nullptr};

@@ -5,6 +5,15 @@
 // layers (models/block.h, models/attention.h): post-norm as in the paper or pre-norm, sinusoidal or
 // learned positions, ReLU or GELU, embeddings scaled by sqrt(d_model) with model.scale_embeddings.
 // Exposed as embed -> encoder blocks / decoder blocks -> head, like the GPT.
+// Pipeline parallelism: the encoder blocks then the decoder blocks split into the stages (ModelStage over
+// ModelConfig::pipeline_layers(), models/gpt.h). The first stage embeds both the source and the target
+// (so the shared token embedding, like the GPT's, lives on the first stage, and with a tied head also on
+// the last, their gradients summed); every stage passes on [source side (B, S, C), target side (B, T, C)]:
+// the encoder's hidden states and the embedded target through the encoder stages, then the memory
+// (the encoder's output) and the decoder's hidden states through the decoder stages, so that every
+// decoder stage attends to the memory and sends its gradient back. The stage holding the last encoder
+// block applies the encoder's final norm. Blocks keep their global names ("decoder.1" on any stage), so a
+// checkpoint's names are the same under every layout.
 // Tensor parallelism as the GPT's: built with a TP group, the self- and cross-attention split their heads
 // (cross-attention's q rows and k/v rows of one column-parallel weight), the MLPs their FFN columns, the
 // shared embedding (and the untied head) the vocabulary, and forward/head return this rank's vocabulary
@@ -22,6 +31,7 @@
 #include "core/config.h"
 #include "models/attention.h"
 #include "models/block.h"
+#include "models/gpt.h"
 #include "models/layers.h"
 #include "models/parallel_linear.h"
 #include "models/vocab_parallel_embedding.h"
@@ -44,7 +54,9 @@ struct DecoderState {
 
 class EncoderDecoderImpl : public torch::nn::Module {
  public:
-  explicit EncoderDecoderImpl(const ModelConfig& config, const TensorParallelism& tp = {});
+  // Every rank draws the whole model's initial weights from the RNG in the same order and keeps its stage
+  // (and TP shard) of them, so any layout starts from the single-process model.
+  explicit EncoderDecoderImpl(const ModelConfig& config, const TensorParallelism& tp = {}, const ModelStage& stage = {});
 
   // source (B, S), source_lengths (B), target_inputs (B, T) (bos + target) -> logits (B, T, V)
   torch::Tensor forward(const torch::Tensor& source, const torch::Tensor& source_lengths,
@@ -60,9 +72,20 @@ class EncoderDecoderImpl : public torch::nn::Module {
   DecoderState start_decoding(const torch::Tensor& source, const torch::Tensor& source_lengths);
   torch::Tensor decode_step(const torch::Tensor& tokens, DecoderState& state);
 
+  // A pipeline stage's forward (source_padding (B, S) bool on every stage): the first stage embeds source
+  // (B, S) and target_inputs (B, T), the others take the previous stage's [source side, target side]. The
+  // last returns the logits as forward() does, the others [source side (B, S, C), target side (B, T, C)].
+  std::vector<torch::Tensor> forward_stage(const torch::Tensor& source, const torch::Tensor& source_padding,
+                                           const torch::Tensor& target_inputs, const std::vector<torch::Tensor>& inputs);
+  const ModelStage& stage() const { return stage_; }
+  // The token embedding when it is tied to the head and a pipeline puts embedding and head on different
+  // stages: its gradient must be summed with the other stage's copy. Undefined otherwise.
+  torch::Tensor stage_tied_embedding() const;
+
   enum class Side { kSource, kTarget };
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position, Side side);  // (B, T) -> (B, T, C)
   torch::Tensor head(const torch::Tensor& hidden);  // (B, T, C) -> (B, T, V), or (B, T, V_r) under TP
+  // This stage's blocks (all of them for the whole model).
   Block& encoder_block(int64_t i) { return encoder_[i]; }
   Block& decoder_block(int64_t i) { return decoder_[i]; }
   int64_t n_encoder_blocks() const { return static_cast<int64_t>(encoder_.size()); }
@@ -75,14 +98,18 @@ class EncoderDecoderImpl : public torch::nn::Module {
   torch::Tensor run_decoder(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& source_padding,
                             DecoderState* state);
 
+  bool whole() const { return stage_.first && stage_.last; }
+
   ModelConfig config_;
   TensorParallelism tp_;
+  ModelStage stage_;
+  bool ends_encoder_ = true;  // holds the last encoder block (and the pre-norm encoder's final norm)
   PositionKind position_;
   double embedding_scale_;
   VocabParallelEmbedding token_embedding_{nullptr};
   torch::nn::Embedding encoder_positions_{nullptr}, decoder_positions_{nullptr};  // learned positions only
   torch::nn::Dropout dropout_{nullptr};
-  std::vector<Block> encoder_, decoder_;
+  std::vector<Block> encoder_, decoder_;                // this stage's
   Norm encoder_norm_{nullptr}, decoder_norm_{nullptr};  // pre-norm only: the stacks' outputs are not normed
   ColumnParallelLinear lm_head_{nullptr};               // only when untied
 };

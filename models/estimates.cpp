@@ -41,15 +41,33 @@ int64_t count_parameters(const ModelConfig& c) {
   return embedding + position_table + c.n_layers * block + norm + head;
 }
 
+StageBlockCounts stage_block_counts(const Config& config, int64_t stage) {
+  const ModelConfig& m = config.model;
+  const BlockRange range = stage_blocks(stage_layers(m.pipeline_layers(), config.parallel.pp, config.parallel.pp_layers), stage);
+  const int64_t encoder = m.encoder_decoder() ? m.encoder_layers() : 0;
+  const int64_t in_encoder = std::max<int64_t>(0, std::min(range.end, encoder) - range.first);
+  return {in_encoder, range.end - range.first - in_encoder, in_encoder > 0 && range.end >= encoder};
+}
+
 int64_t count_stage_parameters(const Config& config, int64_t stage) {
   const ModelConfig& c = config.model;
-  if (config.parallel.pp == 1 || c.encoder_decoder()) return count_parameters(c);
+  if (config.parallel.pp == 1) return count_parameters(c);
   const Parts p = parts_of(c);
-  const int64_t layers = stage_layers(c.n_layers, config.parallel.pp, config.parallel.pp_layers)[static_cast<size_t>(stage)];
-  int64_t n = layers * p.block;
-  if (stage == 0) n += p.embedding + p.position_table;
+  const auto blocks = stage_block_counts(config, stage);
+  const bool first = stage == 0, last = stage == config.parallel.pp - 1;
   // The last stage: final norm and head, or its own copy of the tied embedding.
-  if (stage == config.parallel.pp - 1) n += p.norm + (c.tie_embeddings ? p.embedding : p.head);
+  const int64_t head = c.tie_embeddings ? p.embedding : p.head;
+  if (c.encoder_decoder()) {
+    const bool pre_norm = c.norm_position == "pre";
+    int64_t n = blocks.encoder * p.block + blocks.decoder * (p.block + p.norm + p.attention);
+    if (first) n += p.embedding + 2 * p.position_table;
+    if (pre_norm && blocks.ends_encoder) n += p.norm;
+    if (last) n += (pre_norm ? p.norm : 0) + head;
+    return n;
+  }
+  int64_t n = blocks.decoder * p.block;
+  if (first) n += p.embedding + p.position_table;
+  if (last) n += p.norm + head;
   return n;
 }
 
@@ -118,20 +136,18 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double sequence = config.parallel.sequence_parallel && tp > 1 && !m.encoder_decoder() ? t : 1;
   const double layer = whole / sequence + split / t;
   const double head = e * s * b * h / sequence + s * b * static_cast<double>(m.vocab_size) / t * (e + 4);
-  if (m.encoder_decoder()) {
-    // Source and target both seq_len long. A decoder block adds a cross-attention sub-layer: its norm's
-    // input, q, the memory's k and v, the output projection's input, scores and a dropout mask.
-    const double cross = e * s * b * h + dropout * s * b * h +
-                         (e * s * b * (2 * q + 2 * kv) + a * s * s * b * (e + dropout * (1 + e))) / t;
-    const double blocks = static_cast<double>(m.encoder_layers()) * layer + static_cast<double>(m.n_layers) * (layer + cross);
-    out.activations = static_cast<int64_t>(blocks + head);
-    return out;
-  }
+  // Source and target both seq_len long. A decoder block adds a cross-attention sub-layer: its norm's
+  // input, q, the memory's k and v, the output projection's input, scores and a dropout mask.
+  const double cross = !m.encoder_decoder() ? 0.0
+                                            : e * s * b * h + dropout * s * b * h +
+                                                  (e * s * b * (2 * q + 2 * kv) + a * s * s * b * (e + dropout * (1 + e))) / t;
   const int64_t micro = config.accumulation_steps(dp);
   const int64_t in_flight = pp == 1 ? 1 : config.parallel.pp_schedule == "gpipe" ? micro : std::min(micro, pp - stage);
-  const int64_t layers = stage_layers(m.n_layers, pp, config.parallel.pp_layers)[static_cast<size_t>(stage)];
+  const auto blocks = stage_block_counts(config, stage);
   const double stage_head = stage == pp - 1 ? head : 0.0;
-  out.activations = static_cast<int64_t>(static_cast<double>(in_flight) * (static_cast<double>(layers) * layer + stage_head));
+  out.activations = static_cast<int64_t>(
+      static_cast<double>(in_flight) * (static_cast<double>(blocks.encoder) * layer +
+                                        static_cast<double>(blocks.decoder) * (layer + cross) + stage_head));
   return out;
 }
 

@@ -18,8 +18,18 @@ int64_t count_parameters(const ModelConfig& config);
 // seq_len long (encoder, decoder and cross-attention weights; encoder, decoder and cross attention).
 double training_flops_per_token(const ModelConfig& config, int64_t seq_len);
 
+// The blocks pipeline stage `stage` of parallel.pp holds (all of them with pp = 1): of the encoder-decoder's
+// encoder and decoder (the encoder blocks come first in the split); a GPT's blocks count as decoder blocks.
+struct StageBlockCounts {
+  int64_t encoder = 0;
+  int64_t decoder = 0;
+  bool ends_encoder = false;  // holds the encoder's last block
+};
+StageBlockCounts stage_block_counts(const Config& config, int64_t stage);
+
 // Parameters of pipeline stage `stage` of parallel.pp (the whole model's with pp = 1): its blocks, the
-// embeddings on the first stage, the final norm and head (or the tied embedding's copy) on the last.
+// embeddings on the first stage, the final norm and head (or the tied embedding's copy) on the last, the
+// pre-norm encoder-decoder's encoder norm on the stage ending the encoder.
 int64_t count_stage_parameters(const Config& config, int64_t stage);
 
 // Bytes one rank of pipeline stage `stage` holds while training, for the config's precision and parallel

@@ -32,13 +32,13 @@ BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp) {
   return block;
 }
 
-GptStage gpt_stage(const ModelConfig& model, const ParallelConfig& parallel, int64_t stage) {
-  const auto layers = stage_layers(model.n_layers, parallel.pp, parallel.pp_layers);
+ModelStage model_stage(const ModelConfig& model, const ParallelConfig& parallel, int64_t stage) {
+  const auto layers = stage_layers(model.pipeline_layers(), parallel.pp, parallel.pp_layers);
   const BlockRange blocks = stage_blocks(layers, stage);
   return {blocks.first, blocks.end, stage == 0, stage == parallel.pp - 1};
 }
 
-GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const GptStage& stage)
+GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const ModelStage& stage)
     : config_(config), tp_(tp), stage_(stage), position_(position_kind(config.position)) {
   tp_.sequence_parallel = tp.sequence_parallel && tp_size(tp.group) > 1;
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");

@@ -2,7 +2,7 @@
 // blocks -> final norm -> LM head (tied to the token embedding unless model.tie_embeddings is false).
 // GPT-2, LLaMA and the rest of the zoo are this one model with different options (norm, positions,
 // activation, biases, kv heads, window): see configs/. Exposed as embed -> blocks -> head so that a
-// pipeline stage keeps only its own part (GptStage): blocks keep their global names ("blocks.5" on the
+// pipeline stage keeps only its own part (ModelStage): blocks keep their global names ("blocks.5" on the
 // second stage too), so a checkpoint's parameter names are the same under every layout. The first stage
 // holds the embeddings, the last the final norm and head; with tied embeddings the last stage holds its own
 // copy of the token embedding for the head, kept identical to the first's by summing their gradients.
@@ -27,21 +27,23 @@
 
 namespace loom {
 
-// The part of the model a pipeline stage holds; the default is the whole model.
-struct GptStage {
+// The part of the model a pipeline stage holds; the default is the whole model. Blocks count over
+// ModelConfig::pipeline_layers(): the GPT's blocks, or the encoder-decoder's encoder blocks then its
+// decoder blocks (models/encoder_decoder.h).
+struct ModelStage {
   int64_t first_block = 0;
-  int64_t end_block = -1;  // -1: model.n_layers
+  int64_t end_block = -1;  // -1: model.pipeline_layers()
   bool first = true;       // embeds the tokens
   bool last = true;        // final norm, head (and the loss)
 };
 // Stage `stage` of the parallel.pp stages (parallel.pp_layers, or balanced).
-GptStage gpt_stage(const ModelConfig& model, const ParallelConfig& parallel, int64_t stage);
+ModelStage model_stage(const ModelConfig& model, const ParallelConfig& parallel, int64_t stage);
 
 class GptImpl : public torch::nn::Module {
  public:
   // Every rank draws the whole model's initial weights from the RNG in the same order and keeps its stage
   // (and TP shard) of them, so any layout starts from the single-process model.
-  explicit GptImpl(const ModelConfig& config, const TensorParallelism& tp = {}, const GptStage& stage = {});
+  explicit GptImpl(const ModelConfig& config, const TensorParallelism& tp = {}, const ModelStage& stage = {});
 
   // tokens: (B, T) int64 -> logits (B, T, V), or (B, T, V_r) of this rank's columns under TP. With caches (one per block), tokens continue the positions
   // the caches have seen. The whole model only.
@@ -63,7 +65,7 @@ class GptImpl : public torch::nn::Module {
   // The tensor-parallel group the model was built with (null: none); the loss over its logits needs it.
   Communicator* tp_group() const { return tp_.group; }
   int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
-  const GptStage& stage() const { return stage_; }
+  const ModelStage& stage() const { return stage_; }
   // The token embedding when it is tied to the head and a pipeline puts embedding and head on different
   // stages: its gradient must be summed with the other stage's copy. Undefined otherwise.
   torch::Tensor stage_tied_embedding() const;
@@ -73,7 +75,7 @@ class GptImpl : public torch::nn::Module {
 
   ModelConfig config_;
   TensorParallelism tp_;
-  GptStage stage_;
+  ModelStage stage_;
   PositionKind position_;
   VocabParallelEmbedding token_embedding_{nullptr};
   torch::nn::Embedding position_embedding_{nullptr};  // only for learned positions

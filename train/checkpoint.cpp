@@ -185,7 +185,7 @@ void write_manifest(const fs::path& dir, const Config& config, const Mesh& mesh,
   // How each tensor-parallel parameter is cut into the tp shards (the others are whole in every shard),
   // and which parameters each pipeline stage holds (so that another layout finds them).
   manifest["tensor_parallel"] = nlohmann::json::object();
-  manifest["pipeline"] = {{"layers", stage_layers(config.model.n_layers, mesh.pp(), config.parallel.pp_layers)},
+  manifest["pipeline"] = {{"layers", stage_layers(config.model.pipeline_layers(), mesh.pp(), config.parallel.pp_layers)},
                           {"names", nlohmann::json::array()}};
   for (const auto& stage : stages) {
     manifest["tensor_parallel"].update(stage.at("tensor_parallel"));

@@ -32,30 +32,31 @@ TaskBatch LmTask::eval_batch(int64_t first, int64_t count) const {
 }
 
 torch::Tensor LmTask::loss(const TaskBatch& batch, torch::Device device, double label_smoothing) {
-  return stage_forward(batch, device, {}, label_smoothing);
+  return stage_forward(batch, device, {}, label_smoothing).front();
 }
 
-torch::Tensor LmTask::stage_forward(const TaskBatch& batch, torch::Device device, const torch::Tensor& input,
-                                    double label_smoothing) {
+std::vector<torch::Tensor> LmTask::stage_forward(const TaskBatch& batch, torch::Device device,
+                                                 const std::vector<torch::Tensor>& inputs, double label_smoothing) {
   const auto& b = std::get<LmBatch>(batch);
   const auto& stage = model_->stage();
   // The fused head + loss for a whole, unsplit model (under TP its gradients do not yet match the
   // vocabulary-parallel path: tests/e2e/test_tensor_parallel.sh).
   if (stage.first && stage.last && tp_size(model_->tp_group()) <= 1 && loss_chunk_tokens_ > 0) {
     auto hidden = model_->final_hidden(b.inputs.to(device));  // (B, T, C)
-    return linear_cross_entropy(hidden.flatten(0, 1), model_->head_weight(), b.targets.to(device).flatten(),
-                                loss_chunk_tokens_, label_smoothing, kIgnoreIndex, model_->tp_group());
+    return {linear_cross_entropy(hidden.flatten(0, 1), model_->head_weight(), b.targets.to(device).flatten(),
+                                 loss_chunk_tokens_, label_smoothing, kIgnoreIndex, model_->tp_group())};
   }
   // (B, T, V), or this TP rank's vocabulary slice (B, T, V_r), on the last stage; (B, T, C) before it.
-  auto out = model_->forward_stage(stage.first ? b.inputs.to(device) : torch::Tensor(), input);
-  if (!stage.last) return out;
-  return cross_entropy(out.flatten(0, 1), b.targets.to(device).flatten(), label_smoothing, kIgnoreIndex,
-                       model_->tp_group());
+  auto out = model_->forward_stage(stage.first ? b.inputs.to(device) : torch::Tensor(),
+                                   stage.first ? torch::Tensor() : inputs.at(0));
+  if (!stage.last) return {out};
+  return {cross_entropy(out.flatten(0, 1), b.targets.to(device).flatten(), label_smoothing, kIgnoreIndex,
+                        model_->tp_group())};
 }
 
-std::vector<int64_t> LmTask::stage_output_shape(const TaskBatch& batch) const {
+std::vector<std::vector<int64_t>> LmTask::stage_output_shapes(const TaskBatch& batch) const {
   const auto& b = std::get<LmBatch>(batch);
-  return {b.inputs.size(0), b.inputs.size(1), model_->config().d_model};
+  return {{b.inputs.size(0), b.inputs.size(1), model_->config().d_model}};
 }
 
 void LmTask::load_weights(const fs::path& file) { load_weights_file(*model_, file); }
@@ -85,7 +86,7 @@ std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskD
     torch::manual_seed(static_cast<uint64_t>(config.run.seed));
     tp_rng = make_tp_rng(config, tp);
     trained = Gpt(config.model, TensorParallelism{tp, tp_rng.get(), config.parallel.sequence_parallel},
-                  gpt_stage(config.model, config.parallel, pp_stage));
+                  model_stage(config.model, config.parallel, pp_stage));
     trained->to(device);
     trained->set_activation_checkpointing(activation_checkpointing_kind(config.train.activation_checkpointing));
   }

@@ -25,9 +25,9 @@ class LmTask : public Task {
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
   void load_weights(const std::filesystem::path& file) override;
   Communicator* tp_group() const override { return model_->tp_group(); }
-  torch::Tensor stage_forward(const TaskBatch& batch, torch::Device device, const torch::Tensor& input,
-                              double label_smoothing) override;
-  std::vector<int64_t> stage_output_shape(const TaskBatch& batch) const override;
+  std::vector<torch::Tensor> stage_forward(const TaskBatch& batch, torch::Device device,
+                                           const std::vector<torch::Tensor>& inputs, double label_smoothing) override;
+  std::vector<std::vector<int64_t>> stage_output_shapes(const TaskBatch& batch) const override;
   torch::Tensor stage_tied_parameter() override { return model_->stage_tied_embedding(); }
 
  private:

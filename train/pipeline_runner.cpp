@@ -9,16 +9,19 @@
 namespace loom {
 namespace {
 
+// Tensor i of a stage's outputs travels forward with tag kActivationTag + 2i, its gradient back with
+// kGradientTag + 2i: each of the (few) tensors between two stages its own message stream.
 constexpr int kActivationTag = 1;  // forward: stage s -> s + 1
 constexpr int kGradientTag = 2;    // backward: stage s + 1 -> s
+int tag_of(int base, size_t i) { return base + 2 * static_cast<int>(i); }
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // What a micro-batch's forward leaves for its backward.
 struct InFlight {
-  torch::Tensor input;   // received from the previous stage (requires grad); undefined on the first stage
-  torch::Tensor output;  // sent to the next stage, or the scalar to backpropagate on the last
+  std::vector<torch::Tensor> inputs;   // received from the previous stage (requiring grad); none on the first
+  std::vector<torch::Tensor> outputs;  // sent to the next stage, or the scalar to backpropagate on the last
 };
 
 }  // namespace
@@ -56,36 +59,56 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Co
     const auto& action = actions[i];
     auto& slot = in_flight[static_cast<size_t>(action.micro)];
     const auto& batch = batches[static_cast<size_t>(action.micro)];
-    // Shapes of what passes between stages: (B, T, C), sent in fp32 whatever autocast computed in.
+    // What passes between stages has the shapes the batch gives (stage_output_shapes), sent in fp32
+    // whatever autocast computed in.
     if (action.kind == PipelineAction::kForward) {
-      if (!first) slot.input = receive(task.stage_output_shape(batch), static_cast<int>(stage - 1), kActivationTag)
-                                   .requires_grad_(step.train);
+      if (!first) {
+        const auto shapes = task.stage_output_shapes(batch);
+        for (size_t k = 0; k < shapes.size(); ++k)
+          slot.inputs.push_back(
+              receive(shapes[k], static_cast<int>(stage - 1), tag_of(kActivationTag, k)).requires_grad_(step.train));
+      }
       const auto start = Clock::now();
-      auto out = task.stage_forward(batch, device, slot.input, step.label_smoothing);
+      auto outs = task.stage_forward(batch, device, slot.inputs, step.label_smoothing);
       if (last) {
-        loss_sum += out.detach().to(torch::kDouble) * static_cast<double>(batch_tokens(batch));
-        if (step.train) slot.output = step.backward_loss(out, action.micro);
+        const auto& loss = outs.at(0);
+        const int64_t tokens =
+            step.micro_tokens.empty() ? batch_tokens(batch) : step.micro_tokens.at(static_cast<size_t>(action.micro));
+        loss_sum += loss.detach().to(torch::kDouble) * static_cast<double>(tokens);
+        if (step.train) slot.outputs = {step.backward_loss(loss, action.micro)};
       } else {
-        sends.push_back(pp_group.send_async(out.detach().to(torch::kFloat).contiguous(), static_cast<int>(stage + 1),
-                                            kActivationTag));
-        if (step.train) slot.output = out;
+        for (size_t k = 0; k < outs.size(); ++k)
+          sends.push_back(pp_group.send_async(outs[k].detach().to(torch::kFloat).contiguous(),
+                                              static_cast<int>(stage + 1), tag_of(kActivationTag, k)));
+        if (step.train) slot.outputs = std::move(outs);
       }
       if (!step.train) slot = {};
       local.busy_s += since(start);
     } else {
-      torch::Tensor grad;
-      if (!last) grad = receive(slot.output.sizes().vec(), static_cast<int>(stage + 1), kGradientTag);
+      std::vector<torch::Tensor> grads;
+      if (!last)
+        for (size_t k = 0; k < slot.outputs.size(); ++k)
+          grads.push_back(receive(slot.outputs[k].sizes().vec(), static_cast<int>(stage + 1), tag_of(kGradientTag, k)));
       const auto start = Clock::now();
       if (static_cast<int64_t>(i) == last_backward && step.before_last_backward) step.before_last_backward();
       if (last) {
-        slot.output.backward();
+        slot.outputs.at(0).backward();
       } else {
-        torch::autograd::backward({slot.output}, {grad.to(slot.output.scalar_type())});
+        // An output may be an input passed on unchanged (the encoder-decoder's memory through a decoder
+        // stage): its gradient from the next stage then adds to what this stage's own use contributes.
+        std::vector<torch::Tensor> roots, root_grads;
+        for (size_t k = 0; k < slot.outputs.size(); ++k) {
+          if (!slot.outputs[k].requires_grad()) continue;
+          roots.push_back(slot.outputs[k]);
+          root_grads.push_back(grads[k].to(slot.outputs[k].scalar_type()));
+        }
+        torch::autograd::backward(roots, root_grads);
       }
-      if (!first) {
-        LOOM_CHECK(slot.input.grad().defined(), "pipeline stage ", stage, ": no gradient reached its input");
-        sends.push_back(pp_group.send_async(slot.input.grad().to(torch::kFloat).contiguous(),
-                                            static_cast<int>(stage - 1), kGradientTag));
+      for (size_t k = 0; k < slot.inputs.size(); ++k) {
+        const auto& grad = slot.inputs[k].grad();
+        LOOM_CHECK(grad.defined(), "pipeline stage ", stage, ": no gradient reached its input ", k);
+        sends.push_back(pp_group.send_async(grad.to(torch::kFloat).contiguous(), static_cast<int>(stage - 1),
+                                            tag_of(kGradientTag, k)));
       }
       slot = {};  // frees the micro-batch's activations
       local.busy_s += since(start);

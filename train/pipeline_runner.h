@@ -1,6 +1,7 @@
 // Runs one step's micro-batches through this rank's pipeline stage (parallel.pp > 1): the actions of the
-// schedule (parallel/pipeline_schedule.h) in order, hidden states (B, T, C) sent to the next stage after
-// each forward and their gradients sent back after each backward, point-to-point over the PP group.
+// schedule (parallel/pipeline_schedule.h) in order, the stage's outputs (a short list: the GPT's hidden
+// (B, T, C); the encoder-decoder's source and target sides) sent to the next stage after each forward and
+// their gradients sent back after each backward, point-to-point over the PP group.
 // Sends are asynchronous (a stage never waits for its neighbour to take a message); receives block, and
 // the time spent blocked is the stage's idle time, the pipeline bubble measured.
 // What a micro-batch's forward is belongs to the Task (Task::stage_forward); what the last stage
@@ -20,6 +21,9 @@ namespace loom {
 struct PipelineStep {
   bool train = true;  // false: forwards only (evaluation, under NoGradGuard)
   double label_smoothing = 0;
+  // The tokens micro-batch m's loss counts for (0: a stand-in run for an empty slice of the batch); empty:
+  // each batch's batch_tokens().
+  std::vector<int64_t> micro_tokens;
   // Last stage, training: the scalar to backpropagate for micro-batch m's mean loss.
   std::function<torch::Tensor(const torch::Tensor& loss, int64_t micro)> backward_loss;
   // Called just before this stage's last backward of the step (gradient sync overlapping it); may be empty.
@@ -32,7 +36,7 @@ struct PipelineStats {
   double idle_fraction() const { return busy_s + idle_s > 0 ? idle_s / (busy_s + idle_s) : 0.0; }
 };
 
-// Returns the sum over micro-batches of mean loss x batch_tokens on the last stage (a double scalar on
+// Returns the sum over micro-batches of mean loss x their tokens on the last stage (a double scalar on
 // `device`, not read back), zero on the others. `stage`/`stages`: this rank's place in `pp_group`.
 torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Communicator& pp_group,
                            PipelineSchedule schedule, torch::Device device, const PipelineStep& step,

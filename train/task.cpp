@@ -19,19 +19,12 @@ std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Commu
                                              static_cast<uint64_t>(tp->rank()));
 }
 
-torch::Tensor Task::stage_forward(const TaskBatch&, torch::Device, const torch::Tensor&, double) {
-  throw Error("pipeline parallelism (parallel.pp > 1) trains model.arch=gpt only");
-}
-
-std::vector<int64_t> Task::stage_output_shape(const TaskBatch&) const {
-  throw Error("pipeline parallelism (parallel.pp > 1) trains model.arch=gpt only");
-}
-
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data, const LoadedModel* trained,
                                 Communicator* tp, std::unique_ptr<LmBatches> lm_batches, int64_t pp_stage) {
   if (config.model.encoder_decoder()) {
     LOOM_CHECK(lm_batches == nullptr, "synthetic LM batches feed a gpt model only");
-    return make_translation_task(config, device, data, trained ? trained->translator : EncoderDecoder(nullptr), tp);
+    return make_translation_task(config, device, data, trained ? trained->translator : EncoderDecoder(nullptr), tp,
+                                 pp_stage);
   }
   return make_lm_task(config, device, data, trained ? trained->model : Gpt(nullptr), tp, std::move(lm_batches),
                       pp_stage);

@@ -55,11 +55,13 @@ class Task {
   TensorParallelRng* tp_rng() const { return tp_rng_.get(); }
 
   // Pipeline parallelism (the model is one stage of parallel.pp; train/pipeline_runner.h). This stage's
-  // forward of a batch: `input` is the previous stage's output (undefined on the first stage). Returns the
-  // mean loss as loss() does on the last stage, else what the next stage takes, of stage_output_shape().
-  virtual torch::Tensor stage_forward(const TaskBatch& batch, torch::Device device, const torch::Tensor& input,
-                                      double label_smoothing);
-  virtual std::vector<int64_t> stage_output_shape(const TaskBatch& batch) const;
+  // forward of a batch: `inputs` are the previous stage's outputs (empty on the first stage). Returns the
+  // mean loss as loss() does (a list of one) on the last stage, else what the next stage takes, of
+  // stage_output_shapes(): the GPT's hidden (B, T, C); the encoder-decoder's [source side (B, S, C),
+  // target side (B, T, C)]. Shapes follow the batch (pairs vary in B, S and T from batch to batch).
+  virtual std::vector<torch::Tensor> stage_forward(const TaskBatch& batch, torch::Device device,
+                                                   const std::vector<torch::Tensor>& inputs, double label_smoothing) = 0;
+  virtual std::vector<std::vector<int64_t>> stage_output_shapes(const TaskBatch& batch) const = 0;
   // A parameter held by both the first and the last stage (the tied token embedding) whose gradients must
   // be summed across them; undefined if none.
   virtual torch::Tensor stage_tied_parameter() { return {}; }
@@ -77,7 +79,7 @@ enum class TaskData { kTraining, kEvaluation };
 // The task of config.model.arch with its data opened and config.model.vocab_size resolved from it. The
 // model is `trained`'s, or else built afresh on `device` from torch::manual_seed(run.seed), split over the
 // TP group `tp` (null: whole; with parallel.sequence_parallel for a GPT), pipeline stage `pp_stage` of
-// parallel.pp (GPT only). lm_batches replaces data.train for a GPT (`loom bench`).
+// parallel.pp. lm_batches replaces data.train for a GPT (`loom bench`).
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
                                 const LoadedModel* trained = nullptr, Communicator* tp = nullptr,
                                 std::unique_ptr<LmBatches> lm_batches = nullptr, int64_t pp_stage = 0);

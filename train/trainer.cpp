@@ -215,7 +215,7 @@ double Trainer::forward_backward(PhaseClock& clock) {
   const double weight_per_token = static_cast<double>(mesh_.dp()) / static_cast<double>(step_tokens_);
   clock.lap(&StepPhases::data_s);
   if (mesh_.pp() > 1) {
-    const auto loss_sum = pipeline_forward_backward(batches, weight_per_token);
+    const auto loss_sum = pipeline_forward_backward(batches, tokens, weight_per_token);
     clock.lap(&StepPhases::backward_s);
     local_loss_sum_ = loss_sum.item<double>();  // zero on all but the last stage
     auto sums = loss_sum.cpu().reshape({1});
@@ -245,13 +245,14 @@ double Trainer::forward_backward(PhaseClock& clock) {
   return loss;
 }
 
-torch::Tensor Trainer::pipeline_forward_backward(const std::vector<TaskBatch>& batches, double weight_per_token) {
+torch::Tensor Trainer::pipeline_forward_backward(const std::vector<TaskBatch>& batches,
+                                                 const std::vector<int64_t>& tokens, double weight_per_token) {
   AutocastGuard autocast(config_.precision, device_);
   PipelineStep step;
   step.label_smoothing = config_.optim.label_smoothing;
+  step.micro_tokens = tokens;  // an empty slice's stand-in pair counts 0
   step.backward_loss = [&](const torch::Tensor& loss, int64_t m) {
-    const auto tokens = static_cast<double>(batch_tokens(batches[static_cast<size_t>(m)]));
-    return loss_scaler_.scale_loss(loss) * (tokens * weight_per_token);
+    return loss_scaler_.scale_loss(loss) * (static_cast<double>(tokens[static_cast<size_t>(m)]) * weight_per_token);
   };
   // A tied embedding's gradient is complete only once the first and last stage have summed theirs, so the
   // DP reduction cannot start during backward; otherwise it overlaps this stage's last backward.

@@ -61,7 +61,8 @@ class Trainer {
   void resume_or_start();
   double forward_backward(PhaseClock& clock);  // this rank's micro-batches; returns the global batch's mean loss
   // The pipeline's part of forward_backward (parallel.pp > 1): returns this rank's sum of loss x tokens.
-  torch::Tensor pipeline_forward_backward(const std::vector<TaskBatch>& batches, double weight_per_token);
+  torch::Tensor pipeline_forward_backward(const std::vector<TaskBatch>& batches, const std::vector<int64_t>& tokens,
+                                          double weight_per_token);
   Communicator& pp_group() const { return nccl_pp_group_ ? *nccl_pp_group_ : mesh_.pp_group(); }
   bool any_rank_stopping();
   void log_step(double loss, double lr, double grad_norm);

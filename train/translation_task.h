@@ -24,6 +24,10 @@ class TranslationTask : public Task {
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
   void load_weights(const std::filesystem::path& file) override;
   Communicator* tp_group() const override { return model_->tp_group(); }
+  std::vector<torch::Tensor> stage_forward(const TaskBatch& batch, torch::Device device,
+                                           const std::vector<torch::Tensor>& inputs, double label_smoothing) override;
+  std::vector<std::vector<int64_t>> stage_output_shapes(const TaskBatch& batch) const override;
+  torch::Tensor stage_tied_parameter() override { return model_->stage_tied_embedding(); }
 
   EncoderDecoder& encoder_decoder() { return model_; }
   const Seq2SeqSource& data() const { return *data_; }
@@ -34,8 +38,10 @@ class TranslationTask : public Task {
 };
 
 // Opens the config's pair source (training data only for TaskData::kTraining) and fills model.vocab_size
-// from it when it is 0. A fresh model is split over the TP group `tp` (null: whole).
+// from it when it is 0. A fresh model is split over the TP group `tp` (null: whole), as pipeline stage
+// `pp_stage` of parallel.pp.
 std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::Device device, TaskData data,
-                                                       EncoderDecoder trained, Communicator* tp = nullptr);
+                                                       EncoderDecoder trained, Communicator* tp = nullptr,
+                                                       int64_t pp_stage = 0);
 
 }  // namespace loom

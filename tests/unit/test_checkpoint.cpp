@@ -245,7 +245,7 @@ TEST_CASE("checkpoint: any DP size resumes it, another PP layout is refused", "[
   // the last of two stages takes block 1, the final norm and its copy of the tied embedding.
   const auto pp2 = tiny_config({"parallel.pp=2"});
   torch::manual_seed(5);
-  loom::Gpt last(pp2.model, loom::TensorParallelism{}, loom::gpt_stage(pp2.model, pp2.parallel, 1));
+  loom::Gpt last(pp2.model, loom::TensorParallelism{}, loom::model_stage(pp2.model, pp2.parallel, 1));
   CHECK(loom::load_checkpoint(run, 3, loom::Mesh(pp2, 2, 1), {*last}).step == 3);
   for (const auto& p : last->named_parameters())
     CHECK(p.value().equal(t.model->named_parameters()[p.key()]));

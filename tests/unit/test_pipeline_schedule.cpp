@@ -1,12 +1,14 @@
 // Pipeline parallelism without communication: how stages split the blocks, the action order of the GPipe
 // and 1F1B schedules (every micro-batch forward then backward once, 1F1B's bounded number in flight), a
 // timing simulation of the schedules that finishes (no stage waits forever) in exactly the ideal time
-// (m + p - 1)(t_f + t_b) with the bubble (p - 1) / (m + p - 1), and GPT stages built from one seed that
-// chained together compute exactly the whole model.
+// (m + p - 1)(t_f + t_b) with the bubble (p - 1) / (m + p - 1), and GPT and encoder-decoder stages built
+// from one seed that chained together compute exactly the whole model.
 #include <algorithm>
 #include <map>
 
 #include "core/config.h"
+#include "models/encoder_decoder.h"
+#include "models/estimates.h"
 #include "models/gpt.h"
 #include "parallel/pipeline_schedule.h"
 #include "test_util.h"
@@ -172,7 +174,7 @@ TEST_CASE("GPT pipeline stages drawn from one seed chain into exactly the whole 
     std::vector<loom::Gpt> stages;
     for (int64_t s = 0; s < 3; ++s) {
       torch::manual_seed(3);
-      stages.emplace_back(config.model, loom::TensorParallelism{}, loom::gpt_stage(config.model, config.parallel, s));
+      stages.emplace_back(config.model, loom::TensorParallelism{}, loom::model_stage(config.model, config.parallel, s));
     }
     CHECK(stages[1]->n_blocks() == 3);
     const auto whole_params = whole->named_parameters();
@@ -193,5 +195,67 @@ TEST_CASE("GPT pipeline stages drawn from one seed chain into exactly the whole 
     x = stages[1]->forward_stage({}, x);
     x = stages[2]->forward_stage({}, x);
     CHECK(torch::allclose(x, whole->forward(tokens), 0, 1e-6));
+  }
+}
+
+TEST_CASE("encoder-decoder pipeline stages split encoder then decoder blocks and chain into the whole model") {
+  for (bool pre_norm : {false, true}) {
+    std::vector<std::string> sets = {"model.arch=transformer", "model.vocab_size=40", "model.d_model=32",
+                                     "model.n_encoder_layers=2", "model.n_layers=3", "model.n_heads=4",
+                                     "model.max_seq_len=16", "data.seq_len=16", "model.dropout=0",
+                                     "model.position=sinusoidal", "model.norm_position=post", "parallel.pp=3",
+                                     "parallel.pp_layers=[1, 2, 2]"};
+    if (pre_norm)
+      for (const char* s : {"model.norm_position=pre", "model.position=learned", "model.tie_embeddings=false"})
+        sets.push_back(s);
+    const auto config = loom::parse_config("", "x.yaml", sets);
+    CHECK(config.model.pipeline_layers() == 5);
+    torch::manual_seed(3);
+    loom::EncoderDecoder whole(config.model);
+    std::vector<loom::EncoderDecoder> stages;
+    for (int64_t s = 0; s < 3; ++s) {
+      torch::manual_seed(3);
+      stages.emplace_back(config.model, loom::TensorParallelism{}, loom::model_stage(config.model, config.parallel, s));
+      // The closed-form count `loom info` prints per stage is what the stage holds.
+      int64_t numel = 0;
+      for (const auto& p : stages.back()->parameters()) numel += p.numel();
+      CHECK(numel == loom::count_stage_parameters(config, s));
+    }
+    // Stage 0: encoder block 0; stage 1: encoder block 1 (and the pre-norm encoder's final norm) and decoder
+    // block 0; stage 2: decoder blocks 1 and 2, the head.
+    const auto b = loom::stage_block_counts(config, 1);
+    CHECK((b.encoder == 1 && b.decoder == 1 && b.ends_encoder));
+    CHECK(stages[0]->n_encoder_blocks() == 1);
+    CHECK(stages[0]->n_decoder_blocks() == 0);
+    CHECK(stages[1]->named_parameters().contains("encoder.1.ln1.weight"));
+    CHECK(stages[1]->named_parameters().contains("decoder.0.cross_attention.qkv.weight"));
+    CHECK(stages[1]->named_parameters().contains("encoder_norm.weight") == pre_norm);
+    CHECK(stages[2]->named_parameters().contains("decoder.2.ln1.weight"));
+    CHECK(!stages[1]->named_parameters().contains("token_embedding.weight"));
+    const auto whole_params = whole->named_parameters();
+    size_t held = 0;
+    for (auto& stage : stages)
+      for (const auto& p : stage->named_parameters()) {
+        REQUIRE(whole_params.contains(p.key()));
+        CHECK(torch::equal(p.value(), whole_params[p.key()]));
+        ++held;
+      }
+    // Every parameter once, plus the last stage's copy of a tied embedding (source and target embedding
+    // both on the first stage).
+    CHECK(held == whole_params.size() + (pre_norm ? 0 : 1));
+    CHECK(stages[2]->stage_tied_embedding().defined() == !pre_norm);
+    CHECK(!stages[1]->stage_tied_embedding().defined());
+    auto source = torch::randint(3, 40, {3, 7}, torch::kLong);
+    auto target = torch::randint(3, 40, {3, 5}, torch::kLong);
+    auto lengths = torch::tensor({7, 4, 2}, torch::kLong);
+    const auto padding = loom::padding_mask(lengths, 7);
+    auto x = stages[0]->forward_stage(source, padding, target, {});
+    REQUIRE(x.size() == 2);
+    CHECK(x[0].sizes() == torch::IntArrayRef{3, 7, 32});
+    CHECK(x[1].sizes() == torch::IntArrayRef{3, 5, 32});
+    x = stages[1]->forward_stage({}, padding, {}, x);
+    x = stages[2]->forward_stage({}, padding, {}, x);
+    REQUIRE(x.size() == 1);
+    CHECK(torch::allclose(x[0], whole->forward(source, lengths, target), 0, 1e-5));
   }
 }
