@@ -103,9 +103,6 @@ double measure_gemm_gflops(torch::Device device, const std::string& dtype, int64
 BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchOptions& options) {
   LOOM_CHECK(options.steps > 0, "--steps must be at least 1");
   LOOM_CHECK(options.warmup >= 0, "--warmup must not be negative");
-  if (config.model.encoder_decoder())
-    throw ConfigError(config.where("model.arch") + ": model.arch: loom bench measures the gpt language model only, not " +
-                      config.model.arch);
   if (config.model.vocab_size <= 0)
     throw ConfigError(config.where("model.vocab_size") +
                       ": model.vocab_size: loom bench trains on synthetic tokens and needs it set (--set model.vocab_size=N)");
@@ -113,9 +110,23 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   config.data.train.clear();
   config.data.valid.clear();
   config.model.init_from.clear();
-  Trainer trainer(config, processes,
-                  std::make_unique<SyntheticBatches>(static_cast<uint64_t>(config.run.seed), config.data.seq_len,
-                                                     config.model.vocab_size));
+  std::unique_ptr<LmBatches> lm_batches;
+  if (config.model.encoder_decoder()) {
+    // Synthetic copy pairs of seq_len - 1 tokens over the whole vocabulary, train.batch_size per step: the
+    // source, the decoder input (bos + target) and the labels (target + eos) are all seq_len long.
+    if (config.data.seq_len < 2 || config.data.seq_len > config.model.max_seq_len)
+      throw ConfigError(config.where("data.seq_len") + ": data.seq_len: loom bench of a transformer trains on pairs of " +
+                        "data.seq_len tokens, which must be in [2, model.max_seq_len=" +
+                        std::to_string(config.model.max_seq_len) + "]");
+    config.data.synthetic = "copy";
+    config.data.synthetic_vocab = config.model.vocab_size;
+    config.data.synthetic_min_len = config.data.synthetic_max_len = config.data.seq_len - 1;
+    config.train.batch_tokens = 0;
+  } else {
+    lm_batches = std::make_unique<SyntheticBatches>(static_cast<uint64_t>(config.run.seed), config.data.seq_len,
+                                                    config.model.vocab_size);
+  }
+  Trainer trainer(config, processes, std::move(lm_batches));
   trainer.synchronize_phases(true);
   const torch::Device device = trainer.device();
 

@@ -1,4 +1,5 @@
-// `loom bench`: the real Trainer step on synthetic random tokens (no data files), timed after warm-up
+// `loom bench`: the real Trainer step on synthetic random tokens (no data files; a transformer gets copy
+// pairs of data.seq_len tokens, counted as target tokens), timed after warm-up
 // steps, against a matrix-product ceiling measured in the same process, dtype and thread count. What it
 // reports: throughput, the median step, MFU (model FLOPs per second / that ceiling), peak memory, where a
 // step's time goes (the Trainer's own phase timer) and the share of it outside matrix products; with a

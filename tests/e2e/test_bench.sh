@@ -53,6 +53,33 @@ for mode in ("full", "selective"):
     assert r["final_loss"] == again["final_loss"], (mode, r["final_loss"], again["final_loss"])
 PY
 
+# The caching CPU allocator (the default) trains bit for bit as malloc does and counts the bytes in tensors.
+bench --set runtime.cpu_allocator=system > "$WORK/system.json"
+# The encoder-decoder: copy pairs of data.seq_len tokens, batch_size pairs per step.
+seq2seq=(--set model.vocab_size=64 --set data.seq_len=12 --set train.batch_size=6)
+"$LOOM" bench "$SRC/configs/reverse-synthetic.yaml" "${seq2seq[@]}" --steps 3 --warmup 1 --json > "$WORK/seq2seq.json"
+"$LOOM" info "$SRC/configs/reverse-synthetic.yaml" "${seq2seq[@]}" --json > "$WORK/seq2seq-info.json"
+# ... which is `loom train` on those pairs: the same loss after the same 4 steps.
+"$LOOM" train "$SRC/configs/reverse-synthetic.yaml" "${seq2seq[@]}" --set run.dir="$WORK/seq2seq-train" --set data.synthetic=copy \
+  --set data.synthetic_vocab=64 --set data.synthetic_min_len=11 --set data.synthetic_max_len=11 --set train.max_steps=4 \
+  --set train.log_every=1 --set train.eval_every=0 --set checkpoint.every=0 > /dev/null 2>&1 || fail "loom train copy pairs"
+python3 - "$WORK" <<'PY' || fail "loom bench: allocator, transformer"
+import json, math, sys
+work = sys.argv[1]
+cached, system = (json.load(open(f"{work}/{name}.json")) for name in ("fp32-again", "system"))
+assert system["final_loss"] == cached["final_loss"], (system["final_loss"], cached["final_loss"])
+assert system["peak_allocated_mb"] is None
+assert 0 < cached["peak_allocated_mb"] < cached["peak_memory_mb"], (cached["peak_allocated_mb"], cached["peak_memory_mb"])
+r, info = json.load(open(f"{work}/seq2seq.json")), json.load(open(f"{work}/seq2seq-info.json"))
+assert r["tokens_per_step"] == 6 * 12, r["tokens_per_step"]
+assert r["parameters"] == info["parameters"] and math.isclose(r["flops_per_token"], info["flops_per_token"]), (r, info)
+assert math.isclose(r["tokens_per_s"], r["tokens_per_step"] / (r["step_ms_mean"] / 1e3), rel_tol=1e-9)
+trained = [row for row in map(json.loads, open(f"{work}/seq2seq-train/metrics.jsonl")) if row["split"] == "train"]
+assert trained[-1]["step"] == 4 and math.isclose(r["final_loss"], trained[-1]["loss"], rel_tol=1e-6), (r["final_loss"], trained[-1])
+print(f"transformer {r['tokens_per_s']:.0f} tok/s, loss {r['final_loss']:.4f}; allocator: cached "
+      f"{cached['peak_allocated_mb']:.1f} MB in tensors of {cached['peak_memory_mb']:.1f} MB resident")
+PY
+
 set +e
 out=$("$LOOM" bench "$SRC/tests/e2e/tiny.yaml" --steps 2 2>&1); code=$?
 set -e
