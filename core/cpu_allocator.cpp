@@ -21,8 +21,6 @@ struct alignas(64) CachingCpuAllocator::Header {
 
 namespace {
 
-uint64_t generation = 0;  // advanced by trim(), under the allocator's mutex
-
 void* data_of(void* header) { return static_cast<char*>(header) + 64; }  // sizeof(Header)
 
 }  // namespace
@@ -52,8 +50,10 @@ c10::DataPtr CachingCpuAllocator::allocate(size_t bytes) {
   const bool cached = total >= kMinCachedBytes;
   const size_t capacity = cached ? size_class(total) : total;
   Header* header = nullptr;
+  uint64_t now = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    now = generation_;
     stats_.allocated += static_cast<int64_t>(bytes);
     stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
     if (cached) {
@@ -64,17 +64,26 @@ c10::DataPtr CachingCpuAllocator::allocate(size_t bytes) {
         stats_.cached -= static_cast<int64_t>(capacity);
         stats_.reused += 1;
       } else {
+        // New memory for a size the cache lacks: first let go of the blocks this step has not reused (with
+        // varying shapes, last step's sizes), so the cache never holds them on top of this step's own.
         stats_.fresh += 1;
+        release_stale();
       }
     }
     if (header != nullptr) {
       header->requested = bytes;
-      header->taken = generation;
+      header->taken = now;
     }
   }
   if (header == nullptr) {
-    header = static_cast<Header*>(take(capacity));
-    *header = Header{this, cached ? capacity : 0, bytes, generation};
+    try {
+      header = static_cast<Header*>(take(capacity));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.allocated -= static_cast<int64_t>(bytes);  // nothing was allocated
+      throw;
+    }
+    *header = Header{this, cached ? capacity : 0, bytes, now};
   }
   void* data = data_of(header);
   return {data, data, &free_block, cpu};
@@ -103,15 +112,20 @@ void CachingCpuAllocator::copy_data(void* dest, const void* src, size_t count) c
 
 void CachingCpuAllocator::trim() {
   std::lock_guard<std::mutex> lock(mutex_);
+  release_stale();
+  generation_ += 1;
+}
+
+void CachingCpuAllocator::release_stale() {
   for (auto& [capacity, blocks] : free_) {
-    const auto unused = std::partition(blocks.begin(), blocks.end(), [](const Header* h) { return h->taken == generation; });
+    const auto unused =
+        std::partition(blocks.begin(), blocks.end(), [this](const Header* h) { return h->taken == generation_; });
     for (auto it = unused; it != blocks.end(); ++it) {
       stats_.cached -= static_cast<int64_t>(capacity);
       c10::free_cpu(*it);
     }
     blocks.erase(unused, blocks.end());
   }
-  generation += 1;
 }
 
 void CachingCpuAllocator::release_all() {

@@ -5,8 +5,9 @@
 // Here a freed block of 256 KiB or more is kept in a free list of its size class (8 classes per power of
 // two, so at most 12.5% of a block is slack) and handed out again for a request of that class; smaller
 // requests go to malloc. trim() (the Trainer calls it after every step) returns to the system the cached
-// blocks that were not reused since the previous trim, so variable batch shapes (translation) cannot grow
-// the cache beyond what one step uses. It also counts the bytes in tensors (current and peak), which
+// blocks that were not reused since the previous trim, and a request the cache cannot serve first frees
+// the blocks not yet reused in this step, so variable batch shapes (translation) cannot pile up blocks of
+// old sizes. It also counts the bytes in tensors (current and peak), which
 // `loom bench` reports as peak_allocated_mb next to the process's peak RSS.
 #pragma once
 #include <c10/core/Allocator.h>
@@ -47,10 +48,12 @@ class CachingCpuAllocator final : public c10::Allocator {
   static void free_block(void* data);
   void give_back(Header* header);
   void* take(size_t capacity);
+  void release_stale();  // frees the cached blocks not handed out in this generation; under mutex_
 
   mutable std::mutex mutex_;
   std::unordered_map<size_t, std::vector<Header*>> free_;  // size class -> free blocks
   CpuMemoryStats stats_;
+  uint64_t generation_ = 0;  // advanced by trim()
 };
 
 // Makes `kind` ("caching" or "system") the allocator of new CPU tensors; the first call with "caching"

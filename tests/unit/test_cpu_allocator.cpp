@@ -77,6 +77,20 @@ TEST_CASE("trim frees what the last step did not reuse and keeps what it did", "
   CHECK(allocator.stats().cached == 0);
 }
 
+TEST_CASE("a size the cache lacks first frees the blocks this step has not reused", "[allocator]") {
+  CachingCpuAllocator allocator;
+  { auto a = allocator.allocate(2 << 20), b = allocator.allocate(5 << 20); }
+  allocator.trim();  // the next step begins: both are stale until reused
+  {
+    auto a = allocator.allocate(2 << 20);  // reused: no longer stale
+    CHECK(allocator.stats().reused == 1);
+    auto c = allocator.allocate(9 << 20);  // a new size: the stale 5 MiB block goes back to the system
+    CHECK(allocator.stats().cached == 0);
+  }
+  CHECK(allocator.stats().cached == static_cast<int64_t>(CachingCpuAllocator::size_class((2 << 20) + 64) +
+                                                         CachingCpuAllocator::size_class((9 << 20) + 64)));
+}
+
 TEST_CASE("a model trained through the caching allocator equals one trained through malloc", "[allocator]") {
   // Losses after a few AdamW steps: any block handed out while still in use, or read before written,
   // would change them.
