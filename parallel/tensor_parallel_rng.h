@@ -3,7 +3,8 @@
 // rank, or the replicas drift apart: it uses the device's default generator, seeded alike everywhere.
 // Dropout on activations a rank holds only its part of (attention probabilities of its own heads, sequence
 // shards under sequence parallelism) must draw different masks on different ranks, or the ranks' parts
-// are dropped in lockstep: it uses this stream, seeded from run.seed and the TP rank. fork() switches the
+// are dropped in lockstep: it uses this stream, seeded from run.seed, the TP rank and the pipeline stage
+// (two stages' sharded activations must not be dropped in lockstep either). fork() switches the
 // device's default generator to this stream for a scope (so any op's draws, SDPA's dropout included, come
 // from it) and back after. The stream's state is saved in checkpoints so that resume stays exact.
 #pragma once
@@ -16,8 +17,15 @@ namespace loom {
 
 class TensorParallelRng {
  public:
-  // seed: run.seed + kSeedOffset + tp_rank (Megatron's tensor-model-parallel seed).
+  // seed: stream_seed(run.seed, tp_rank, pp_rank), Megatron's tensor-model-parallel seed
+  // (megatron/core/tensor_parallel/random.py, with the 100-per-pipeline-rank offset of its initialize.py).
   static constexpr uint64_t kSeedOffset = 2718;
+  static constexpr uint64_t kPipelineSeedStride = 100;
+  // run_seed + 2718 + tp_rank + 100 * pp_rank: stage 0 keeps the seed of a run without pipeline
+  // parallelism, so its checkpoints resume on the same stream.
+  static uint64_t stream_seed(uint64_t run_seed, int64_t tp_rank, int64_t pp_rank) {
+    return run_seed + kSeedOffset + static_cast<uint64_t>(tp_rank) + kPipelineSeedStride * static_cast<uint64_t>(pp_rank);
+  }
   explicit TensorParallelRng(uint64_t seed) : seed_(seed) {}
 
   // While alive, `device`'s default generator draws from this stream; the default stream is put back after.

@@ -12,11 +12,12 @@ int64_t batch_tokens(const TaskBatch& batch) {
   return std::get<Seq2SeqBatch>(batch).target_tokens();
 }
 
-std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Communicator* tp) {
+std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Communicator* tp, int64_t pp_stage) {
   if (tp == nullptr || tp->size() == 1) return nullptr;
-  // Megatron's tensor-model-parallel seed: every TP rank its own stream, alike across DP replicas.
-  return std::make_unique<TensorParallelRng>(static_cast<uint64_t>(config.run.seed) + TensorParallelRng::kSeedOffset +
-                                             static_cast<uint64_t>(tp->rank()));
+  // Megatron's tensor-model-parallel seed: every TP rank and pipeline stage its own stream, alike across
+  // DP replicas.
+  return std::make_unique<TensorParallelRng>(
+      TensorParallelRng::stream_seed(static_cast<uint64_t>(config.run.seed), tp->rank(), pp_stage));
 }
 
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data, const LoadedModel* trained,

@@ -70,8 +70,9 @@ class Task {
   std::unique_ptr<TensorParallelRng> tp_rng_;
 };
 
-// The TP dropout stream of this rank of `tp`, seeded from run.seed and the rank; null for no TP.
-std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Communicator* tp);
+// The TP dropout stream of this rank of `tp` in pipeline stage `pp_stage`, seeded from run.seed, the TP
+// rank and the stage (TensorParallelRng::stream_seed); null for no TP.
+std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Communicator* tp, int64_t pp_stage = 0);
 
 // Which data a task opens: training (data.train required, data.valid if given) or evaluation only.
 enum class TaskData { kTraining, kEvaluation };

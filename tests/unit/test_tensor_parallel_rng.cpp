@@ -10,6 +10,7 @@
 #include "models/gpt.h"
 #include "parallel/tensor_parallel_rng.h"
 #include "test_util.h"
+#include "train/task.h"
 
 namespace {
 
@@ -101,4 +102,37 @@ TEST_CASE("tensor parallel dropout: replicated activations drop alike on every r
     // The default stream was not drawn from: the residual dropout used the TP stream.
     CHECK(default_state().equal(default_before) == (n > 1));
   }
+}
+
+TEST_CASE("tensor parallel dropout: every pipeline stage draws its own masks, stage 0 those of a run without stages",
+          "[tp]") {
+  // Megatron's seed: run.seed + 2718 + tp_rank + 100 * pp_rank.
+  CHECK(loom::TensorParallelRng::stream_seed(7, 1, 0) == 7 + 2718 + 1);
+  CHECK(loom::TensorParallelRng::stream_seed(7, 1, 3) == 7 + 2718 + 1 + 300);
+  auto group = tp_group();
+  auto& g = *group;
+  loom::Config config;
+  config.run.seed = 7;
+  auto stage0 = loom::make_tp_rng(config, &g, 0), stage1 = loom::make_tp_rng(config, &g, 1),
+       stage0_again = loom::make_tp_rng(config, &g, 0);
+  if (g.size() == 1) {  // no tensor parallelism: no second stream
+    CHECK(stage0 == nullptr);
+    return;
+  }
+  const auto rank = static_cast<uint64_t>(g.rank());
+  CHECK(stage0->seed() == 7 + loom::TensorParallelRng::kSeedOffset + rank);  // the seed before stages had one
+  CHECK(stage1->seed() == 7 + loom::TensorParallelRng::kSeedOffset + rank + 100);
+  // The same block (weights, input, default stream) on two stages: attention dropout of this rank's heads
+  // draws from the stage's stream, so the stages drop different probabilities and the same stage the same.
+  torch::manual_seed(100);
+  const auto x = torch::randn({2, 8, 16});
+  auto forward = [&](loom::TensorParallelRng* rng) {
+    auto block = make_block(g, rng, /*sequence_parallel=*/false, 0.0, 0.5);
+    block->train();
+    torch::manual_seed(200);
+    return block->forward(x).detach();
+  };
+  const auto y0 = forward(stage0.get()), y1 = forward(stage1.get()), y0_again = forward(stage0_again.get());
+  CHECK(y0.equal(y0_again));
+  CHECK(!y0.equal(y1));
 }
