@@ -206,13 +206,6 @@ void validate(const Config& c) {
   if (p.sequence_parallel && p.tp > 1 && c.data.seq_len > 0)
     check.require(c.data.seq_len % p.tp == 0, "data.seq_len", c.data.seq_len,
                   " must be a multiple of parallel.tp=", p.tp, " with parallel.sequence_parallel (each rank keeps 1/tp of the positions)");
-  check.require(!(p.sequence_parallel && p.tp > 1 && p.pp > 1), "parallel.sequence_parallel",
-                "does not combine with pipeline parallelism (parallel.pp > 1) yet: turn one of them off");
-  check.require(p.tp == 1 || m.init_from.empty(), "model.init_from",
-                "starting a parallel.tp > 1 run from a weights file is not available yet: start it with parallel.tp=1");
-  check.require(p.pp == 1 || m.init_from.empty(), "model.init_from",
-                "starting a parallel.pp > 1 run from a weights file is not available yet: start it with parallel.pp=1 "
-                "and resume its checkpoint with parallel.pp > 1");
   // The encoder-decoder's pipeline splits its encoder blocks then its decoder blocks into the stages.
   const std::string pipeline_blocks = m.encoder_decoder() ? "model.n_encoder_layers + model.n_layers" : "model.n_layers";
   if (p.pp >= 1 && m.n_layers > 0)

@@ -116,9 +116,13 @@ torch::Tensor GptImpl::head(const torch::Tensor& hidden) {
 const torch::Tensor& GptImpl::head_weight() const { return lm_head_ ? lm_head_->weight : token_embedding_->weight; }
 
 torch::Tensor GptImpl::forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden) {
-  auto x = stage_.first ? embed(tokens, 0) : hidden;  // (B, T, C)
+  auto x = stage_.first ? embed(tokens, 0) : hidden;  // hidden_shape(B, T)
   for (auto& block : blocks_) x = block->forward(x);
   return stage_.last ? head(x) : x;
+}
+
+std::vector<int64_t> GptImpl::hidden_shape(int64_t B, int64_t T) const {
+  return {B, tp_.sequence_parallel ? T / tp_size(tp_.group) : T, config_.d_model};
 }
 
 torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches) {

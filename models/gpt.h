@@ -49,8 +49,11 @@ class GptImpl : public torch::nn::Module {
   // the caches have seen. The whole model only.
   torch::Tensor forward(const torch::Tensor& tokens, std::vector<KVCache>* caches = nullptr);
   // A pipeline stage's forward: the first stage embeds tokens (B, T), the others take the previous stage's
-  // hidden (B, T, C); the last returns logits as forward() does, the others their hidden (B, T, C).
+  // hidden of hidden_shape(); the last returns logits as forward() does, the others their hidden.
   torch::Tensor forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden);
+  // What passes between blocks (and pipeline stages) for B sequences of T tokens: (B, T, C), or with
+  // sequence parallelism this rank's positions (B, T / tp, C), as Megatron sends them between stages.
+  std::vector<int64_t> hidden_shape(int64_t B, int64_t T) const;
 
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position);  // (B, T) -> (B, T or T / tp, C)
   torch::Tensor head(const torch::Tensor& hidden);  // (B, T or T / tp, C) -> (B, T, V or V_r)

@@ -5,6 +5,7 @@
 
 #include "core/config_fields.h"
 #include "core/error.h"
+#include "parallel/tensor_parallel.h"
 
 namespace loom {
 namespace {
@@ -92,6 +93,23 @@ bool ignorable(WeightNames names, const ModelConfig& c, const std::string& name)
   return ends_with("rotary_emb.inv_freq");
 }
 
+// Under pipeline parallelism: a parameter of the whole model (in loom's names) that another stage holds.
+bool held_by_another_stage(GptImpl& model, const std::map<std::string, torch::Tensor>& params,
+                           const std::string& name) {
+  const GptStage& stage = model.stage();
+  if ((stage.first && stage.last) || params.count(name) > 0) return false;
+  const std::string blocks = "blocks.";
+  if (name.rfind(blocks, 0) == 0) {
+    const auto dot = name.find('.', blocks.size());
+    const std::string index = name.substr(blocks.size(), dot == std::string::npos ? dot : dot - blocks.size());
+    if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) return false;
+    const int64_t i = std::stoll(index);
+    return i < model.config().n_layers && (i < stage.first_block || i >= stage.end_block);
+  }
+  const std::string top = name.substr(0, name.find('.'));
+  return top == "token_embedding" || top == "position_embedding" || top == "final_norm" || top == "lm_head";
+}
+
 }  // namespace
 
 WeightNames weight_names(const ModelConfig& c) {
@@ -139,14 +157,31 @@ void import_weights(GptImpl& model, const SafetensorsFile& file, const std::stri
   std::map<std::string, torch::Tensor> stored;
   for (const auto& [name, tensor] : file.tensors) stored[key(name)] = tensor;
 
+  // The file holds the whole model. A pipeline stage takes only its own parameters; a tensor-parallel
+  // parameter is assembled at its full size and then cut into this rank's shard (ShardLayout), so that
+  // every layout starts from the same weights.
   const auto params = parameters_by_name(model);
+  const auto layouts = shard_layouts(model);
+  Communicator* tp = model.tp_group();
+  std::map<std::string, torch::Tensor> full;  // the sharded parameters at full size, on the CPU
+  for (const auto& [name, layout] : layouts) {
+    auto shape = params.at(name).sizes().vec();
+    shape[static_cast<size_t>(layout.dim)] = 0;
+    for (const int64_t section : layout.sections) shape[static_cast<size_t>(layout.dim)] += section;
+    full[name] = torch::empty(shape, params.at(name).options().device(torch::kCPU));
+  }
   torch::NoGradGuard no_grad;
   for (const auto& piece : pieces(c, model)) {
     auto found = stored.find(key(piece.name));
+    if (params.count(piece.param) == 0) {  // another pipeline stage's
+      if (found != stored.end()) stored.erase(found);
+      continue;
+    }
     LOOM_CHECK(found != stored.end(), source, ": no tensor ", piece.name, " (the model.* config names its weights as ",
                family, ", see models/hf_weights.h)");
     const torch::Tensor& t = found->second;
-    auto target = slice(params.at(piece.param), piece);
+    const auto whole = full.find(piece.param);
+    auto target = slice(whole != full.end() ? whole->second : params.at(piece.param), piece);
     const auto expected = piece.transpose ? target.t().sizes() : target.sizes();
     LOOM_CHECK(t.sizes() == expected, source, ": tensor ", piece.name, " has shape ", t.sizes(),
                " but the model.* config needs ", expected);
@@ -155,8 +190,11 @@ void import_weights(GptImpl& model, const SafetensorsFile& file, const std::stri
     target.copy_(piece.transpose ? t.t() : t);
     stored.erase(found);
   }
+  for (const auto& [name, whole] : full)
+    params.at(name).copy_(take_shard(whole, layouts.at(name), tp_size(tp), tp != nullptr ? tp->rank() : 0));
   for (const auto& [name, tensor] : stored)
-    LOOM_CHECK(ignorable(names, c, name), source, ": tensor ", name, " has no place in the model (", family,
+    LOOM_CHECK(ignorable(names, c, name) || (names == WeightNames::kLoom && held_by_another_stage(model, params, name)),
+               source, ": tensor ", name, " has no place in the model (", family,
                " names; does the model.* config match the file?)");
 }
 

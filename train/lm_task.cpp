@@ -46,7 +46,7 @@ std::vector<torch::Tensor> LmTask::stage_forward(const TaskBatch& batch, torch::
     return {linear_cross_entropy(hidden.flatten(0, 1), model_->head_weight(), b.targets.to(device).flatten(),
                                  loss_chunk_tokens_, label_smoothing, kIgnoreIndex, model_->tp_group())};
   }
-  // (B, T, V), or this TP rank's vocabulary slice (B, T, V_r), on the last stage; (B, T, C) before it.
+  // (B, T, V), or this TP rank's vocabulary slice (B, T, V_r), on the last stage; hidden_shape() before it.
   auto out = model_->forward_stage(stage.first ? b.inputs.to(device) : torch::Tensor(),
                                    stage.first ? torch::Tensor() : inputs.at(0));
   if (!stage.last) return {out};
@@ -56,7 +56,7 @@ std::vector<torch::Tensor> LmTask::stage_forward(const TaskBatch& batch, torch::
 
 std::vector<std::vector<int64_t>> LmTask::stage_output_shapes(const TaskBatch& batch) const {
   const auto& b = std::get<LmBatch>(batch);
-  return {{b.inputs.size(0), b.inputs.size(1), model_->config().d_model}};
+  return {model_->hidden_shape(b.inputs.size(0), b.inputs.size(1))};
 }
 
 void LmTask::load_weights(const fs::path& file) { load_weights_file(*model_, file); }
@@ -84,7 +84,7 @@ std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskD
   if (!trained) {
     // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
     torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-    tp_rng = make_tp_rng(config, tp);
+    tp_rng = make_tp_rng(config, tp, pp_stage);
     trained = Gpt(config.model, TensorParallelism{tp, tp_rng.get(), config.parallel.sequence_parallel},
                   model_stage(config.model, config.parallel, pp_stage));
     trained->to(device);

@@ -59,8 +59,9 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Co
     const auto& action = actions[i];
     auto& slot = in_flight[static_cast<size_t>(action.micro)];
     const auto& batch = batches[static_cast<size_t>(action.micro)];
-    // What passes between stages has the shapes the batch gives (stage_output_shapes), sent in fp32
-    // whatever autocast computed in.
+    // What passes between stages has the shapes the batch gives (stage_output_shapes: the GPT's (B, T, C),
+    // or a TP rank's sequence shard (B, T / tp, C) under sequence parallelism), sent in fp32 whatever
+    // autocast computed in.
     if (action.kind == PipelineAction::kForward) {
       if (!first) {
         const auto shapes = task.stage_output_shapes(batch);

@@ -1,7 +1,8 @@
 // Runs one step's micro-batches through this rank's pipeline stage (parallel.pp > 1): the actions of the
 // schedule (parallel/pipeline_schedule.h) in order, the stage's outputs (a short list: the GPT's hidden
-// (B, T, C); the encoder-decoder's source and target sides) sent to the next stage after each forward and
-// their gradients sent back after each backward, point-to-point over the PP group.
+// (B, T, C), or this TP rank's (B, T / tp, C) under sequence parallelism; the encoder-decoder's source and
+// target sides) sent to the next stage after each forward and their gradients sent back after each
+// backward, point-to-point over the PP group.
 // Sends are asynchronous (a stage never waits for its neighbour to take a message); receives block, and
 // the time spent blocked is the stage's idle time, the pipeline bubble measured.
 // What a micro-batch's forward is belongs to the Task (Task::stage_forward); what the last stage

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Tensor x pipeline parallelism beyond test_pipeline_parallel.sh, on a LLaMA-style model (RMSNorm, RoPE,
+# SwiGLU, untied head, 4 query heads sharing 2 KV heads) and the GPT recipe (tied embeddings), TP=2 x PP=2
+# on 4 ranks:
+#   - dropout on (each stage's own TP dropout stream): steps 1-10 then 11-20 give exactly the losses of 20
+#     uninterrupted steps, without and with sequence parallelism;
+#   - sequence parallelism with stages (each TP rank sends its (B, T/2, C) shard to the next stage): the
+#     single-process losses within 1e-5 (fp32, dropout off, 10 steps), and its checkpoint resumes as one
+#     process on the single-process 20-step curve;
+#   - model.init_from a safetensors file (Hugging Face names): every rank loads its stage's part and its TP
+#     shard of the whole file, and trains as one process started from the same file does.
+source "$(dirname "$0")/common.sh"
+llama=(--set model.norm=rmsnorm --set model.position=rope --set model.activation=swiglu --set model.bias=false
+       --set model.tie_embeddings=false --set model.n_heads=4 --set model.n_kv_heads=2 --set model.d_ff=176)
+tp2pp2=(--set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=1 --set parallel.microbatches=2)
+ten=(--set model.dropout=0 --set train.max_steps=10 --set schedule.total_steps=10 --set train.micro_batch_size=0
+     --set train.eval_every=5)
+single_train() {  # single_train RUN_DIR [--set ...]: one process, the batch in two micro-batches as the pipeline
+  local dir=$1; shift
+  tiny_train "$dir" --set train.micro_batch_size=8 "$@" >"$dir.log" 2>&1 || { tail -20 "$dir.log"; fail "$dir failed"; }
+}
+resumed_from_10() { grep -q "resumed from .*/checkpoints/10" "$1.log" || fail "$1 did not resume from step 10"; }
+
+# Exact resume under TP=2 x PP=2 with dropout 0.1.
+resume=(--set train.max_steps=20 --set schedule.total_steps=20 --set train.micro_batch_size=0 --set model.dropout=0.1
+        "${llama[@]}" "${tp2pp2[@]}")
+for sp in false true; do
+  mpi_train 4 "$WORK/reference-$sp" "${resume[@]}" --set parallel.sequence_parallel=$sp || fail "TP2xPP2 reference failed"
+  mpi_train 4 "$WORK/resumed-$sp" "${resume[@]}" --set parallel.sequence_parallel=$sp --set train.max_steps=10 \
+    || fail "TP2xPP2 first half failed"
+  mpi_train 4 "$WORK/resumed-$sp" "${resume[@]}" --set parallel.sequence_parallel=$sp || fail "TP2xPP2 second half failed"
+  resumed_from_10 "$WORK/resumed-$sp"
+  same_losses "$WORK/reference-$sp" "$WORK/resumed-$sp" "TP2xPP2 (sequence_parallel=$sp, dropout 0.1) resumed at step 10"
+done
+
+# Sequence parallelism across stages against one process.
+single_train "$WORK/llama-single" "${ten[@]}" "${llama[@]}"
+for schedule in gpipe 1f1b; do
+  run="$WORK/llama-tp2pp2-sp-$schedule"
+  mpi_train 4 "$run" "${ten[@]}" "${llama[@]}" "${tp2pp2[@]}" --set parallel.sequence_parallel=true \
+    --set parallel.pp_schedule=$schedule || fail "LLaMA TP2xPP2+SP $schedule failed"
+  grep -q "layout dp=1 tp=2 pp=2" "$run.log" || fail "$run did not run with tp=2 pp=2"
+  same_curve "$WORK/llama-single" "$run" "llama TP2xPP2 + sequence parallelism ($schedule)"
+done
+
+# Resharding: a TP2xPP2+SP checkpoint at step 10 continues as one process.
+twenty=(--set model.dropout=0 --set train.max_steps=20 --set schedule.total_steps=20 --set train.micro_batch_size=0
+        --set train.eval_every=5 "${llama[@]}")
+single_train "$WORK/single20" "${twenty[@]}"
+mpi_train 4 "$WORK/sp-to-single" "${twenty[@]}" "${tp2pp2[@]}" --set parallel.sequence_parallel=true \
+  --set train.max_steps=10 || fail "tp2pp2+sp -> tp1pp1: first half failed"
+single_train "$WORK/sp-to-single" "${twenty[@]}"
+resumed_from_10 "$WORK/sp-to-single"
+same_curve "$WORK/single20" "$WORK/sp-to-single" "TP2xPP2+SP checkpoint resumed as one process" 20
+
+# model.init_from under TP2xPP2: LLaMA names (q/k/v rows of the fused QKV, each cut over the TP ranks) and
+# GPT-2 names (the tied embedding loaded on the first and the last stage).
+"$LOOM" export "$WORK/llama-single" --format safetensors --out "$WORK/llama-hf" >/dev/null || fail "llama export failed"
+single_train "$WORK/gpt-single" "${ten[@]}"
+"$LOOM" export "$WORK/gpt-single" --format safetensors --out "$WORK/gpt-hf" >/dev/null || fail "gpt export failed"
+for family in llama gpt; do
+  extra=()
+  [ "$family" = llama ] && extra=("${llama[@]}")
+  init=(--set model.init_from="$WORK/$family-hf/model.safetensors" --set run.seed=11)
+  single_train "$WORK/$family-init-single" "${ten[@]}" "${extra[@]}" "${init[@]}"
+  mpi_train 4 "$WORK/$family-init-tp2pp2" "${ten[@]}" "${extra[@]}" "${init[@]}" "${tp2pp2[@]}" \
+    || fail "$family init_from under TP2xPP2 failed"
+  same_curve "$WORK/$family-init-single" "$WORK/$family-init-tp2pp2" "$family init_from under TP2xPP2"
+  # It did start from the file: its first loss is near where the exported run ended, well below where it began.
+  python3 - "$WORK/$family-single" "$WORK/$family-init-single" <<'PY' || fail "$family init_from did not load the weights"
+import json, sys
+train = [[r["loss"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"] for d in sys.argv[1:]]
+print(f"first loss from init_from {train[1][0]:.3f}; the exported run: first {train[0][0]:.3f}, last {train[0][-1]:.3f}")
+assert abs(train[1][0] - train[0][-1]) < 0.25 and train[1][0] < train[0][0] - 0.3, train
+PY
+done
+echo PASS
