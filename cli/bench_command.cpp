@@ -15,6 +15,10 @@ namespace loom::cli {
 namespace {
 
 nlohmann::json to_json(const BenchResult& r) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& m : r.ranks)
+    ranks.push_back({{"rank", m.rank}, {"dp", m.dp}, {"tp", m.tp}, {"pp", m.pp}, {"base_mb", m.base_mb},
+                     {"peak_mb", m.peak_mb}, {"estimate_mb", m.estimate_mb}});
   // A negative value: not measured (JSON null).
   const auto share = [](double s) { return s < 0 ? nlohmann::json(nullptr) : nlohmann::json(s); };
   const StepPhases& p = r.phases_mean;
@@ -46,7 +50,8 @@ nlohmann::json to_json(const BenchResult& r) {
           {"non_matmul_share", share(r.non_matmul_share)},
           {"final_loss", r.final_loss},
           {"pipeline_idle", r.pipeline_idle},
-          {"pipeline_ideal_bubble", r.pipeline_ideal_bubble}};
+          {"pipeline_ideal_bubble", r.pipeline_ideal_bubble},
+          {"ranks", ranks}};
 }
 
 void print_text(const BenchResult& r) {
@@ -61,6 +66,12 @@ void print_text(const BenchResult& r) {
               r.flops_per_token, r.dtype.c_str(), r.gemm_peak_gflops);
   std::printf("peak memory    %.1f MB\n", r.peak_memory_mb);
   if (r.peak_allocated_mb >= 0) std::printf("peak in tensors %.1f MB\n", r.peak_allocated_mb);
+  // Each rank's peak above what the process held before the model was built, against `loom info`.
+  std::printf("memory by rank (peak above the process's base, vs loom info's estimate)\n");
+  for (const auto& m : r.ranks)
+    std::printf("  rank %ld (dp %ld, tp %ld, pp %ld)  %9.1f MB measured  %9.1f MB estimated  ratio %.2f  (base %.0f MB)\n",
+                static_cast<long>(m.rank), static_cast<long>(m.dp), static_cast<long>(m.tp), static_cast<long>(m.pp),
+                m.peak_mb, m.estimate_mb, m.estimate_mb > 0 ? m.peak_mb / m.estimate_mb : 0.0, m.base_mb);
   const StepPhases& p = r.phases_mean;
   const double total = p.total_s();
   const std::pair<const char*, double> phases[] = {{"data", p.data_s},         {"forward", p.forward_s},

@@ -75,6 +75,8 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                           {"gradients", e.gradients},
                           {"optimizer", e.optimizer},
                           {"activations", e.activations},
+                          {"pipeline_sends", e.pipeline_sends},
+                          {"runtime", e.runtime},
                           {"total", e.total()}};
   };
   const int64_t micro_batch = config.micro_batch_size(std::max<int64_t>(1, p.dp));
@@ -115,9 +117,11 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                                                   {"gradients", memory.gradients},
                                                   {"optimizer", memory.optimizer},
                                                   {"activations", memory.activations},
+                                                  {"pipeline sends", memory.pipeline_sends},
+                                                  {"runtime", memory.runtime},
                                                   {"total", memory.total()}};
   for (const auto& [name, bytes] : rows)
-    std::printf("  %-12s %10s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());
+    std::printf("  %-14s %10s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());
   if (p.pp > 1) {
     std::printf("pipeline       %ld stages, %s, %ld micro-batches per step (the rows above: the busiest stage)\n",
                 static_cast<long>(p.pp), p.pp_schedule.c_str(),

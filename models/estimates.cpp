@@ -92,20 +92,26 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // Models"), no recomputation, no sequence parallelism: per layer, in elements of e bytes (2 for bf16, 4
 // for fp32) with s = seq_len, b = micro-batch, h = d_model, q = n_heads * head_dim, kv = n_kv_heads *
 // head_dim, f = d_ff, a = n_heads, t = tp:
-//   kept whole on every TP rank: the inputs of the two norms, of QKV and of the MLP: 4sbh
+//   kept whole on every TP rank: the inputs of QKV and of the MLP: 2sbh, and the inputs of the two norms:
+//     2sbh in fp32 (4 bytes each) whatever e is: the residual stream stays fp32 under bf16 autocast, which
+//     also runs the norms in fp32 (the paper counts them in 16 bits)
 //   split over TP: q, k, v and the output projection's input: sb(2q + 2kv); RoPE's unrotated and
 //     rotated q and k: 2sb(q + kv); MLP: GELU keeps its input and output (2sbf), ReLU its output (sbf),
 //     a gated MLP the gate, act(gate), up and their product (4sbf); softmax scores a s^2 b (the unfused path; flash
 //     kernels keep O(s) instead, so this is an upper bound there)
 //   with dropout, 1-byte masks: 2sbh (residual branches) + a s^2 b / t, and the dropped scores (e each)
-// For GPT-2 (f = 4h, q = kv = h, bf16, dropout) this is the paper's sbh(10 + 24/t + 5as/(ht)) bytes.
+// For GPT-2 (f = 4h, q = kv = h, bf16, dropout) this is the paper's sbh(10 + 24/t + 5as/(ht)) bytes plus
+// the fp32 norm inputs' extra 4sbh: sbh(14 + 24/t + 5as/(ht)).
 // With sequence parallelism (parallel.sequence_parallel, tp > 1) what was kept whole is kept for s/t
 // positions per rank, the residual dropout masks and the final norm's input too: sbh(34/t + 5as/(ht)).
-// Plus the head: the final norm's input (e sbh) and the logits (e) with their fp32 log-probabilities for
-// the loss (4), sbV/t each. Weights, gradients and optimizer state are the stage's parameter count / tp
+// Plus the head: the final norm's input (4 sbh, / t under sequence parallelism), the LM head's input
+// (e sbh, gathered whole under sequence parallelism) and the logits (e) with their fp32 log-probabilities
+// for the loss (4), sbV/t each. Weights, gradients and optimizer state are the stage's parameter count / tp
 // (the optimizer state also / dp with ZeRO-1), ignoring replicated norms and biases. A pipeline stage
 // holds its own blocks' activations for every micro-batch in flight: all m of them under GPipe,
-// min(m, pp - stage) under 1F1B; the last stage the head's too.
+// min(m, pp - stage) under 1F1B; the last stage the head's too. Its sends (pipeline_sends) are kept
+// until the step ends (train/pipeline_runner.h): every micro-batch's fp32 output (all but the last stage)
+// and input gradient (all but the first), 4sbh (/ t under sequence parallelism) each.
 MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const ModelConfig& m = config.model;
   const int64_t tp = config.parallel.tp, pp = config.parallel.pp;
@@ -130,12 +136,12 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double dropout = m.dropout > 0 ? 1 : 0;
   const double rope = m.position == "rope" ? 1 : 0;
   const double mlp_tensors = m.gated_mlp() ? 4 : m.activation == "relu" ? 1 : 2;
-  const double whole = e * s * b * 4 * h + dropout * 2 * s * b * h;
+  const double whole = (2 * 4 + 2 * e) * s * b * h + dropout * 2 * s * b * h;
   const double split = e * s * b * (2 * q + 2 * kv + rope * 2 * (q + kv) + mlp_tensors * f) +
                        a * s * s * b * (e + dropout * (1 + e));
   const double sequence = config.parallel.sequence_parallel && tp > 1 && !m.encoder_decoder() ? t : 1;
   const double layer = whole / sequence + split / t;
-  const double head = e * s * b * h / sequence + s * b * static_cast<double>(m.vocab_size) / t * (e + 4);
+  const double head = 4 * s * b * h / sequence + e * s * b * h + s * b * static_cast<double>(m.vocab_size) / t * (e + 4);
   // Source and target both seq_len long. A decoder block adds a cross-attention sub-layer: its norm's
   // input, q, the memory's k and v, the output projection's input, scores and a dropout mask.
   const double cross = !m.encoder_decoder() ? 0.0
@@ -148,6 +154,15 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   out.activations = static_cast<int64_t>(
       static_cast<double>(in_flight) * (static_cast<double>(blocks.encoder) * layer +
                                         static_cast<double>(blocks.decoder) * (layer + cross) + stage_head));
+  // Sent forward and back, kept till the step ends: one tensor per micro-batch (the encoder-decoder: two).
+  const int64_t directions = pp == 1 ? 0 : (stage < pp - 1) + (stage > 0);
+  const double sides = m.encoder_decoder() ? 2 : 1;
+  out.pipeline_sends =
+      static_cast<int64_t>(sides * static_cast<double>(directions * micro) * 4 * s * b * h / sequence);
+  // Measured on this stack (Linux, glibc, OpenMPI, libtorch CPU); see MemoryEstimate::runtime.
+  constexpr int64_t kCpuRuntimeBytes = 28LL << 20;
+  const bool model_parallel = tp > 1 || pp > 1;
+  out.runtime = config.runtime.device == "cpu" ? kCpuRuntimeBytes + (model_parallel ? out.activations : 0) : 0;
   return out;
 }
 

@@ -38,8 +38,17 @@ struct MemoryEstimate {
   int64_t weights = 0;      // fp32 parameters (+ the bf16 copies autocast keeps during a step)
   int64_t gradients = 0;    // fp32, one per parameter
   int64_t optimizer = 0;    // AdamW's two fp32 moments (1/dp of them per rank with ZeRO-1)
-  int64_t activations = 0;  // what one micro-batch's forward keeps for its backward
-  int64_t total() const { return weights + gradients + optimizer + activations; }
+  int64_t activations = 0;  // what the micro-batches in flight keep for their backward
+  // Pipeline stages: what this stage has sent (fp32 outputs forward, input gradients back) and keeps until
+  // the step ends (train/pipeline_runner.h waits for its sends then), m micro-batches' worth.
+  int64_t pipeline_sends = 0;
+  // CPU only (runtime.device: cpu), measured rather than derived: the process's working memory beyond its
+  // tensors (libtorch and MPI, about 28 MiB), and with tensor or pipeline parallelism the heap that glibc's
+  // malloc keeps resident between a step's tensors and the communication interleaved with them (measured
+  // at about the activations again; tests/e2e/test_pipeline_3d.sh, `loom bench` prints both per rank).
+  // 0 on CUDA, whose caching allocator counts tensors only.
+  int64_t runtime = 0;
+  int64_t total() const { return weights + gradients + optimizer + activations + pipeline_sends + runtime; }
 };
 MemoryEstimate estimate_memory(const Config& config, int64_t stage = 0);
 

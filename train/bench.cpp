@@ -68,6 +68,35 @@ double peak_memory_mb(torch::Device device) {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;
 }
 
+// The resident set now (CPU; 0 without /proc): what the process holds before the model exists.
+double resident_mb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  return 0;
+}
+
+// Every rank's measured peak (above its base) and estimate, gathered by a sum over the world.
+std::vector<RankMemory> rank_memory(const Config& config, const Mesh& mesh, double base_mb, double peak_mb) {
+  const int64_t world = mesh.world().size(), rank = mesh.world().rank();
+  Config planned = config;
+  planned.parallel.dp = mesh.dp();
+  const auto& c = mesh.coords();
+  auto rows = torch::zeros({world, 6}, torch::kDouble);
+  rows[rank] = torch::tensor({static_cast<double>(c.dp), static_cast<double>(c.tp), static_cast<double>(c.pp), base_mb,
+                              peak_mb - base_mb,
+                              static_cast<double>(estimate_memory(planned, c.pp).total()) / (1024.0 * 1024.0)},
+                             torch::kDouble);
+  mesh.world().all_reduce(rows);
+  std::vector<RankMemory> out;
+  for (int64_t r = 0; r < world; ++r) {
+    const auto row = rows[r];
+    out.push_back({r, row[0].item<int64_t>(), row[1].item<int64_t>(), row[2].item<int64_t>(), row[3].item<double>(),
+                   row[4].item<double>(), row[5].item<double>()});
+  }
+  return out;
+}
+
 double cpu_seconds() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -126,6 +155,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
     lm_batches = std::make_unique<SyntheticBatches>(static_cast<uint64_t>(config.run.seed), config.data.seq_len,
                                                     config.model.vocab_size);
   }
+  const double base_mb = resident_mb();  // CUDA: the allocator's counts hold only the model's tensors
   Trainer trainer(config, processes, std::move(lm_batches));
   trainer.synchronize_phases(true);
   const torch::Device device = trainer.device();
@@ -164,6 +194,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   r.peak_memory_mb = peak_memory_mb(device);
   if (const CachingCpuAllocator* allocator = caching_cpu_allocator(); allocator != nullptr && !device.is_cuda())
     r.peak_allocated_mb = static_cast<double>(allocator->stats().peak_allocated) / (1024.0 * 1024.0);
+  r.ranks = rank_memory(config, trainer.mesh(), device.is_cuda() ? 0.0 : base_mb, r.peak_memory_mb);
   const double total_s = std::accumulate(step_s.begin(), step_s.end(), 0.0);
   const auto n = static_cast<double>(options.steps);
   r.tokens_per_s = static_cast<double>(r.tokens_per_step) * n / total_s;

@@ -3,7 +3,8 @@
 // steps, against a matrix-product ceiling measured in the same process, dtype and thread count. What it
 // reports: throughput, the median step, MFU (model FLOPs per second / that ceiling), peak memory, where a
 // step's time goes (the Trainer's own phase timer) and the share of it outside matrix products; with a
-// pipeline, each stage's measured bubble against the ideal one.
+// pipeline, each stage's measured bubble against the ideal one; each rank's measured peak memory against
+// `loom info`'s estimate for it.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -19,6 +20,14 @@ struct BenchOptions {
   int64_t steps = 20;   // timed steps
   int64_t warmup = 3;   // untimed steps first (allocator, oneDNN kernel selection, lazy AdamW state)
   int64_t profile_steps = 2;  // extra steps counted by operator (CPU), never timed
+};
+
+// One rank's memory during the timed steps against `loom info`'s estimate for its place in the layout.
+struct RankMemory {
+  int64_t rank = 0, dp = 0, tp = 0, pp = 0;
+  double base_mb = 0;      // CPU: resident set before the model was built (libtorch, MPI); CUDA: 0
+  double peak_mb = 0;      // the peak above base_mb: the model, its training state and a step's working set
+  double estimate_mb = 0;  // models/estimates.h's estimate_memory(config, pp stage).total()
 };
 
 struct BenchResult {
@@ -40,6 +49,7 @@ struct BenchResult {
   // neighbour (the bubble, measured), and the ideal (p - 1) / (m + p - 1). Empty without a pipeline.
   std::vector<double> pipeline_idle;
   double pipeline_ideal_bubble = 0;
+  std::vector<RankMemory> ranks;  // every rank of the world, in rank order
 };
 
 BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchOptions& options);

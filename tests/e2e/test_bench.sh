@@ -41,6 +41,12 @@ for dtype in ("fp32", "bf16"):
     assert 0 < r["gemm_share"] < 1 and 0 <= r["attention_share"] < 1 and 0 < r["non_matmul_share"] < 1, shares
     assert math.isclose(sum(shares), 1.0, abs_tol=1e-9), shares
     assert 20 < r["peak_memory_mb"] < 4096, r["peak_memory_mb"]
+    # One rank: its peak above the base it had before the model, next to `loom info`'s estimate.
+    rank = r["ranks"]
+    assert len(rank) == 1 and (rank[0]["rank"], rank[0]["dp"], rank[0]["tp"], rank[0]["pp"]) == (0, 0, 0, 0), rank
+    assert abs(rank[0]["base_mb"] + rank[0]["peak_mb"] - r["peak_memory_mb"]) < 1e-6 and rank[0]["peak_mb"] > 0, rank
+    if dtype == "fp32":
+        assert abs(rank[0]["estimate_mb"] - info["memory"]["total"] / 2**20) < 1e-6, (rank, info["memory"])
     # Uniform random tokens: nothing to learn, so the loss stays near ln(vocab) = 6.24.
     assert abs(r["final_loss"] - math.log(512)) < 0.3, r["final_loss"]
     print(dtype, f"{r['tokens_per_s']:.0f} tok/s, MFU {100 * r['mfu']:.2f}% of {r['gemm_peak_gflops']:.0f} GFLOP/s, "

@@ -19,8 +19,8 @@ for name, parameters in expected.items():
     print(name, out["parameters"], f"{out['flops_per_token']:.4g} FLOPs/token", {k: f"{v / 2**30:.2f} GiB" for k, v in m.items()})
     assert out["parameters"] == parameters, (name, out["parameters"])
     assert out["flops_per_token"] > 6 * parameters * 0.5, name
-    assert m["total"] == m["weights"] + m["gradients"] + m["optimizer"] + m["activations"], name
-    assert all(m[k] > 0 for k in m), name
+    assert m["total"] == m["weights"] + m["gradients"] + m["optimizer"] + m["activations"] + m["pipeline_sends"] + m["runtime"], name
+    assert all(m[k] > 0 for k in m if k != "pipeline_sends"), name  # pipeline_sends: 0 without stages
 # Closed forms only: the 8B config never allocates its 32 GB of fp32 weights.
 peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 assert peak_kb < 1024 * 1024, f"loom info used {peak_kb} kB"
@@ -50,14 +50,15 @@ assert zero["memory"]["weights"] == plain["memory"]["weights"]
 print(f"llama2-7b optimizer state per rank at dp=8: {plain['memory']['optimizer'] / 2**30:.2f} GiB plain, "
       f"{zero['memory']['optimizer'] / 2**30:.2f} GiB with ZeRO-1")
 # Sequence parallelism keeps 1/tp of what TP alone keeps whole on every rank. GPT-2 124M in bf16 with
-# dropout, tp=4, micro-batch 16 of 1024: 10sbh per layer (Korthikanti et al.: sbh(10 + 24/t + 5as/(ht)) ->
-# sbh(34/t + 5as/(ht))) and the final norm's input, 2sbh.
+# dropout, tp=4, micro-batch 16 of 1024: 14sbh per layer (Korthikanti et al.'s 10sbh, sbh(10 + 24/t +
+# 5as/(ht)) -> sbh(34/t + 5as/(ht)), with the two norm inputs in fp32: +4sbh) and the final norm's fp32
+# input, 4sbh.
 gpt2 = [f"{configs}/gpt2-124m.yaml", "--json", "--set", "parallel.tp=4", "--set", "parallel.dp=1",
         "--set", "precision.dtype=bf16", "--set", "model.dropout=0.1", "--set", "train.micro_batch_size=16"]
 tp_only = json.loads(subprocess.check_output([loom, "info", *gpt2]))["memory"]["activations"]
 with_sp = json.loads(subprocess.check_output([loom, "info", *gpt2, "--set", "parallel.sequence_parallel=true"]))["memory"]["activations"]
 sbh = 1024 * 16 * 768
-expected = (12 * 10 * sbh + 2 * sbh) * (1 - 1 / 4)
+expected = (12 * 14 * sbh + 4 * sbh) * (1 - 1 / 4)
 assert abs((tp_only - with_sp) - expected) <= 2, (tp_only, with_sp, expected)
 print(f"gpt2-124m activations per rank at tp=4: {tp_only / 2**30:.2f} GiB, {with_sp / 2**30:.2f} GiB with sequence parallelism")
 PY

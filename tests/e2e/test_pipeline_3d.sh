@@ -8,7 +8,8 @@
 #     single-process losses within 1e-5 (fp32, dropout off, 10 steps), and its checkpoint resumes as one
 #     process on the single-process 20-step curve;
 #   - model.init_from a safetensors file (Hugging Face names): every rank loads its stage's part and its TP
-#     shard of the whole file, and trains as one process started from the same file does.
+#     shard of the whole file, and trains as one process started from the same file does;
+#   - `loom bench`: each rank's measured peak memory within 20% of `loom info`'s estimate for it.
 source "$(dirname "$0")/common.sh"
 llama=(--set model.norm=rmsnorm --set model.position=rope --set model.activation=swiglu --set model.bias=false
        --set model.tie_embeddings=false --set model.n_heads=4 --set model.n_kv_heads=2 --set model.d_ff=176)
@@ -74,4 +75,20 @@ print(f"first loss from init_from {train[1][0]:.3f}; the exported run: first {tr
 assert abs(train[1][0] - train[0][-1]) < 0.25 and train[1][0] < train[0][0] - 0.3, train
 PY
 done
+
+# `loom bench` under TP2xPP2: every rank's measured peak memory (above the process's base) is within 20% of
+# `loom info`'s estimate for its stage (issue 6's benchmark; configs/bench-gpt.yaml scale in the report).
+"${MPIRUN[@]}" -np 4 "$LOOM" bench "$SRC/tests/e2e/tiny.yaml" --set model.vocab_size=4096 --set model.d_model=256 \
+  --set model.n_layers=4 --set model.n_heads=4 --set data.seq_len=128 --set model.max_seq_len=128 --set model.dropout=0 \
+  --set train.micro_batch_size=0 "${tp2pp2[@]}" --set parallel.microbatches=4 --steps 2 --warmup 1 --profile-steps 0 \
+  --json 2>/dev/null | tail -1 > "$WORK/bench.json" || fail "loom bench under TP2xPP2 failed"
+python3 - "$WORK/bench.json" <<'PY' || fail "measured memory vs loom info's estimate"
+import json, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+assert [(r["rank"], r["tp"], r["pp"]) for r in ranks] == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)], ranks
+for r in ranks:
+    ratio = r["peak_mb"] / r["estimate_mb"]
+    print(f"rank {r['rank']} (tp {r['tp']}, pp {r['pp']}): {r['peak_mb']:.1f} MiB measured, {r['estimate_mb']:.1f} estimated ({ratio:.2f})")
+    assert 0.8 <= ratio <= 1.2, r
+PY
 echo PASS
