@@ -43,9 +43,10 @@ struct MemoryEstimate {
   // the step ends (train/pipeline_runner.h waits for its sends then), m micro-batches' worth.
   int64_t pipeline_sends = 0;
   // CPU only (runtime.device: cpu), measured rather than derived: the process's working memory beyond its
-  // tensors (libtorch and MPI, about 28 MiB), and with tensor or pipeline parallelism the heap that glibc's
-  // malloc keeps resident between a step's tensors and the communication interleaved with them (measured
-  // at about the activations again; tests/e2e/test_pipeline_3d.sh, `loom bench` prints both per rank).
+  // tensors (libtorch and MPI, about 28 MiB), and with tensor or pipeline parallelism the memory the
+  // allocator keeps resident between a step's tensors and the communication interleaved with them
+  // (runtime.cpu_allocator's cache or glibc's heap, measured with either at about the activations again;
+  // tests/e2e/test_pipeline_3d.sh; `loom bench` prints measured and estimated per rank).
   // 0 on CUDA, whose caching allocator counts tensors only.
   int64_t runtime = 0;
   int64_t total() const { return weights + gradients + optimizer + activations + pipeline_sends + runtime; }

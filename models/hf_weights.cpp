@@ -96,7 +96,7 @@ bool ignorable(WeightNames names, const ModelConfig& c, const std::string& name)
 // Under pipeline parallelism: a parameter of the whole model (in loom's names) that another stage holds.
 bool held_by_another_stage(GptImpl& model, const std::map<std::string, torch::Tensor>& params,
                            const std::string& name) {
-  const GptStage& stage = model.stage();
+  const ModelStage& stage = model.stage();
   if ((stage.first && stage.last) || params.count(name) > 0) return false;
   const std::string blocks = "blocks.";
   if (name.rfind(blocks, 0) == 0) {

@@ -38,7 +38,7 @@ std::vector<std::pair<std::string, torch::Tensor>> export_weights(GptImpl& model
 // Copies every parameter of the model from the file's tensors (any float dtype, converted). A missing
 // tensor, a shape that differs from the config's, or a tensor the model has no place for is a loom::Error
 // naming the file and the tensor. `source` names the file in messages. The file holds the whole model:
-// a pipeline stage (GptStage) loads its own part, a tensor-parallel model its rank's shard of each split
+// a pipeline stage (ModelStage) loads its own part, a tensor-parallel model its rank's shard of each split
 // parameter (model.init_from under any layout starts where one process starts).
 void import_weights(GptImpl& model, const SafetensorsFile& file, const std::string& source);
 void load_weights_file(GptImpl& model, const std::filesystem::path& path);

@@ -77,10 +77,12 @@ PY
 done
 
 # `loom bench` under TP2xPP2: every rank's measured peak memory (above the process's base) is within 20% of
-# `loom info`'s estimate for its stage (issue 6's benchmark; configs/bench-gpt.yaml scale in the report).
+# `loom info`'s estimate for its stage (issue 6's benchmark), on malloc (runtime.cpu_allocator: system).
+# At this small scale the caching allocator keeps ~30 MiB per rank more than the estimate models (ratio
+# ~1.35); at configs/bench-gpt.yaml scale both allocators are within 13%.
 "${MPIRUN[@]}" -np 4 "$LOOM" bench "$SRC/tests/e2e/tiny.yaml" --set model.vocab_size=4096 --set model.d_model=256 \
   --set model.n_layers=4 --set model.n_heads=4 --set data.seq_len=128 --set model.max_seq_len=128 --set model.dropout=0 \
-  --set train.micro_batch_size=0 "${tp2pp2[@]}" --set parallel.microbatches=4 --steps 2 --warmup 1 --profile-steps 0 \
+  --set train.micro_batch_size=0 "${tp2pp2[@]}" --set parallel.microbatches=4 --set runtime.cpu_allocator=system --steps 2 --warmup 1 --profile-steps 0 \
   --json 2>/dev/null | tail -1 > "$WORK/bench.json" || fail "loom bench under TP2xPP2 failed"
 python3 - "$WORK/bench.json" <<'PY' || fail "measured memory vs loom info's estimate"
 import json, sys
