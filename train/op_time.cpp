@@ -28,8 +28,13 @@ OpKind kind_of(const char* name) {
   return OpKind::kOther;
 }
 
+// Counted operators open on this thread. Only the outermost one is timed: under autocast an mm passes the
+// dispatcher twice (the autocast kernel, then the CPU one), and an attention kernel may call matrix products.
+thread_local int open_counted = 0;
+
 struct Started : at::ObserverContext {
   OpKind kind;
+  bool outermost;
   std::chrono::steady_clock::time_point at;
 };
 
@@ -38,13 +43,16 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (kind == OpKind::kOther) return nullptr;
   auto started = std::make_unique<Started>();
   started->kind = kind;
+  started->outermost = open_counted++ == 0;
   started->at = std::chrono::steady_clock::now();
   return started;
 }
 
 void on_end(const at::RecordFunction&, at::ObserverContext* context) {
   if (context == nullptr) return;
+  open_counted -= 1;
   const auto* started = static_cast<const Started*>(context);
+  if (!started->outermost) return;
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started->at);
   (started->kind == OpKind::kGemm ? gemm_ns : attention_ns) += ns.count();
 }
