@@ -85,3 +85,26 @@ assert worst < 1e-5, worst
 print(f"{sys.argv[3]}: {len(a)} rows, max |loss diff| {worst:.1e}")
 PY
 }
+
+# A training run whose config is refused: exit 2 with PATTERN (a fixed string) in the message, before any
+# work (no config.yaml in the run dir). Arguments after PATTERN go to tiny_train.
+expect_train_config_error() {  # expect_train_config_error PATTERN [--set ...]
+  local pattern=$1; shift
+  set +e
+  out=$(tiny_train "$WORK/bad" "$@" 2>&1); code=$?
+  set -e
+  [ $code -eq 2 ] && grep -qF -- "$pattern" <<<"$out" || fail "expected exit 2 with '$pattern', got $code: $out"
+  [ ! -e "$WORK/bad/config.yaml" ] || fail "a config error still started the run"
+}
+
+# A tiny encoder-decoder on the Bible pairs ($BIBLE_MT_DATA): fp32, 1500-token batches, 10 steps.
+bible_tiny_args() {  # bible_tiny_args RUN_DIR
+  local D=$BIBLE_MT_DATA
+  echo "$SRC/configs/transformer-kjv-es.yaml --set run.dir=$1 --set data.train=$D/train.bin" \
+       "--set data.valid=$D/valid.bin --set data.test=$D/test.bin --set tokenizer.model=$D/tokenizer.model" \
+       "--set model.d_model=32 --set model.n_layers=1 --set model.n_encoder_layers=1 --set model.n_heads=2" \
+       "--set model.d_ff=64 --set model.max_seq_len=400 --set model.dropout=0 --set precision.dtype=fp32" \
+       "--set train.batch_tokens=1500 --set train.batch_size=8 --set train.max_steps=10 --set train.log_every=1" \
+       "--set train.eval_every=5 --set train.eval_batches=2 --set checkpoint.every=5 --set runtime.threads=1" \
+       "--set schedule.warmup_steps=5 --set decode.batch_size=16"
+}

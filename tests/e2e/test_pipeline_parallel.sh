@@ -102,17 +102,9 @@ print(f"loom eval from the PP=2 checkpoint: loss {a['loss']:.6f} (single process
 PY
 
 # A pipeline split that does not fit the model: exit 2 naming the key, before any work.
-expect_config_error() {  # expect_config_error PATTERN [--set ...]
-  local pattern=$1; shift
-  set +e
-  out=$(tiny_train "$WORK/bad" "$@" 2>&1); code=$?
-  set -e
-  [ $code -eq 2 ] && grep -q "$pattern" <<<"$out" || fail "expected exit 2 with '$pattern', got $code: $out"
-  [ ! -e "$WORK/bad/config.yaml" ] || fail "a config error still started the run"
-}
-expect_config_error "parallel.pp_layers: the stages hold 3 blocks but model.n_layers is 2" \
+expect_train_config_error "parallel.pp_layers: the stages hold 3 blocks but model.n_layers is 2" \
   --set parallel.pp=2 --set 'parallel.pp_layers=[1,2]'
-expect_config_error "parallel.pp_layers: lists 3 stages but parallel.pp is 2" --set parallel.pp=2 --set 'parallel.pp_layers=[1,1,1]'
-expect_config_error "parallel.pp_schedule: 'zigzag' is not one of gpipe, 1f1b" --set parallel.pp_schedule=zigzag
+expect_train_config_error "parallel.pp_layers: lists 3 stages but parallel.pp is 2" --set parallel.pp=2 --set 'parallel.pp_layers=[1,1,1]'
+expect_train_config_error "parallel.pp_schedule: 'zigzag' is not one of gpipe, 1f1b" --set parallel.pp_schedule=zigzag
 echo "bad pipeline splits: exit 2 before any work"
 echo PASS

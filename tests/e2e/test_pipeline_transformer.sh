@@ -117,16 +117,7 @@ echo "translate from the PP=2 checkpoint (beam 4): the single-process output"
 
 # Bible pairs, token-based batches (the pairs per step, and so the micro-batches' B, vary): PP=2 over 2
 # micro-batches gives the single run's losses, and its test BLEU.
-D=$BIBLE_MT_DATA
-train_args() {
-  echo "$SRC/configs/transformer-kjv-es.yaml --set run.dir=$1 --set data.train=$D/train.bin" \
-       "--set data.valid=$D/valid.bin --set data.test=$D/test.bin --set tokenizer.model=$D/tokenizer.model" \
-       "--set model.d_model=32 --set model.n_layers=1 --set model.n_encoder_layers=1 --set model.n_heads=2" \
-       "--set model.d_ff=64 --set model.max_seq_len=400 --set model.dropout=0 --set precision.dtype=fp32" \
-       "--set train.batch_tokens=1500 --set train.batch_size=8 --set train.max_steps=10 --set train.log_every=1" \
-       "--set train.eval_every=5 --set train.eval_batches=2 --set checkpoint.every=10 --set runtime.threads=1" \
-       "--set schedule.warmup_steps=5 --set decode.batch_size=64 --set decode.max_len_b=10"
-}
+train_args() { echo "$(bible_tiny_args "$1") --set checkpoint.every=10 --set decode.batch_size=64 --set decode.max_len_b=10"; }
 tiny_train "$WORK/bible-single" >"$WORK/bible-single.log" 2>&1 || { tail "$WORK/bible-single.log"; fail "Bible single run"; }
 pp_train 2 "$WORK/bible-pp2" 2 --set parallel.dp=1 --set train.micro_batch_size=4
 same_losses_within "$WORK/bible-single" "$WORK/bible-pp2" "Bible pairs, token batches, PP=2 x 2 micro-batches" 1e-5
@@ -148,18 +139,10 @@ same_losses_within "$WORK/bible-small" "$WORK/bible-small-pp2" "Bible pairs, 1-2
 # A pipeline split that does not fit the encoder-decoder, and what does not combine with it: exit 2
 # naming the key, before any work.
 train_args() { echo "$SRC/configs/reverse-synthetic.yaml --set run.dir=$1"; }
-expect_config_error() {  # expect_config_error PATTERN [--set ...]
-  local pattern=$1; shift
-  set +e
-  out=$(tiny_train "$WORK/bad" "$@" 2>&1); code=$?
-  set -e
-  [ $code -eq 2 ] && grep -qF "$pattern" <<<"$out" || fail "expected exit 2 with '$pattern', got $code: $out"
-  [ ! -e "$WORK/bad/config.yaml" ] || fail "a config error still started the run"
-}
-expect_config_error "parallel.pp_layers: the stages hold 3 blocks but model.n_encoder_layers + model.n_layers is 4" \
+expect_train_config_error "parallel.pp_layers: the stages hold 3 blocks but model.n_encoder_layers + model.n_layers is 4" \
   --set parallel.pp=2 --set 'parallel.pp_layers=[1,2]'
-expect_config_error "parallel.pp: 5 exceeds model.n_encoder_layers + model.n_layers=4" --set parallel.pp=5
-expect_config_error "parallel.sequence_parallel: applies to model.arch=gpt only" --set parallel.pp=2 --set parallel.tp=2 \
+expect_train_config_error "parallel.pp: 5 exceeds model.n_encoder_layers + model.n_layers=4" --set parallel.pp=5
+expect_train_config_error "parallel.sequence_parallel: applies to model.arch=gpt only" --set parallel.pp=2 --set parallel.tp=2 \
   --set parallel.sequence_parallel=true
 echo "bad encoder-decoder pipeline splits: exit 2 before any work"
 echo PASS

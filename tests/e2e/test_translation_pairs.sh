@@ -10,15 +10,7 @@ source "$(dirname "$0")/common.sh"
 : "${BIBLE_MT_DATA:?set BIBLE_MT_DATA to prepared English-Spanish data}"
 D=$BIBLE_MT_DATA
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
-train_args() {
-  echo "$SRC/configs/transformer-kjv-es.yaml --set run.dir=$1 --set data.train=$D/train.bin" \
-       "--set data.valid=$D/valid.bin --set data.test=$D/test.bin --set tokenizer.model=$D/tokenizer.model" \
-       "--set model.d_model=32 --set model.n_layers=1 --set model.n_encoder_layers=1 --set model.n_heads=2" \
-       "--set model.d_ff=64 --set model.max_seq_len=400 --set model.dropout=0 --set precision.dtype=fp32" \
-       "--set train.batch_tokens=1500 --set train.batch_size=8 --set train.max_steps=10 --set train.log_every=1" \
-       "--set train.eval_every=5 --set train.eval_batches=2 --set checkpoint.every=5 --set runtime.threads=1" \
-       "--set schedule.warmup_steps=5 --set decode.batch_size=16"
-}
+train_args() { bible_tiny_args "$1"; }
 
 tiny_train "$WORK/single" > "$WORK/single.log" 2>&1 || { cat "$WORK/single.log"; fail "single-process run"; }
 python3 - "$WORK/single/metrics.jsonl" <<'PY' || fail "token batches"

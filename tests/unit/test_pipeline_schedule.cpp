@@ -72,6 +72,21 @@ Simulation simulate(PipelineSchedule schedule, int64_t p, int64_t m, double tf, 
   return sim;
 }
 
+// Parameters the stages hold, each checked to carry a global name ("blocks.4" on the last stage) and the
+// whole model's value.
+template <class Stage>
+size_t parameters_held(std::vector<Stage>& stages, torch::nn::Module& whole) {
+  const auto whole_params = whole.named_parameters();
+  size_t held = 0;
+  for (auto& stage : stages)
+    for (const auto& p : stage->named_parameters()) {
+      REQUIRE(whole_params.contains(p.key()));
+      CHECK(torch::equal(p.value(), whole_params[p.key()]));
+      ++held;
+    }
+  return held;
+}
+
 }  // namespace
 
 TEST_CASE("stages split the blocks evenly, earlier stages taking the remainder, or as listed") {
@@ -177,17 +192,8 @@ TEST_CASE("GPT pipeline stages drawn from one seed chain into exactly the whole 
       stages.emplace_back(config.model, loom::TensorParallelism{}, loom::model_stage(config.model, config.parallel, s));
     }
     CHECK(stages[1]->n_blocks() == 3);
-    const auto whole_params = whole->named_parameters();
-    size_t held = 0;
-    for (auto& stage : stages)
-      for (const auto& p : stage->named_parameters()) {
-        // Global names ("blocks.4" on the last stage), the whole model's values.
-        REQUIRE(whole_params.contains(p.key()));
-        CHECK(torch::equal(p.value(), whole_params[p.key()]));
-        ++held;
-      }
     // Every parameter once, plus the last stage's copy of a tied embedding.
-    CHECK(held == whole_params.size() + (llama ? 0 : 1));
+    CHECK(parameters_held(stages, *whole) == whole->named_parameters().size() + (llama ? 0 : 1));
     CHECK(stages[2]->stage_tied_embedding().defined() == !llama);
     CHECK(stages[1]->named_parameters().contains("blocks.3.mlp.down.weight"));
     auto tokens = torch::randint(50, {2, 16}, torch::kLong);
@@ -232,17 +238,9 @@ TEST_CASE("encoder-decoder pipeline stages split encoder then decoder blocks and
     CHECK(stages[1]->named_parameters().contains("encoder_norm.weight") == pre_norm);
     CHECK(stages[2]->named_parameters().contains("decoder.2.ln1.weight"));
     CHECK(!stages[1]->named_parameters().contains("token_embedding.weight"));
-    const auto whole_params = whole->named_parameters();
-    size_t held = 0;
-    for (auto& stage : stages)
-      for (const auto& p : stage->named_parameters()) {
-        REQUIRE(whole_params.contains(p.key()));
-        CHECK(torch::equal(p.value(), whole_params[p.key()]));
-        ++held;
-      }
     // Every parameter once, plus the last stage's copy of a tied embedding (source and target embedding
     // both on the first stage).
-    CHECK(held == whole_params.size() + (pre_norm ? 0 : 1));
+    CHECK(parameters_held(stages, *whole) == whole->named_parameters().size() + (pre_norm ? 0 : 1));
     CHECK(stages[2]->stage_tied_embedding().defined() == !pre_norm);
     CHECK(!stages[1]->stage_tied_embedding().defined());
     auto source = torch::randint(3, 40, {3, 7}, torch::kLong);
