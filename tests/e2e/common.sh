@@ -4,7 +4,8 @@ set -euo pipefail
 : "${LOOM:?set LOOM to the loom binary}" "${KJV_DATA:?set KJV_DATA to prepared KJV data}"
 SRC=${LOOM_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/loom-e2e.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+pid=
+trap '[ -z "$pid" ] || kill -KILL $pid 2>/dev/null || true; rm -rf "$WORK"' EXIT  # no run left behind
 
 tiny_args() {
   echo "$SRC/tests/e2e/tiny.yaml --set run.dir=$1 --set data.train=$KJV_DATA/train.bin" \
@@ -37,12 +38,14 @@ same_losses() {
   diff "$1.losses" "$2.losses" || fail "$3: losses differ from the uninterrupted run"
   echo "$3: identical losses"
 }
-# sigkill_resume RUN STEP [--set ...]: trains RUN in the background, SIGKILLs it as soon as its step-STEP
-# checkpoint is complete, then trains it again to the end (the steps after the checkpoint are redone).
-# Sets killed_at to the newest checkpoint the killed run had left.
+# sigkill_resume RUN STEP [--set ...]: trains RUN in the background, SIGKILLs it once its step-STEP
+# checkpoint is complete, somewhere in the step after it (LOOM_FAULT_INJECTION=stall holds the run before
+# the next one: a tiny model would otherwise race past later checkpoints before the kill lands), then
+# trains it again to the end (the steps after the checkpoint are redone). Sets killed_at to the newest
+# checkpoint the killed run had left.
 sigkill_resume() {
   local run=$1 step=$2; shift 2
-  tiny_train_bg "$run" "$@" >"$run.log" 2>&1
+  LOOM_FAULT_INJECTION="stall@$((step + 2))" tiny_train_bg "$run" "$@" >"$run.log" 2>&1
   wait_for "$run/checkpoints/$step/manifest.json"
   kill -KILL $pid; wait $pid 2>/dev/null || true
   killed_at=$(ls "$run/checkpoints" | sort -n | tail -1)
