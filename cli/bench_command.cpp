@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
@@ -15,12 +16,12 @@ namespace loom::cli {
 namespace {
 
 nlohmann::json to_json(const BenchResult& r) {
+  // A negative value: not measured (JSON null).
+  const auto share = [](double s) { return s < 0 ? nlohmann::json(nullptr) : nlohmann::json(s); };
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& m : r.ranks)
     ranks.push_back({{"rank", m.rank}, {"dp", m.dp}, {"tp", m.tp}, {"pp", m.pp}, {"base_mb", m.base_mb},
-                     {"peak_mb", m.peak_mb}, {"estimate_mb", m.estimate_mb}});
-  // A negative value: not measured (JSON null).
-  const auto share = [](double s) { return s < 0 ? nlohmann::json(nullptr) : nlohmann::json(s); };
+                     {"peak_mb", m.peak_mb}, {"tensors_mb", share(m.tensors_mb)}, {"estimate_mb", m.estimate_mb}});
   const StepPhases& p = r.phases_mean;
   return {{"device", r.device},
           {"dtype", r.dtype},
@@ -62,16 +63,21 @@ void print_text(const BenchResult& r) {
   std::printf("throughput     %.0f tokens/s, step %.1f ms median (%.1f mean, %.1f min)\n", r.tokens_per_s,
               r.step_ms_median, r.step_ms_mean, r.step_ms_min);
   std::printf("CPU time       %.1f ms per step (all threads)\n", r.cpu_ms_per_step);
-  std::printf("MFU            %.1f%% (%.4g FLOPs/token, %s matmul ceiling %.1f GFLOP/s measured)\n", r.mfu * 100,
-              r.flops_per_token, r.dtype.c_str(), r.gemm_peak_gflops);
+  std::printf("MFU            %.1f%% (%.4g FLOPs/token, %s matmul ceiling %.1f GFLOP/s measured%s)\n", r.mfu * 100,
+              r.flops_per_token, r.dtype.c_str(), r.gemm_peak_gflops, r.ranks.size() > 1 ? " on rank 0, summed over ranks" : "");
   std::printf("peak memory    %.1f MB\n", r.peak_memory_mb);
   if (r.peak_allocated_mb >= 0) std::printf("peak in tensors %.1f MB\n", r.peak_allocated_mb);
-  // Each rank's peak above what the process held before the model was built, against `loom info`.
-  std::printf("memory by rank (peak above the process's base, vs loom info's estimate)\n");
-  for (const auto& m : r.ranks)
-    std::printf("  rank %ld (dp %ld, tp %ld, pp %ld)  %9.1f MB measured  %9.1f MB estimated  ratio %.2f  (base %.0f MB)\n",
-                static_cast<long>(m.rank), static_cast<long>(m.dp), static_cast<long>(m.tp), static_cast<long>(m.pp),
-                m.peak_mb, m.estimate_mb, m.estimate_mb > 0 ? m.peak_mb / m.estimate_mb : 0.0, m.base_mb);
+  // Each rank's peak in tensors against `loom info`'s estimate, and its resident set's peak above what the
+  // process held before the model was built.
+  std::printf("memory by rank (peak in tensors vs loom info's estimate; resident peak above the process's base)\n");
+  for (const auto& m : r.ranks) {
+    const std::string tensors = m.tensors_mb < 0 ? "not counted (runtime.cpu_allocator: system)"
+                                                 : fmt::format("{:.1f} MB vs {:.1f} MB estimated, ratio {:.2f}",
+                                                               m.tensors_mb, m.estimate_mb, m.tensors_mb / m.estimate_mb);
+    std::printf("  rank %ld (dp %ld, tp %ld, pp %ld)  %s;  resident %.1f MB above base %.0f MB\n", static_cast<long>(m.rank),
+                static_cast<long>(m.dp), static_cast<long>(m.tp), static_cast<long>(m.pp), tensors.c_str(), m.peak_mb,
+                m.base_mb);
+  }
   const StepPhases& p = r.phases_mean;
   const double total = p.total_s();
   const std::pair<const char*, double> phases[] = {{"data", p.data_s},         {"forward", p.forward_s},

@@ -76,7 +76,6 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                           {"optimizer", e.optimizer},
                           {"activations", e.activations},
                           {"pipeline_sends", e.pipeline_sends},
-                          {"runtime", e.runtime},
                           {"total", e.total()}};
   };
   const int64_t micro_batch = config.micro_batch_size(std::max<int64_t>(1, p.dp));
@@ -118,7 +117,6 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                                                   {"optimizer", memory.optimizer},
                                                   {"activations", memory.activations},
                                                   {"pipeline sends", memory.pipeline_sends},
-                                                  {"runtime", memory.runtime},
                                                   {"total", memory.total()}};
   for (const auto& [name, bytes] : rows)
     std::printf("  %-14s %10s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());

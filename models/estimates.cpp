@@ -159,10 +159,6 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double sides = m.encoder_decoder() ? 2 : 1;
   out.pipeline_sends =
       static_cast<int64_t>(sides * static_cast<double>(directions * micro) * 4 * s * b * h / sequence);
-  // Measured on this stack (Linux, glibc, OpenMPI, libtorch CPU); see MemoryEstimate::runtime.
-  constexpr int64_t kCpuRuntimeBytes = 28LL << 20;
-  const bool model_parallel = tp > 1 || pp > 1;
-  out.runtime = config.runtime.device == "cpu" ? kCpuRuntimeBytes + (model_parallel ? out.activations : 0) : 0;
   return out;
 }
 

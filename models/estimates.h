@@ -42,14 +42,11 @@ struct MemoryEstimate {
   // Pipeline stages: what this stage has sent (fp32 outputs forward, input gradients back) and keeps until
   // the step ends (train/pipeline_runner.h waits for its sends then), m micro-batches' worth.
   int64_t pipeline_sends = 0;
-  // CPU only (runtime.device: cpu), measured rather than derived: the process's working memory beyond its
-  // tensors (libtorch and MPI, about 28 MiB), and with tensor or pipeline parallelism the memory the
-  // allocator keeps resident between a step's tensors and the communication interleaved with them
-  // (runtime.cpu_allocator's cache or glibc's heap, measured with either at about the activations again;
-  // tests/e2e/test_pipeline_3d.sh; `loom bench` prints measured and estimated per rank).
-  // 0 on CUDA, whose caching allocator counts tensors only.
-  int64_t runtime = 0;
-  int64_t total() const { return weights + gradients + optimizer + activations + pipeline_sends + runtime; }
+  // Bytes in tensors at the step's peak: what CUDA's allocator and runtime.cpu_allocator=caching count
+  // (`loom bench` prints each rank's measured peak next to this; tests/e2e/test_pipeline_3d.sh checks it).
+  // A process holds more: its libraries (on CPU, `loom bench` prints that resident base, ~350 MB with
+  // MPI and libtorch) and the allocator's cache of freed blocks.
+  int64_t total() const { return weights + gradients + optimizer + activations + pipeline_sends; }
 };
 MemoryEstimate estimate_memory(const Config& config, int64_t stage = 0);
 

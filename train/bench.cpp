@@ -76,15 +76,16 @@ double resident_mb() {
   return 0;
 }
 
-// Every rank's measured peak (above its base) and estimate, gathered by a sum over the world.
-std::vector<RankMemory> rank_memory(const Config& config, const Mesh& mesh, double base_mb, double peak_mb) {
+// Every rank's measured peaks (above its base; in tensors) and estimate, gathered by a sum over the world.
+std::vector<RankMemory> rank_memory(const Config& config, const Mesh& mesh, double base_mb, double peak_mb,
+                                    double tensors_mb) {
   const int64_t world = mesh.world().size(), rank = mesh.world().rank();
   Config planned = config;
   planned.parallel.dp = mesh.dp();
   const auto& c = mesh.coords();
-  auto rows = torch::zeros({world, 6}, torch::kDouble);
+  auto rows = torch::zeros({world, 7}, torch::kDouble);
   rows[rank] = torch::tensor({static_cast<double>(c.dp), static_cast<double>(c.tp), static_cast<double>(c.pp), base_mb,
-                              peak_mb - base_mb,
+                              peak_mb - base_mb, tensors_mb,
                               static_cast<double>(estimate_memory(planned, c.pp).total()) / (1024.0 * 1024.0)},
                              torch::kDouble);
   mesh.world().all_reduce(rows);
@@ -92,9 +93,16 @@ std::vector<RankMemory> rank_memory(const Config& config, const Mesh& mesh, doub
   for (int64_t r = 0; r < world; ++r) {
     const auto row = rows[r];
     out.push_back({r, row[0].item<int64_t>(), row[1].item<int64_t>(), row[2].item<int64_t>(), row[3].item<double>(),
-                   row[4].item<double>(), row[5].item<double>()});
+                   row[4].item<double>(), row[5].item<double>(), row[6].item<double>()});
   }
   return out;
+}
+
+// The matrix-product ceilings of every rank together: what the world's tokens/s is measured against.
+double world_gemm_gflops(const Mesh& mesh, double rank_gflops) {
+  auto sum = torch::tensor(rank_gflops, torch::kDouble);
+  mesh.world().all_reduce(sum);
+  return sum.item<double>();
 }
 
 double cpu_seconds() {
@@ -194,14 +202,15 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   r.peak_memory_mb = peak_memory_mb(device);
   if (const CachingCpuAllocator* allocator = caching_cpu_allocator(); allocator != nullptr && !device.is_cuda())
     r.peak_allocated_mb = static_cast<double>(allocator->stats().peak_allocated) / (1024.0 * 1024.0);
-  r.ranks = rank_memory(config, trainer.mesh(), device.is_cuda() ? 0.0 : base_mb, r.peak_memory_mb);
+  const double tensors_mb = device.is_cuda() ? r.peak_memory_mb : r.peak_allocated_mb;
+  r.ranks = rank_memory(config, trainer.mesh(), device.is_cuda() ? 0.0 : base_mb, r.peak_memory_mb, tensors_mb);
   const double total_s = std::accumulate(step_s.begin(), step_s.end(), 0.0);
   const auto n = static_cast<double>(options.steps);
   r.tokens_per_s = static_cast<double>(r.tokens_per_step) * n / total_s;
   r.step_ms_median = median(step_s) * 1e3;
   r.step_ms_mean = total_s / n * 1e3;
   r.step_ms_min = *std::min_element(step_s.begin(), step_s.end()) * 1e3;
-  r.mfu = r.flops_per_token * r.tokens_per_s / (r.gemm_peak_gflops * 1e9);
+  r.mfu = r.flops_per_token * r.tokens_per_s / (world_gemm_gflops(trainer.mesh(), r.gemm_peak_gflops) * 1e9);
   r.phases_mean = {sum.data_s / n, sum.forward_s / n, sum.backward_s / n, sum.sync_s / n, sum.optimizer_s / n};
   if (const Mesh& mesh = trainer.mesh(); mesh.pp() > 1) {
     // Each stage's first rank reports its idle share; the sum over the world puts them side by side.

@@ -27,7 +27,8 @@ struct RankMemory {
   int64_t rank = 0, dp = 0, tp = 0, pp = 0;
   double base_mb = 0;      // CPU: resident set before the model was built (libtorch, MPI); CUDA: 0
   double peak_mb = 0;      // the peak above base_mb: the model, its training state and a step's working set
-  double estimate_mb = 0;  // models/estimates.h's estimate_memory(config, pp stage).total()
+  double tensors_mb = -1;  // bytes in tensors at the peak (CUDA, or CPU with the caching allocator; -1: not counted)
+  double estimate_mb = 0;  // models/estimates.h's estimate_memory(config, pp stage).total(): bytes in tensors
 };
 
 struct BenchResult {
@@ -39,7 +40,7 @@ struct BenchResult {
                                // tokens per CPU second compares runs far better than wall-clock time
   double flops_per_token = 0;  // models/estimates: training FLOPs per token
   double gemm_peak_gflops = 0;
-  double mfu = 0;              // flops_per_token * tokens_per_s / gemm ceiling
+  double mfu = 0;              // flops_per_token * tokens_per_s / the gemm ceilings of every rank together
   double peak_memory_mb = 0;   // of the timed steps (CPU: resident set high-water mark, CUDA: allocated)
   double peak_allocated_mb = -1;  // CPU with the caching allocator: bytes in tensors at the peak (-1: not known)
   StepPhases phases_mean;      // seconds per step, averaged over the timed steps

@@ -45,6 +45,7 @@ for dtype in ("fp32", "bf16"):
     rank = r["ranks"]
     assert len(rank) == 1 and (rank[0]["rank"], rank[0]["dp"], rank[0]["tp"], rank[0]["pp"]) == (0, 0, 0, 0), rank
     assert abs(rank[0]["base_mb"] + rank[0]["peak_mb"] - r["peak_memory_mb"]) < 1e-6 and rank[0]["peak_mb"] > 0, rank
+    assert rank[0]["tensors_mb"] == r["peak_allocated_mb"] > 0, rank
     if dtype == "fp32":
         assert abs(rank[0]["estimate_mb"] - info["memory"]["total"] / 2**20) < 1e-6, (rank, info["memory"])
     # Uniform random tokens: nothing to learn, so the loss stays near ln(vocab) = 6.24.
