@@ -39,8 +39,8 @@ struct MemoryEstimate {
   int64_t gradients = 0;    // fp32, one per parameter
   int64_t optimizer = 0;    // AdamW's two fp32 moments (1/dp of them per rank with ZeRO-1)
   int64_t activations = 0;  // what the micro-batches in flight keep for their backward
-  // Pipeline stages: what this stage has sent (fp32 outputs forward, input gradients back) and keeps until
-  // the step ends (train/pipeline_runner.h waits for its sends then), m micro-batches' worth.
+  // Pipeline stages: fp32 outputs sent forward and input gradients sent back, each freed once its
+  // neighbour has received it: about as many micro-batches' worth as are in flight.
   int64_t pipeline_sends = 0;
   // Bytes in tensors at the step's peak: what CUDA's allocator and runtime.cpu_allocator=caching count
   // (`loom bench` prints each rank's measured peak next to this; tests/e2e/test_pipeline_3d.sh checks it).

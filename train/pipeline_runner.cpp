@@ -43,7 +43,9 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Co
     if (actions[i].kind == PipelineAction::kBackward) last_backward = static_cast<int64_t>(i);
 
   PipelineStats local;
-  std::vector<std::shared_ptr<Work>> sends;  // waited for at the end: their tensors stay alive till then
+  // Waited for at the end, for their errors: a sent tensor itself is freed once the send completes (the
+  // communicator holds it only until then).
+  std::vector<std::shared_ptr<Work>> sends;
   std::vector<InFlight> in_flight(static_cast<size_t>(m));
   auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device));
   const auto float_options = torch::TensorOptions(torch::kFloat).device(device);

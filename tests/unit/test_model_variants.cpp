@@ -349,3 +349,28 @@ TEST_CASE("variants: memory estimate follows Korthikanti et al. for GPT-2", "[mo
   CHECK(static_cast<double>(loom::estimate_memory(fp32).activations) == Approx(12 * layer + head).epsilon(1e-9));
   CHECK(loom::estimate_memory(fp32).weights == 4 * 124439808);
 }
+
+TEST_CASE("variants: a pipeline stage's memory counts the micro-batches in flight", "[models][variants][memory]") {
+  // GPT-2 small over 4 stages, 16 micro-batches of 2 x 1024: under 1F1B stage s keeps min(m, pp - s)
+  // micro-batches' activations and as many fp32 sends each way it sends (4sbh each; a send lives until
+  // the neighbour receives it); under GPipe all m.
+  for (const std::string schedule : {"1f1b", "gpipe"}) {
+    auto config = loom::load_config((loom::test::source_dir() / "configs" / "gpt2-124m.yaml").string(),
+                                    {"precision.dtype=fp32", "train.micro_batch_size=2", "train.batch_size=32",
+                                     "parallel.pp=4", "parallel.pp_schedule=" + schedule});
+    const double send = 4.0 * 1024 * 2 * 768;
+    for (int64_t stage = 0; stage < 4; ++stage) {
+      INFO(schedule << " stage " << stage);
+      const double in_flight = schedule == "gpipe" ? 16 : static_cast<double>(4 - stage);
+      const double directions = (stage < 3) + (stage > 0);
+      const auto memory = loom::estimate_memory(config, stage);
+      CHECK(static_cast<double>(memory.pipeline_sends) == Approx(directions * in_flight * send).epsilon(1e-12));
+      // Three blocks per stage: the activations of one micro-batch times those in flight.
+      auto one = config;
+      one.train.batch_size = 2;
+      if (stage < 3)
+        CHECK(static_cast<double>(memory.activations) ==
+              Approx(in_flight * static_cast<double>(loom::estimate_memory(one, stage).activations)).epsilon(1e-12));
+    }
+  }
+}
