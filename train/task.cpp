@@ -20,6 +20,10 @@ std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Commu
       TensorParallelRng::stream_seed(static_cast<uint64_t>(config.run.seed), tp->rank(), pp_stage));
 }
 
+void seed_stage_dropout(const Config& config, int64_t pp_stage) {
+  if (pp_stage > 0) torch::manual_seed(static_cast<uint64_t>(config.run.seed + 100 * pp_stage));
+}
+
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data, const LoadedModel* trained,
                                 Communicator* tp, std::unique_ptr<LmBatches> lm_batches, int64_t pp_stage) {
   if (config.model.encoder_decoder()) {

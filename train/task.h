@@ -74,6 +74,12 @@ class Task {
 // rank and the stage (TensorParallelRng::stream_seed); null for no TP.
 std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Communicator* tp, int64_t pp_stage = 0);
 
+// After a stage's model is built (every rank drew the whole model's weights from run.seed), the default
+// generator that its dropout draws from: stage 0 keeps its stream (a run without stages is unchanged),
+// stage s > 0 restarts it from run.seed + 100 * s, as Megatron's seed does, so stages holding blocks of the
+// same shape do not drop the same units.
+void seed_stage_dropout(const Config& config, int64_t pp_stage);
+
 // Which data a task opens: training (data.train required, data.valid if given) or evaluation only.
 enum class TaskData { kTraining, kEvaluation };
 

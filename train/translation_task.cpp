@@ -60,10 +60,11 @@ std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::De
   if (!trained) {
     // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
     torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-    tp_rng = make_tp_rng(config, tp);
+    tp_rng = make_tp_rng(config, tp, pp_stage);
     trained = EncoderDecoder(config.model, TensorParallelism{tp, tp_rng.get(), false},
                              model_stage(config.model, config.parallel, pp_stage));
     trained->to(device);
+    seed_stage_dropout(config, pp_stage);
   }
   return std::make_unique<TranslationTask>(trained, std::move(data), std::move(tp_rng));
 }

@@ -207,3 +207,23 @@ TEST_CASE("translation task: the loss is the token-weighted mean of per-pair los
     CHECK(task->loss(batch, torch::kCPU, smoothing).item<double>() == Approx(weighted / tokens).epsilon(1e-5));
   }
 }
+
+TEST_CASE("pipeline stages: stage s > 0 draws its dropout from run.seed + 100 s, stage 0 as a run without stages",
+          "[train][seq2seq][pipeline]") {
+  auto draw_after_build = [](int64_t pp, int64_t stage) {
+    auto config = loom::parse_config("", "test", {"model.arch=transformer", "model.d_model=16", "model.n_layers=2",
+                                                   "model.n_encoder_layers=2", "model.n_heads=2", "model.max_seq_len=16",
+                                                   "data.seq_len=16", "model.dropout=0.1", "data.synthetic=reverse",
+                                                   "data.synthetic_vocab=40", "data.synthetic_max_len=10", "run.seed=5",
+                                                   "parallel.pp=" + std::to_string(pp)});
+    loom::make_translation_task(config, torch::kCPU, loom::TaskData::kTraining, loom::EncoderDecoder(nullptr), nullptr,
+                                stage);
+    return torch::rand({16});
+  };
+  const auto whole = draw_after_build(1, 0), stage0 = draw_after_build(2, 0), stage1 = draw_after_build(2, 1);
+  torch::manual_seed(5 + 100);
+  const auto seeded = torch::rand({16});
+  CHECK(torch::equal(stage0, whole));
+  CHECK(torch::equal(stage1, seeded));
+  CHECK_FALSE(torch::equal(stage1, stage0));
+}
