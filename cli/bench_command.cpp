@@ -45,7 +45,8 @@ nlohmann::json to_json(const BenchResult& r) {
             {"forward", p.forward_s * 1e3},
             {"backward", p.backward_s * 1e3},
             {"gradient_sync", p.sync_s * 1e3},
-            {"optimizer", p.optimizer_s * 1e3}}},
+            {"optimizer", p.optimizer_s * 1e3},
+            {"pipeline_wait", p.pipeline_wait_s * 1e3}}},
           {"gemm_share", share(r.gemm_share)},
           {"attention_share", share(r.attention_share)},
           {"non_matmul_share", share(r.non_matmul_share)},
@@ -82,10 +83,11 @@ void print_text(const BenchResult& r) {
   const double total = p.total_s();
   const std::pair<const char*, double> phases[] = {{"data", p.data_s},         {"forward", p.forward_s},
                                                    {"backward", p.backward_s}, {"gradient sync", p.sync_s},
-                                                   {"optimizer", p.optimizer_s}};
+                                                   {"optimizer", p.optimizer_s}, {"pipeline wait", p.pipeline_wait_s}};
   std::printf("phases (mean ms per step)\n");
   for (const auto& [name, s] : phases)
-    std::printf("  %-14s %9.2f ms  %5.1f%%\n", name, s * 1e3, total > 0 ? 100 * s / total : 0.0);
+    if (s > 0 || std::string(name) != "pipeline wait")  // no wait row without stages
+      std::printf("  %-14s %9.2f ms  %5.1f%%\n", name, s * 1e3, total > 0 ? 100 * s / total : 0.0);
   if (r.non_matmul_share >= 0)
     std::printf("time in        matmul %.1f%%, attention kernels %.1f%%, everything else %.1f%%\n", 100 * r.gemm_share,
                 100 * r.attention_share, 100 * r.non_matmul_share);

@@ -86,7 +86,7 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Co
         if (step.train) slot.outputs = std::move(outs);
       }
       if (!step.train) slot = {};
-      local.busy_s += since(start);
+      local.forward_s += since(start);
     } else {
       std::vector<torch::Tensor> grads;
       if (!last)
@@ -114,14 +114,15 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Co
                                             tag_of(kGradientTag, k)));
       }
       slot = {};  // frees the micro-batch's activations
-      local.busy_s += since(start);
+      local.backward_s += since(start);
     }
   }
   const auto start = Clock::now();
   for (auto& send : sends) send->wait();
   local.idle_s += since(start);
   if (stats != nullptr) {
-    stats->busy_s += local.busy_s;
+    stats->forward_s += local.forward_s;
+    stats->backward_s += local.backward_s;
     stats->idle_s += local.idle_s;
   }
   return loss_sum;

@@ -32,9 +32,11 @@ struct PipelineStep {
 };
 
 struct PipelineStats {
-  double busy_s = 0;  // in the stage's own forwards and backwards (sends included: they only start)
-  double idle_s = 0;  // blocked waiting for a neighbour's activations or gradients
-  double idle_fraction() const { return busy_s + idle_s > 0 ? idle_s / (busy_s + idle_s) : 0.0; }
+  double forward_s = 0;   // in the stage's own forwards (sends included: they only start)
+  double backward_s = 0;  // in its own backwards
+  double idle_s = 0;      // blocked waiting for a neighbour's activations or gradients
+  double busy_s() const { return forward_s + backward_s; }
+  double idle_fraction() const { return busy_s() + idle_s > 0 ? idle_s / (busy_s() + idle_s) : 0.0; }
 };
 
 // Returns the sum over micro-batches of mean loss x their tokens on the last stage (a double scalar on

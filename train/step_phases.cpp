@@ -1,5 +1,7 @@
 #include "train/step_phases.h"
 
+#include <algorithm>
+
 #ifdef LOOM_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -15,12 +17,19 @@ PhaseClock::PhaseClock(StepPhases& phases, torch::Device device, bool synchroniz
   last_ = std::chrono::steady_clock::now();
 }
 
-void PhaseClock::lap(double StepPhases::*phase) {
+void PhaseClock::lap(double StepPhases::*phase) { lap({}, phase); }
+
+void PhaseClock::lap(std::initializer_list<std::pair<double StepPhases::*, double>> parts, double StepPhases::*rest) {
 #ifdef LOOM_CUDA
   if (synchronize_) c10::cuda::device_synchronize();
 #endif
   const auto now = std::chrono::steady_clock::now();
-  phases_.*phase += std::chrono::duration<double>(now - last_).count();
+  double elapsed = std::chrono::duration<double>(now - last_).count();
+  for (const auto& [phase, seconds] : parts) {
+    phases_.*phase += seconds;
+    elapsed -= seconds;
+  }
+  phases_.*rest += std::max(0.0, elapsed);
   last_ = now;
 }
 

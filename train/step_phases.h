@@ -6,12 +6,15 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <initializer_list>
+#include <utility>
 
 namespace loom {
 
 struct StepPhases {
   double data_s = 0, forward_s = 0, backward_s = 0, sync_s = 0, optimizer_s = 0;
-  double total_s() const { return data_s + forward_s + backward_s + sync_s + optimizer_s; }
+  double pipeline_wait_s = 0;  // pipeline stages: blocked on a neighbour (the bubble); 0 without stages
+  double total_s() const { return data_s + forward_s + backward_s + sync_s + optimizer_s + pipeline_wait_s; }
 };
 
 // Adds the time since the previous lap (or construction) to a phase of `phases`.
@@ -19,6 +22,9 @@ class PhaseClock {
  public:
   PhaseClock(StepPhases& phases, torch::Device device, bool synchronize);
   void lap(double StepPhases::*phase);
+  // A lap made of known parts (seconds measured inside it, each added to its phase) and the rest of it,
+  // added to `rest`: a pipeline's forwards, backwards and waits interleave within one call.
+  void lap(std::initializer_list<std::pair<double StepPhases::*, double>> parts, double StepPhases::*rest);
 
  private:
   StepPhases& phases_;

@@ -215,8 +215,14 @@ double Trainer::forward_backward(PhaseClock& clock) {
   const double weight_per_token = static_cast<double>(mesh_.dp()) / static_cast<double>(step_tokens_);
   clock.lap(&StepPhases::data_s);
   if (mesh_.pp() > 1) {
+    const PipelineStats before = pipeline_stats_;
     const auto loss_sum = pipeline_forward_backward(batches, tokens, weight_per_token);
-    clock.lap(&StepPhases::backward_s);
+    // The stage's own forwards, backwards and waits; the rest (the tied embedding's sum, the DP sync not
+    // hidden by the last backward) is gradient sync.
+    clock.lap({{&StepPhases::forward_s, pipeline_stats_.forward_s - before.forward_s},
+               {&StepPhases::backward_s, pipeline_stats_.backward_s - before.backward_s},
+               {&StepPhases::pipeline_wait_s, pipeline_stats_.idle_s - before.idle_s}},
+              &StepPhases::sync_s);
     local_loss_sum_ = loss_sum.item<double>();  // zero on all but the last stage
     auto sums = loss_sum.cpu().reshape({1});
     mesh_.pp_group().all_reduce(sums);  // the loss is known on the last stage only

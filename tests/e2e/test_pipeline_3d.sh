@@ -82,12 +82,17 @@ done
   --set model.n_layers=4 --set model.n_heads=4 --set data.seq_len=128 --set model.max_seq_len=128 --set model.dropout=0 \
   --set train.micro_batch_size=0 "${tp2pp2[@]}" --set parallel.microbatches=4 --steps 2 --warmup 1 --profile-steps 0 \
   --json 2>/dev/null | tail -1 > "$WORK/bench.json" || fail "loom bench under TP2xPP2 failed"
-python3 - "$WORK/bench.json" <<'PY' || fail "measured memory vs loom info's estimate"
+python3 - "$WORK/bench.json" <<'PY' || fail "loom bench under TP2xPP2: MFU, phases, memory vs loom info's estimate"
 import json, sys
 bench = json.load(open(sys.argv[1]))
 ranks = bench["ranks"]
 # Four ranks share the step's FLOPs: MFU is over the four ranks' ceilings together, not one rank's.
 assert 0 < bench["mfu"] < 1, bench["mfu"]
+# Rank 0's step split: its own forwards and backwards, its waits on stage 1, and the rest (data, sync,
+# optimizer) cover the step.
+phases = bench["phases_ms"]
+assert phases["forward"] > 0 and phases["backward"] > 0 and phases["pipeline_wait"] > 0, phases
+assert 0.8 * bench["step_ms_mean"] <= sum(phases.values()) <= 1.0001 * bench["step_ms_mean"], (phases, bench["step_ms_mean"])
 assert [(r["rank"], r["tp"], r["pp"]) for r in ranks] == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)], ranks
 for r in ranks:
     ratio = r["tensors_mb"] / r["estimate_mb"]
