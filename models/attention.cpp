@@ -80,12 +80,12 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::cross_qkv
   const auto& w = qkv_->weight;
   const auto& b = qkv_->bias;  // undefined without biases
   auto rows = [&](const torch::Tensor& t, int64_t from, int64_t n) { return t.defined() ? t.narrow(0, from, n) : t; };
-  auto q = torch::nn::functional::linear(xs, rows(w, 0, H * D), rows(b, 0, H * D)).view({B, T, H, D}).transpose(1, 2);
+  auto q = torch::linear(xs, rows(w, 0, H * D), rows(b, 0, H * D)).view({B, T, H, D}).transpose(1, 2);
   if (cache != nullptr && cache->length() > 0) return {q, cache->k, cache->v};  // the encoder's, computed once
   const auto ms = qkv_->region_input(memory);
   const int64_t S = ms.size(1);
   // (B, S, 2 K D) -> k and v (B, K, S, D)
-  const auto kv = torch::nn::functional::linear(ms, rows(w, H * D, 2 * K * D), rows(b, H * D, 2 * K * D)).chunk(2, -1);
+  const auto kv = torch::linear(ms, rows(w, H * D, 2 * K * D), rows(b, H * D, 2 * K * D)).chunk(2, -1);
   auto k = kv[0].view({ms.size(0), S, K, D}).transpose(1, 2);
   auto v = kv[1].view({ms.size(0), S, K, D}).transpose(1, 2);
   if (cache != nullptr) {

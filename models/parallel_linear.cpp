@@ -20,7 +20,7 @@ torch::Tensor ColumnParallelLinearImpl::region_input(const torch::Tensor& x) con
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
-  return torch::nn::functional::linear(region_input(x), weight, bias);
+  return torch::linear(region_input(x), weight, bias);
 }
 
 std::vector<std::pair<std::string, ShardLayout>> ColumnParallelLinearImpl::shard_layouts() const {
@@ -37,9 +37,9 @@ RowParallelLinearImpl::RowParallelLinearImpl(const ParallelLinearOptions& o)
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
-  if (tp_ == nullptr) return torch::nn::functional::linear(x, weight, bias);
+  if (tp_ == nullptr) return torch::linear(x, weight, bias);
   // Every rank holds a partial product; the bias joins the sum once, after it.
-  const auto partial = torch::nn::functional::linear(x, weight);
+  const auto partial = torch::linear(x, weight);
   if (!sequence_parallel_) {
     auto y = reduce_from_tp_region(partial, *tp_);
     return bias.defined() ? y + bias : y;

@@ -29,9 +29,9 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::logits(const torch::Tensor& hidden) {
-  if (tp_ == nullptr) return torch::nn::functional::linear(hidden, weight);
+  if (tp_ == nullptr) return torch::linear(hidden, weight);
   const auto h = options_.sequence_parallel ? gather_from_sequence(hidden, *tp_) : copy_to_tp_region(hidden, *tp_);
-  return torch::nn::functional::linear(h, weight);
+  return torch::linear(h, weight);
 }
 
 std::vector<std::pair<std::string, ShardLayout>> VocabParallelEmbeddingImpl::shard_layouts() const {
