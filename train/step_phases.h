@@ -1,8 +1,9 @@
 // Where one training step's time goes, filled in by the Trainer as it runs the step (no second copy of
 // the step exists for measuring): data, forward (loss included), backward, gradient sync (what backward
 // did not hide), optimizer (clipping, AdamW, ZeRO-1 gather), and for a pipeline stage the time it waited
-// on its neighbours (its own forwards and backwards count as forward and backward). On a GPU the phases only mean something
-// when each boundary waits for the device, which costs overlap: `synchronize` is for `loom bench`.
+// on its neighbours (its own forwards and backwards count as forward and backward). On a GPU the phases
+// only mean something when each boundary waits for the device, which costs overlap: `synchronize` is for
+// `loom bench`.
 #pragma once
 #include <torch/torch.h>
 
