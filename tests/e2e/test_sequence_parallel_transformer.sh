@@ -5,7 +5,7 @@
 # the masks and the loss ignore). Under mpirun, fp32, dropout off, 10 steps, each layout gives the
 # single-process train and valid losses within 1e-5: on the synthetic reversal task (source lengths 1-10)
 # TP=2 (post-norm, sinusoidal, tied), DP=2 x TP=2 (pre-norm, learned positions, GELU, untied head) and
-# TP=2 x PP=2 under GPipe and 1F1B; on the Bible pairs (token-based batches) TP=2. A TP=2+SP checkpoint
+# TP=2 x PP=2 under GPipe and 1F1B; on the Bible pairs (token-based batches) TP=2 and TP=2 x PP=2. A TP=2+SP checkpoint
 # resumes as one process, and a single-process one as TP=2+SP, on the single 20-step curve; TP=2+SP with
 # dropout 0.1 resumes bit for bit; `loom eval` and `loom translate` of the SP checkpoint give the single
 # run's loss and translations.
@@ -88,4 +88,7 @@ train_args() { echo "$(bible_tiny_args "$1") --set checkpoint.every=10"; }
 tiny_train "$WORK/bible-single" >"$WORK/bible-single.log" 2>&1 || { tail "$WORK/bible-single.log"; fail "Bible single run"; }
 sp_train 2 "$WORK/bible-tp2sp" --set parallel.dp=1
 same_curve "$WORK/bible-single" "$WORK/bible-tp2sp" "Bible pairs, token batches, TP=2 + SP"
+# ... and under TP=2 x PP=2, 2 micro-batches (each padded on its own, its shards' shapes its own).
+sp_train 4 "$WORK/bible-tp2pp2sp" --set parallel.dp=1 --set parallel.pp=2 --set train.micro_batch_size=4
+same_curve "$WORK/bible-single" "$WORK/bible-tp2pp2sp" "Bible pairs, token batches, TP=2 x PP=2 (1f1b) + SP"
 echo PASS
