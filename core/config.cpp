@@ -3,10 +3,12 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
 #include <optional>
 #include <sstream>
 
@@ -173,6 +175,11 @@ int64_t Config::micro_batch_size(int64_t dp) const {
 }
 
 int64_t Config::accumulation_steps(int64_t dp) const { return train.batch_size / (micro_batch_size(dp) * dp); }
+
+int64_t Config::sequence_pad_multiple() const {
+  const int64_t pad = std::max<int64_t>(1, data.pad_to_multiple);
+  return parallel.sequence_parallel && parallel.tp > 1 ? std::lcm(pad, parallel.tp) : pad;
+}
 
 int64_t Config::schedule_total_steps() const {
   return schedule.total_steps > 0 ? schedule.total_steps : train.max_steps;

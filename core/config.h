@@ -63,6 +63,9 @@ struct DataConfig {
   int64_t synthetic_min_len = 1;
   int64_t synthetic_max_len = 16;
   int64_t synthetic_valid_size = 512;
+  // Pair batches: source and target lengths padded up to a multiple of this (lcm with parallel.tp under
+  // sequence parallelism).
+  int64_t pad_to_multiple = 1;
 };
 
 struct TokenizerConfig {
@@ -163,6 +166,9 @@ struct Config {
 
   int64_t micro_batch_size(int64_t dp) const;
   int64_t accumulation_steps(int64_t dp) const;
+  // What the encoder-decoder's pair batches are padded to a multiple of: data.pad_to_multiple, lcm with
+  // parallel.tp under sequence parallelism (each TP rank keeps 1/tp of the positions). 1 for invalid values.
+  int64_t sequence_pad_multiple() const;
   int64_t schedule_total_steps() const;
 };
 

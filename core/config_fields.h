@@ -44,6 +44,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("data.synthetic_min_len", c.data.synthetic_min_len, "Shortest synthetic source sequence.");
   v("data.synthetic_max_len", c.data.synthetic_max_len, "Longest synthetic source sequence.");
   v("data.synthetic_valid_size", c.data.synthetic_valid_size, "Pairs in the fixed synthetic validation set.");
+  v("data.pad_to_multiple", c.data.pad_to_multiple, "transformer: pad every pair batch's source and target length up to a multiple of this many positions (padding is masked and counts for nothing in the loss; 8 suits tensor cores). With parallel.sequence_parallel the batches are padded to lcm(this, parallel.tp); model.max_seq_len must be a multiple of that. 1: pad only to the longest pair.");
 
   v("tokenizer.model", c.tokenizer.model, "SentencePiece model the token files were made with (checked by checksum).");
 
@@ -92,7 +93,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("parallel.pp_schedule", c.parallel.pp_schedule, "Pipeline schedule: `gpipe` (all forwards, then all backwards: keeps every micro-batch's activations) or `1f1b` (after a warm-up each stage alternates one forward and one backward: at most pp micro-batches in flight).");
   v("parallel.bucket_mb", c.parallel.bucket_mb, "Size of the flat buckets in which data-parallel gradients are all-reduced, overlapping backward.");
   v("parallel.zero", c.parallel.zero, "ZeRO stage: 0, or 1 to shard AdamW state across DP ranks (gradients reduce-scattered, parameters all-gathered).");
-  v("parallel.sequence_parallel", c.parallel.sequence_parallel, "With tp > 1, model.arch=gpt: norms, dropout and residuals work on this rank's 1/tp of the positions (all-gather before column-parallel layers, reduce-scatter after row-parallel ones) instead of all of them; data.seq_len must be a multiple of tp.");
+  v("parallel.sequence_parallel", c.parallel.sequence_parallel, "With tp > 1 (training and evaluation; generation loads the model whole): norms, dropout and residuals work on this rank's 1/tp of the positions (all-gather before column-parallel layers, reduce-scatter after row-parallel ones) instead of all of them. model.arch=gpt: data.seq_len must be a multiple of tp. model.arch=transformer: both stacks and the encoder output (memory) are split so, cross-attention gathers the memory; pair batches are padded to multiples of tp (data.pad_to_multiple) and model.max_seq_len must be a multiple of tp.");
   v("parallel.timeout_s", c.parallel.timeout_s, "A collective that waits longer than this for a failed or stalled rank ends the whole job.");
 
   v("checkpoint.every", c.checkpoint.every, "Steps between checkpoints (one is always written at the end); 0: only at the end.");

@@ -75,18 +75,26 @@ void validate(const Config& c) {
     check.require(m.norm_position == "pre", "model.norm_position", "post applies to model.arch=transformer only");
     check.require(m.n_encoder_layers == 0, "model.n_encoder_layers", "applies to model.arch=transformer only");
     check.require(c.data.synthetic.empty(), "data.synthetic", "synthetic pairs train model.arch=transformer, not gpt");
+    check.require(c.data.pad_to_multiple == 1, "data.pad_to_multiple", "applies to model.arch=transformer only "
+                  "(gpt windows are data.seq_len long)");
   }
   if (m.arch == "transformer") {
     check.require(one_of(m.position, {"learned", "sinusoidal"}), "model.position", "model.arch=transformer takes ",
                   "learned or sinusoidal positions, not ", m.position);
     check.require(m.attention_window == 0, "model.attention_window", "model.arch=transformer attends to whole sequences");
-    check.require(!c.parallel.sequence_parallel, "parallel.sequence_parallel",
-                  "applies to model.arch=gpt only: the encoder-decoder's sequences differ in length");
+    // Batches are padded to multiples of the sequence shards; a padded length must still fit the positions.
+    const int64_t multiple = c.sequence_pad_multiple();
+    check.require(m.max_seq_len % multiple == 0, "model.max_seq_len", m.max_seq_len, " must be a multiple of ",
+                  multiple, ", what pair batches are padded to (data.pad_to_multiple=", c.data.pad_to_multiple,
+                  c.parallel.sequence_parallel && c.parallel.tp > 1
+                      ? ", lcm with parallel.tp=" + std::to_string(c.parallel.tp) + " under parallel.sequence_parallel)"
+                      : std::string(")"));
     check.require(m.init_from.empty(), "model.init_from", "importing weights applies to model.arch=gpt only");
     check.require(c.train.activation_checkpointing == "none", "train.activation_checkpointing",
                   "model.arch=transformer does not recompute activations yet: set it to none");
   }
   const auto& d = c.data;
+  check.require(d.pad_to_multiple >= 1, "data.pad_to_multiple", d.pad_to_multiple, " must be >= 1");
   check.require(one_of(d.synthetic, {"", "reverse", "copy"}), "data.synthetic", "'", d.synthetic,
                 "' is not one of reverse, copy (or empty)");
   if (!d.synthetic.empty()) {
@@ -203,7 +211,7 @@ void validate(const Config& c) {
     check.require(m.n_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_heads=", m.n_heads);
   if (p.tp >= 1 && m.n_kv_heads > 0)
     check.require(m.n_kv_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_kv_heads=", m.n_kv_heads);
-  if (p.sequence_parallel && p.tp > 1 && c.data.seq_len > 0)
+  if (p.sequence_parallel && p.tp > 1 && c.data.seq_len > 0 && !m.encoder_decoder())
     check.require(c.data.seq_len % p.tp == 0, "data.seq_len", c.data.seq_len,
                   " must be a multiple of parallel.tp=", p.tp, " with parallel.sequence_parallel (each rank keeps 1/tp of the positions)");
   // The encoder-decoder's pipeline splits its encoder blocks then its decoder blocks into the stages.

@@ -40,6 +40,18 @@ Seq2SeqBatch collate_pairs(const std::vector<TokenPair>& pairs) {
   return batch;
 }
 
+Seq2SeqBatch pad_to_multiple(const Seq2SeqBatch& batch, int64_t multiple) {
+  auto extra = [multiple](int64_t n) { return (multiple - n % multiple) % multiple; };
+  const int64_t more_source = extra(batch.source.size(1)), more_target = extra(batch.target_inputs.size(1));
+  if (more_source == 0 && more_target == 0) return batch;
+  namespace F = torch::nn::functional;
+  Seq2SeqBatch out = batch;
+  out.source = F::pad(batch.source, F::PadFuncOptions({0, more_source}));  // (B, S + more_source), zeros
+  out.target_inputs = F::pad(batch.target_inputs, F::PadFuncOptions({0, more_target}));
+  out.target_labels = F::pad(batch.target_labels, F::PadFuncOptions({0, more_target}).value(kIgnoreLabel));
+  return out;
+}
+
 std::unique_ptr<Seq2SeqSource> make_seq2seq_source(const Config& config, bool training) {
   const auto& d = config.data;
   if (!d.synthetic.empty()) {

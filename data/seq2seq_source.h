@@ -31,6 +31,11 @@ class Seq2SeqSource {
 // Pads pairs into a batch as data/seq2seq_batch.h describes.
 Seq2SeqBatch collate_pairs(const std::vector<TokenPair>& pairs);
 
+// The batch with S and T padded up to multiples of `multiple` (data.pad_to_multiple, sequence parallelism):
+// more padding of the same kind (token 0, label kIgnoreLabel), the lengths unchanged, so masks and the loss
+// see the same pairs. multiple 1, or lengths already multiples: the batch itself.
+Seq2SeqBatch pad_to_multiple(const Seq2SeqBatch& batch, int64_t multiple);
+
 // The source the config asks for: data.synthetic, else the pair files data.train (when `training`) and
 // data.valid (data/pair_source.h). Throws ConfigError naming the key.
 std::unique_ptr<Seq2SeqSource> make_seq2seq_source(const Config& config, bool training);

@@ -25,7 +25,7 @@ void DecoderState::select(const torch::Tensor& rows) {
 
 EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorParallelism& tp, const ModelStage& stage)
     : config_(config),
-      tp_{tp.group, tp.rng, /*sequence_parallel=*/false},
+      tp_{tp.group, tp.rng, tp.sequence_parallel && tp_size(tp.group) > 1},
       stage_(stage),
       position_(position_kind(config.position)),
       embedding_scale_(config.scale_embeddings ? std::sqrt(static_cast<double>(config.d_model)) : 1.0) {
@@ -50,7 +50,8 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
   // The same RNG draws as torch::nn::Embedding's and Linear's: a TP layout starts from the single model.
   // Every part is built (drawing its initial weights) whether the stage keeps it or not, so that the RNG
   // draws are those of the whole model; a part not kept is freed at once.
-  auto token_embedding = VocabParallelEmbedding(VocabParallelEmbeddingOptions{config.vocab_size, C, tp_.group});
+  auto token_embedding =
+      VocabParallelEmbedding(VocabParallelEmbeddingOptions{config.vocab_size, C, tp_.group, tp_.sequence_parallel});
   if (stage_.first || (stage_.last && config.tie_embeddings))
     token_embedding_ = register_module("token_embedding", token_embedding);
   torch::nn::Embedding encoder_positions{nullptr}, decoder_positions{nullptr};
@@ -84,7 +85,7 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
   }
   if (!config.tie_embeddings) {
     auto lm_head = ColumnParallelLinear(
-        ParallelLinearOptions{C, config.vocab_size, /*bias=*/false, config.init_std, tp_.group, {}});
+        ParallelLinearOptions{C, config.vocab_size, /*bias=*/false, config.init_std, tp_.group, {}, tp_.sequence_parallel});
     if (stage_.last) lm_head_ = register_module("lm_head", lm_head);
   }
 
@@ -119,6 +120,13 @@ std::vector<torch::Tensor> EncoderDecoderImpl::forward_stage(const torch::Tensor
   return {x, y};
 }
 
+std::vector<std::vector<int64_t>> EncoderDecoderImpl::stage_output_shapes(int64_t B, int64_t S, int64_t T) const {
+  const int64_t shards = sequence_multiple(), C = config_.d_model;
+  TORCH_CHECK(S % shards == 0 && T % shards == 0, "sequence parallelism over ", shards,
+              " ranks needs source and target lengths that are multiples of it, not ", S, " and ", T);
+  return {{B, S / shards, C}, {B, T / shards, C}};
+}
+
 torch::Tensor EncoderDecoderImpl::embed(const torch::Tensor& tokens, int64_t first_position, Side side) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(first_position + T <= config_.max_seq_len, "sequence of ", first_position + T,
@@ -131,7 +139,7 @@ torch::Tensor EncoderDecoderImpl::embed(const torch::Tensor& tokens, int64_t fir
   } else {
     x = x + sinusoidal_positions(first_position, T, config_.d_model, x.options());
   }
-  return dropout_->forward(x);
+  return embedding_dropout(x, dropout_, tp_);  // (B, T, C), or (B, T / tp, C) under sequence parallelism
 }
 
 torch::Tensor EncoderDecoderImpl::head(const torch::Tensor& hidden) {
@@ -151,6 +159,8 @@ torch::Tensor EncoderDecoderImpl::encode(const torch::Tensor& source, const torc
 torch::Tensor EncoderDecoderImpl::run_decoder(const torch::Tensor& x, const torch::Tensor& memory,
                                               const torch::Tensor& source_padding, DecoderState* state) {
   TORCH_CHECK(whole(), "decoding runs the whole model; a pipeline stage runs forward_stage()");
+  TORCH_CHECK(state == nullptr || !tp_.sequence_parallel,
+              "a sequence-parallel model does not decode incrementally: load it whole");
   auto h = x;
   for (int64_t i = 0; i < n_decoder_blocks(); ++i) {
     BlockInputs inputs{torch::Tensor(), memory, source_padding, state != nullptr ? &state->cross[i] : nullptr};

@@ -17,7 +17,13 @@
 // Tensor parallelism as the GPT's: built with a TP group, the self- and cross-attention split their heads
 // (cross-attention's q rows and k/v rows of one column-parallel weight), the MLPs their FFN columns, the
 // shared embedding (and the untied head) the vocabulary, and forward/head return this rank's vocabulary
-// columns of the logits, for the vocab-parallel cross-entropy. No sequence parallelism here.
+// columns of the logits, for the vocab-parallel cross-entropy.
+// Sequence parallelism (Korthikanti et al., training and evaluation): embed cuts source and target to this
+// rank's positions, so norms, dropout and residuals of both stacks work on (B, S / tp, C) and (B, T / tp, C);
+// the memory stays cut, and every cross-attention gathers it (all-gather forward, reduce-scatter backward)
+// before its k/v rows, as it gathers the decoder's positions before its q rows. Attention masks are over the
+// whole (gathered) sequences; S and T must be multiples of tp (the translation task pads its batches so).
+// Pipeline stages then pass on [(B, S / tp, C), (B, T / tp, C)]. Incremental decoding loads the model whole.
 //
 // Padding: source keys are masked in the encoder's self-attention and the decoder's cross-attention
 // (from source_lengths). The decoder needs only its causal mask: target padding trails, so a real
@@ -78,6 +84,11 @@ class EncoderDecoderImpl : public torch::nn::Module {
   std::vector<torch::Tensor> forward_stage(const torch::Tensor& source, const torch::Tensor& source_padding,
                                            const torch::Tensor& target_inputs, const std::vector<torch::Tensor>& inputs);
   const ModelStage& stage() const { return stage_; }
+  // What a stage passes on for B pairs of S source and T target positions: [(B, S, C), (B, T, C)], or
+  // this rank's positions [(B, S / tp, C), (B, T / tp, C)] under sequence parallelism.
+  std::vector<std::vector<int64_t>> stage_output_shapes(int64_t B, int64_t S, int64_t T) const;
+  // S and T must be multiples of this: tp under sequence parallelism, else 1.
+  int64_t sequence_multiple() const { return tp_.sequence_parallel ? tp_size(tp_.group) : 1; }
   // The token embedding when it is tied to the head and a pipeline puts embedding and head on different
   // stages: its gradient must be summed with the other stage's copy. Undefined otherwise.
   torch::Tensor stage_tied_embedding() const;

@@ -141,13 +141,14 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double whole = (2 * 4 + 2 * e) * s * b * h + dropout * 2 * s * b * h;
   const double split = e * s * b * (2 * q + 2 * kv + rope * 2 * (q + kv) + mlp_tensors * f) +
                        a * s * s * b * (e + dropout * (1 + e));
-  const double sequence = config.parallel.sequence_parallel && tp > 1 && !m.encoder_decoder() ? t : 1;
+  const double sequence = config.parallel.sequence_parallel && tp > 1 ? t : 1;
   const double layer = whole / sequence + split / t;
   const double head = 4 * s * b * h / sequence + e * s * b * h + s * b * static_cast<double>(m.vocab_size) / t * (e + 4);
   // Source and target both seq_len long. A decoder block adds a cross-attention sub-layer: its norm's
-  // input, q, the memory's k and v, the output projection's input, scores and a dropout mask.
+  // input and dropout mask (on s/t positions under sequence parallelism), q, the memory's k and v, the
+  // output projection's input, scores and their dropout mask.
   const double cross = !m.encoder_decoder() ? 0.0
-                                            : e * s * b * h + dropout * s * b * h +
+                                            : (e * s * b * h + dropout * s * b * h) / sequence +
                                                   (e * s * b * (2 * q + 2 * kv) + a * s * s * b * (e + dropout * (1 + e))) / t;
   const int64_t micro = config.accumulation_steps(dp);
   const int64_t in_flight = pp == 1 ? 1 : config.parallel.pp_schedule == "gpipe" ? micro : std::min(micro, pp - stage);

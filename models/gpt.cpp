@@ -32,6 +32,15 @@ BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp) {
   return block;
 }
 
+torch::Tensor embedding_dropout(const torch::Tensor& x, torch::nn::Dropout& dropout, const TensorParallelism& tp) {
+  if (!tp.sequence_parallel) return dropout->forward(x);
+  // This rank's positions from here to the head; their dropout masks are the rank's own.
+  const auto shard = scatter_to_sequence(x, *tp.group);  // (B, T / tp, C)
+  if (!dropout->is_training() || tp.rng == nullptr) return dropout->forward(shard);
+  TensorParallelRng::Fork own_stream(*tp.rng, shard.device());
+  return dropout->forward(shard);
+}
+
 ModelStage model_stage(const ModelConfig& model, const ParallelConfig& parallel, int64_t stage) {
   const auto layers = stage_layers(model.pipeline_layers(), parallel.pp, parallel.pp_layers);
   const BlockRange blocks = stage_blocks(layers, stage);
@@ -100,12 +109,7 @@ torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position
   } else if (position_ == PositionKind::kSinusoidal) {
     x = x + sinusoidal_positions(first_position, T, config_.d_model, x.options());
   }
-  if (!tp_.sequence_parallel) return dropout_->forward(x);
-  // This rank's positions from here to the head; their dropout masks are the rank's own.
-  x = scatter_to_sequence(x, *tp_.group);  // (B, T / tp, C)
-  if (!is_training() || tp_.rng == nullptr) return dropout_->forward(x);
-  TensorParallelRng::Fork own_stream(*tp_.rng, x.device());
-  return dropout_->forward(x);
+  return embedding_dropout(x, dropout_, tp_);
 }
 
 torch::Tensor GptImpl::head(const torch::Tensor& hidden) {

@@ -92,4 +92,8 @@ TORCH_MODULE(Gpt);
 // The options of every block of the model a config describes.
 BlockOptions block_options(const ModelConfig& config, const TensorParallelism& tp = {});
 
+// The embedding's dropout, x: (B, T, C) -> (B, T, C). With tp.sequence_parallel (set only for a TP group of
+// more than one rank) x is first cut to this rank's positions, (B, T / tp, C), whose masks draw from tp.rng.
+torch::Tensor embedding_dropout(const torch::Tensor& x, torch::nn::Dropout& dropout, const TensorParallelism& tp);
+
 }  // namespace loom

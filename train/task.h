@@ -85,7 +85,7 @@ enum class TaskData { kTraining, kEvaluation };
 
 // The task of config.model.arch with its data opened and config.model.vocab_size resolved from it. The
 // model is `trained`'s, or else built afresh on `device` from torch::manual_seed(run.seed), split over the
-// TP group `tp` (null: whole; with parallel.sequence_parallel for a GPT), pipeline stage `pp_stage` of
+// TP group `tp` (null: whole; with parallel.sequence_parallel), pipeline stage `pp_stage` of
 // parallel.pp. lm_batches replaces data.train for a GPT (`loom bench`).
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
                                 const LoadedModel* trained = nullptr, Communicator* tp = nullptr,

@@ -1,5 +1,7 @@
 #include "train/translation_task.h"
 
+#include <numeric>
+
 #include "core/error.h"
 #include "data/data_files.h"
 #include "optim/cross_entropy.h"
@@ -7,16 +9,18 @@
 namespace loom {
 
 TranslationTask::TranslationTask(EncoderDecoder model, std::unique_ptr<Seq2SeqSource> data,
-                                 std::unique_ptr<TensorParallelRng> tp_rng)
-    : model_(std::move(model)), data_(std::move(data)) {
+                                 std::unique_ptr<TensorParallelRng> tp_rng, int64_t pad_multiple)
+    : model_(std::move(model)), data_(std::move(data)), pad_multiple_(std::lcm(pad_multiple, model_->sequence_multiple())) {
   tp_rng_ = std::move(tp_rng);
 }
 
 TaskBatch TranslationTask::train_batch(int64_t step, int64_t first, int64_t count) const {
-  return data_->train_batch(step, first, count);
+  return pad_to_multiple(data_->train_batch(step, first, count), pad_multiple_);
 }
 
-TaskBatch TranslationTask::eval_batch(int64_t first, int64_t count) const { return data_->eval_batch(first, count); }
+TaskBatch TranslationTask::eval_batch(int64_t first, int64_t count) const {
+  return pad_to_multiple(data_->eval_batch(first, count), pad_multiple_);
+}
 
 torch::Tensor TranslationTask::loss(const TaskBatch& batch, torch::Device device, double label_smoothing) {
   const auto& b = std::get<Seq2SeqBatch>(batch);
@@ -43,8 +47,7 @@ std::vector<torch::Tensor> TranslationTask::stage_forward(const TaskBatch& batch
 
 std::vector<std::vector<int64_t>> TranslationTask::stage_output_shapes(const TaskBatch& batch) const {
   const auto& b = std::get<Seq2SeqBatch>(batch);
-  const int64_t C = model_->config().d_model;
-  return {{b.source.size(0), b.source.size(1), C}, {b.target_inputs.size(0), b.target_inputs.size(1), C}};
+  return model_->stage_output_shapes(b.source.size(0), b.source.size(1), b.target_inputs.size(1));
 }
 
 void TranslationTask::load_weights(const std::filesystem::path& file) {
@@ -61,12 +64,12 @@ std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::De
     // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
     torch::manual_seed(static_cast<uint64_t>(config.run.seed));
     tp_rng = make_tp_rng(config, tp, pp_stage);
-    trained = EncoderDecoder(config.model, TensorParallelism{tp, tp_rng.get(), false},
+    trained = EncoderDecoder(config.model, TensorParallelism{tp, tp_rng.get(), config.parallel.sequence_parallel},
                              model_stage(config.model, config.parallel, pp_stage));
     trained->to(device);
     seed_stage_dropout(config, pp_stage);
   }
-  return std::make_unique<TranslationTask>(trained, std::move(data), std::move(tp_rng));
+  return std::make_unique<TranslationTask>(trained, std::move(data), std::move(tp_rng), config.data.pad_to_multiple);
 }
 
 }  // namespace loom

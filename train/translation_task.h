@@ -1,6 +1,7 @@
 // The translation task: the encoder-decoder trained on Seq2SeqBatch pairs with teacher forcing (decoder
 // input bos + target, labels target + eos), loss the label-smoothed cross-entropy over the non-padding
-// target tokens.
+// target tokens. Its batches are padded to multiples of data.pad_to_multiple and, under sequence
+// parallelism, of the TP size (data/seq2seq_source.h pad_to_multiple): the padding counts for nothing.
 #pragma once
 #include <memory>
 
@@ -13,7 +14,7 @@ namespace loom {
 class TranslationTask : public Task {
  public:
   TranslationTask(EncoderDecoder model, std::unique_ptr<Seq2SeqSource> data,
-                  std::unique_ptr<TensorParallelRng> tp_rng = nullptr);
+                  std::unique_ptr<TensorParallelRng> tp_rng = nullptr, int64_t pad_multiple = 1);
 
   torch::nn::Module& model() override { return *model_; }
   TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
@@ -35,11 +36,12 @@ class TranslationTask : public Task {
  private:
   EncoderDecoder model_;
   std::unique_ptr<Seq2SeqSource> data_;
+  int64_t pad_multiple_;  // S and T of every batch are multiples of this
 };
 
 // Opens the config's pair source (training data only for TaskData::kTraining) and fills model.vocab_size
-// from it when it is 0. A fresh model is split over the TP group `tp` (null: whole), as pipeline stage
-// `pp_stage` of parallel.pp.
+// from it when it is 0. A fresh model is split over the TP group `tp` (null: whole; with
+// parallel.sequence_parallel), as pipeline stage `pp_stage` of parallel.pp.
 std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::Device device, TaskData data,
                                                        EncoderDecoder trained, Communicator* tp = nullptr,
                                                        int64_t pp_stage = 0);

@@ -142,7 +142,7 @@ train_args() { echo "$SRC/configs/reverse-synthetic.yaml --set run.dir=$1"; }
 expect_train_config_error "parallel.pp_layers: the stages hold 3 blocks but model.n_encoder_layers + model.n_layers is 4" \
   --set parallel.pp=2 --set 'parallel.pp_layers=[1,2]'
 expect_train_config_error "parallel.pp: 5 exceeds model.n_encoder_layers + model.n_layers=4" --set parallel.pp=5
-expect_train_config_error "parallel.sequence_parallel: applies to model.arch=gpt only" --set parallel.pp=2 --set parallel.tp=2 \
-  --set parallel.sequence_parallel=true
+expect_train_config_error "model.max_seq_len: 30 must be a multiple of 4" --set parallel.pp=2 --set parallel.tp=2 \
+  --set parallel.sequence_parallel=true --set data.pad_to_multiple=4 --set model.max_seq_len=30
 echo "bad encoder-decoder pipeline splits: exit 2 before any work"
 echo PASS

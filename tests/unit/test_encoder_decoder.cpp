@@ -1,7 +1,8 @@
 // The encoder-decoder (model.arch: transformer): parameter counts against built models, logits against
 // torch.nn.Transformer with the same weights and padding on both sides (tests/golden/transformer_forward.py),
-// padding that changes nothing, incremental (cached) decoding against the full decoder, and the
-// translation loss against per-pair losses.
+// padding that changes nothing, incremental (cached) decoding against the full decoder, the
+// translation loss against per-pair losses, and batches padded to a multiple (data.pad_to_multiple,
+// sequence parallelism) that score as the unpadded ones.
 #include <cmath>
 #include <fstream>
 
@@ -226,4 +227,88 @@ TEST_CASE("pipeline stages: stage s > 0 draws its dropout from run.seed + 100 s,
   CHECK(torch::equal(stage0, whole));
   CHECK(torch::equal(stage1, seeded));
   CHECK_FALSE(torch::equal(stage1, stage0));
+}
+
+TEST_CASE("pair batches padded to a multiple: lengths rounded up, the loss unchanged", "[train][seq2seq]") {
+  // pad_to_multiple itself: S 5 -> 8, T 4 -> 8 with token 0 and kIgnoreLabel; the lengths stay.
+  const auto batch = loom::collate_pairs({{{5, 6, 7, 8, 9}, {3, 4, 5}}, {{7, 8}, {9}}});  // S 5, T 4
+  const auto padded = loom::pad_to_multiple(batch, 8);
+  CHECK(padded.source.sizes() == torch::IntArrayRef({2, 8}));
+  CHECK(padded.target_inputs.sizes() == torch::IntArrayRef({2, 8}));
+  CHECK(padded.target_labels.sizes() == torch::IntArrayRef({2, 8}));
+  CHECK(torch::equal(padded.source.narrow(1, 0, 5), batch.source));
+  CHECK(padded.source.narrow(1, 5, 3).eq(0).all().item<bool>());
+  CHECK(padded.target_inputs.narrow(1, 4, 4).eq(0).all().item<bool>());
+  CHECK(padded.target_labels.narrow(1, 4, 4).eq(loom::kIgnoreLabel).all().item<bool>());
+  CHECK(torch::equal(padded.source_lengths, batch.source_lengths));
+  CHECK(padded.target_tokens() == batch.target_tokens());
+  CHECK(loom::pad_to_multiple(batch, 1).source.size(1) == 5);
+  CHECK(loom::pad_to_multiple(padded, 4).source.size(1) == 8);  // already a multiple
+
+  // The translation task pads every batch to data.pad_to_multiple; its loss is the unpadded batch's.
+  torch::manual_seed(35);
+  const std::vector<std::string> sets = {"model.arch=transformer", "model.d_model=32", "model.n_layers=2",
+                                         "model.n_heads=4",        "model.max_seq_len=16", "data.seq_len=16",
+                                         "model.dropout=0",        "data.synthetic=reverse", "data.synthetic_vocab=40",
+                                         "data.synthetic_max_len=10"};
+  auto config = loom::parse_config("", "test", sets);
+  auto plain = loom::make_translation_task(config, torch::kCPU, loom::TaskData::kTraining, loom::EncoderDecoder(nullptr));
+  auto sets8 = sets;
+  sets8.push_back("data.pad_to_multiple=8");
+  auto config8 = loom::parse_config("", "test", sets8);
+  auto task8 = loom::make_translation_task(config8, torch::kCPU, loom::TaskData::kTraining, plain->encoder_decoder());
+  plain->model().eval();
+  torch::NoGradGuard no_grad;
+  for (int64_t step : {0, 3}) {
+    const auto a = std::get<loom::Seq2SeqBatch>(plain->train_batch(step, 0, 5));
+    const auto b = std::get<loom::Seq2SeqBatch>(task8->train_batch(step, 0, 5));
+    CHECK(b.source.size(1) % 8 == 0);
+    CHECK(b.target_inputs.size(1) % 8 == 0);
+    CHECK(b.target_tokens() == a.target_tokens());
+    const bool grew = b.source.size(1) > a.source.size(1) || b.target_inputs.size(1) > a.target_inputs.size(1);
+    CHECK(grew);  // reversal: T = S + 1, so S and T are never both multiples of 8 already
+    for (double smoothing : {0.0, 0.1})
+      CHECK(plain->loss(b, torch::kCPU, smoothing).item<double>() ==
+            Approx(plain->loss(a, torch::kCPU, smoothing).item<double>()).epsilon(1e-6));
+  }
+  const auto e = std::get<loom::Seq2SeqBatch>(task8->eval_batch(0, 4));
+  CHECK(e.source.size(1) % 8 == 0);
+  CHECK(e.target_inputs.size(1) % 8 == 0);
+}
+
+TEST_CASE("pair batch padding multiple: lcm with tp under sequence parallelism, a config error where it cannot fit",
+          "[config][seq2seq]") {
+  auto with = [](std::vector<std::string> extra) {
+    std::vector<std::string> sets = {"model.arch=transformer", "model.n_heads=4", "model.max_seq_len=24",
+                                     "data.seq_len=24"};
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    return loom::parse_config("", "test", sets);
+  };
+  CHECK(with({}).sequence_pad_multiple() == 1);
+  CHECK(with({"data.pad_to_multiple=4", "parallel.tp=2"}).sequence_pad_multiple() == 4);  // no SP: tp plays no part
+  CHECK(with({"parallel.tp=2", "parallel.sequence_parallel=true"}).sequence_pad_multiple() == 2);
+  CHECK(with({"data.pad_to_multiple=3", "parallel.tp=4", "parallel.sequence_parallel=true"}).sequence_pad_multiple() == 12);
+  CHECK_THROWS_WITH(with({"data.pad_to_multiple=5"}), Catch::Matchers::Contains("model.max_seq_len") &&
+                                                          Catch::Matchers::Contains("must be a multiple of 5"));
+  CHECK_THROWS_WITH(with({"data.pad_to_multiple=0"}), Catch::Matchers::Contains("data.pad_to_multiple: 0 must be >= 1"));
+  CHECK_THROWS_WITH(loom::parse_config("", "test", {"data.pad_to_multiple=2"}),
+                    Catch::Matchers::Contains("data.pad_to_multiple: applies to model.arch=transformer only"));
+}
+
+TEST_CASE("encoder-decoder memory estimate: sequence parallelism keeps 1/tp of what TP keeps whole",
+          "[models][seq2seq][estimates]") {
+  // 6 + 6 layers, fp32 with dropout, tp 4, micro-batch 8 of 128 positions (source and target alike). Kept
+  // whole under TP, per block: the norm and projection inputs 16sbh and the residual dropout masks 2sbh;
+  // a decoder block's cross-attention adds its norm's input 4sbh and a dropout mask sbh; the head the
+  // final norm's input 4sbh. Sequence parallelism keeps 1/4 of them: 3/4 of (12 * 18 + 6 * 5 + 4) sbh less.
+  std::vector<std::string> sets = {"model.arch=transformer", "model.vocab_size=1000", "model.d_model=512",
+                                   "model.n_layers=6",        "model.n_heads=8",        "model.max_seq_len=256",
+                                   "data.seq_len=128",        "model.dropout=0.1",      "precision.dtype=fp32",
+                                   "train.batch_size=8",      "parallel.tp=4",          "parallel.dp=1"};
+  const auto tp_only = loom::estimate_memory(loom::parse_config("", "test", sets));
+  sets.push_back("parallel.sequence_parallel=true");
+  const auto with_sp = loom::estimate_memory(loom::parse_config("", "test", sets));
+  const double sbh = 128.0 * 8 * 512;
+  CHECK(static_cast<double>(tp_only.activations - with_sp.activations) == Approx(250 * sbh * 3 / 4).margin(2));
+  CHECK(with_sp.weights == tp_only.weights);
 }
