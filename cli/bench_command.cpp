@@ -25,6 +25,7 @@ nlohmann::json to_json(const BenchResult& r) {
   const StepPhases& p = r.phases_mean;
   return {{"device", r.device},
           {"dtype", r.dtype},
+          {"param_dtype", r.param_dtype},
           {"threads", r.threads},
           {"parameters", r.parameters},
           {"steps", r.steps},
@@ -57,7 +58,8 @@ nlohmann::json to_json(const BenchResult& r) {
 }
 
 void print_text(const BenchResult& r) {
-  std::printf("device         %s, %s, %ld threads, %ld parameters\n", r.device.c_str(), r.dtype.c_str(),
+  const std::string precision = r.dtype + (r.param_dtype == "bf16" ? " (bf16 weights, fp32 master)" : "");
+  std::printf("device         %s, %s, %ld threads, %ld parameters\n", r.device.c_str(), precision.c_str(),
               static_cast<long>(r.threads), static_cast<long>(r.parameters));
   std::printf("steps          %ld timed after %ld warm-up, %ld tokens each\n", static_cast<long>(r.steps),
               static_cast<long>(r.warmup), static_cast<long>(r.tokens_per_step));

@@ -113,6 +113,7 @@ struct DecodeConfig {
 
 struct PrecisionConfig {
   std::string dtype = "fp32";  // fp32 | bf16 | fp16
+  std::string param_dtype = "fp32";  // fp32 | bf16 (pure bf16 weights over an fp32 master copy; dtype bf16 only)
   // fp16 dynamic loss scaling (optim/loss_scaler.h)
   double loss_scale_init = 65536.0;
   int64_t loss_scale_growth_interval = 2000;

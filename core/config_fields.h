@@ -80,6 +80,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("decode.batch_size", c.decode.batch_size, "Source sentences decoded together.");
 
   v("precision.dtype", c.precision.dtype, "`fp32`, `bf16` autocast, or `fp16` autocast with dynamic loss scaling; fp32 master weights and optimizer state either way.");
+  v("precision.param_dtype", c.precision.param_dtype, "Dtype of the model's weights while training: `fp32`, or `bf16` (needs precision.dtype=bf16; Megatron's --bf16): forward and backward run on bf16 weights (autocast still keeps softmax, norm statistics and the loss in fp32), the optimizer keeps an fp32 master copy and fp32 AdamW state, gradients are accumulated over micro-batches and reduced across DP ranks in fp32, clipped and checked in fp32, and the bf16 weights are refreshed from the master after each step. Checkpoints hold the fp32 master, so they load with either setting.");
   v("precision.loss_scale_init", c.precision.loss_scale_init, "fp16: initial loss scale.");
   v("precision.loss_scale_growth_interval", c.precision.loss_scale_growth_interval, "fp16: finite steps in a row after which the loss scale grows.");
   v("precision.loss_scale_growth", c.precision.loss_scale_growth, "fp16: factor the loss scale grows by.");

@@ -240,6 +240,11 @@ void validate(const Config& c) {
   check.require(one_of(c.precision.dtype, {"fp32", "bf16", "fp16"}), "precision.dtype", "'", c.precision.dtype,
                 "' is not one of fp32, bf16, fp16");
   const auto& pr = c.precision;
+  check.require(one_of(pr.param_dtype, {"fp32", "bf16"}), "precision.param_dtype", "'", pr.param_dtype,
+                "' is not one of fp32, bf16");
+  check.require(pr.param_dtype != "bf16" || pr.dtype == "bf16", "precision.param_dtype",
+                "bf16 weights need precision.dtype=bf16 (autocast keeps softmax, norms and the loss in fp32), not '",
+                pr.dtype, "': set precision.dtype=bf16 or precision.param_dtype=fp32");
   check.require(pr.loss_scale_init > 0, "precision.loss_scale_init", pr.loss_scale_init, " must be > 0");
   check.require(pr.loss_scale_growth_interval >= 1, "precision.loss_scale_growth_interval",
                 pr.loss_scale_growth_interval, " must be >= 1");

@@ -111,8 +111,8 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // holds its own blocks' activations for every micro-batch in flight: all m of them under GPipe,
 // min(m, pp - stage) under 1F1B; the last stage the head's too. Its sends (pipeline_sends): a micro-batch's
 // fp32 output (all but the last stage) and input gradient (all but the first), 4sbh (/ t under sequence
-// parallelism) each, live until the neighbour receives them, which it does as it reaches that micro-batch:
-// as many of them as micro-batches in flight (measured: PP=2, 64 micro-batches, sends would be 32 MiB if
+// parallelism) each (bf16 parameters: bf16, 2sbh), live until the neighbour receives them, which it does
+// as it reaches that micro-batch: as many of them as micro-batches in flight (measured: PP=2, 64 micro-batches, sends would be 32 MiB if
 // all were kept; the measured peak matched the in-flight count).
 MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const ModelConfig& m = config.model;
@@ -122,12 +122,15 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
 
   MemoryEstimate out;
   const int64_t params = (count_stage_parameters(config, stage) + tp - 1) / tp;
-  // Parameters are fp32 in every precision: bf16 is autocast over fp32 master weights, which caches a
-  // bf16 copy of each weight for the step.
-  out.weights = 4 * params + (bf16 ? 2 * params : 0);
-  out.gradients = 4 * params;
   // ZeRO-1 keeps 1/dp of the AdamW state on each rank (its shard of every gradient bucket).
-  out.optimizer = 8 * (config.parallel.zero == 1 ? (params + dp - 1) / dp : params);
+  const int64_t optimizer_params = config.parallel.zero == 1 ? (params + dp - 1) / dp : params;
+  // bf16 autocast runs over fp32 parameters and caches a bf16 copy of each weight for the step. bf16
+  // parameters (precision.param_dtype) are the bf16 weights plus an fp32 master copy, which ZeRO-1 shards
+  // like the AdamW state. Gradients are fp32 either way.
+  const bool bf16_params = config.precision.param_dtype == "bf16";
+  out.weights = bf16_params ? 2 * params + 4 * optimizer_params : 4 * params + (bf16 ? 2 * params : 0);
+  out.gradients = 4 * params;
+  out.optimizer = 8 * optimizer_params;
 
   const double e = bf16 ? 2 : 4;
   const double s = static_cast<double>(config.data.seq_len);
@@ -161,7 +164,8 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const int64_t directions = pp == 1 ? 0 : (stage < pp - 1) + (stage > 0);
   const double sides = m.encoder_decoder() ? 2 : 1;
   out.pipeline_sends =
-      static_cast<int64_t>(sides * static_cast<double>(directions * in_flight) * 4 * s * b * h / sequence);
+      static_cast<int64_t>(sides * static_cast<double>(directions * in_flight) * (bf16_params ? 2 : 4) * s * b * h /
+                           sequence);
   return out;
 }
 

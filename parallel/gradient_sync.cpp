@@ -21,8 +21,14 @@ class ReadyHook : public torch::autograd::PostAccumulateGradHook {
 }  // namespace
 
 GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& dp_group,
-                           double bucket_mb, bool shard_optimizer_state)
-    : dp_group_(dp_group), sharded_(shard_optimizer_state), group_count_(groups.size()) {
+                           double bucket_mb, bool shard_optimizer_state, torch::ScalarType param_dtype)
+    : dp_group_(dp_group),
+      sharded_(shard_optimizer_state),
+      master_(param_dtype != torch::kFloat),
+      param_dtype_(param_dtype),
+      group_count_(groups.size()) {
+  TORCH_CHECK(param_dtype == torch::kFloat || param_dtype == torch::kBFloat16,
+              "GradientSync: parameters are fp32 or bf16");
   const auto bucket_bytes = static_cast<int64_t>(bucket_mb * 1024 * 1024);
   const int64_t ranks = dp_group_.size();
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -48,8 +54,9 @@ GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups
       Bucket bucket;
       bucket.group = g;
       const auto options = chunk.front().options().requires_grad(false);
-      bucket.flat_grad = torch::zeros({numel}, options);
-      if (sharded_) bucket.flat_param = torch::zeros({numel}, options);
+      TORCH_CHECK(!master_ || options.dtype() == torch::kFloat, "GradientSync: bf16 parameters start from fp32 ones");
+      bucket.flat_grad = torch::zeros({numel}, options);  // fp32 with bf16 parameters too
+      if (sharded_ || master_) bucket.flat_param = torch::zeros({numel}, master_ ? options.dtype(param_dtype) : options);
       int64_t offset = 0;
       for (auto& p : chunk) {
         p.mutable_grad() = bucket.flat_grad.narrow(0, offset, p.numel()).view_as(p);
@@ -59,7 +66,7 @@ GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups
       }
       if (sharded_) {
         const int64_t size = numel / ranks;
-        bucket.shard = bucket.flat_param.narrow(0, dp_group_.rank() * size, size);
+        bucket.shard = master_ ? torch::zeros({size}, options) : bucket.flat_param.narrow(0, dp_group_.rank() * size, size);
         bucket.shard.mutable_grad() = torch::zeros({size}, options);
       }
       bucket.parameters = std::move(chunk);
@@ -70,16 +77,44 @@ GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups
 }
 
 void GradientSync::flatten_parameters() {
-  if (!sharded_) return;
+  if (!sharded_ && !master_) return;
   torch::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
+    // The parameters' fp32 values end to end: with bf16 parameters the master's start.
+    auto values = master_ ? torch::zeros_like(bucket.flat_grad) : bucket.flat_param;
     int64_t offset = 0;
     for (auto& p : bucket.parameters) {
-      auto storage = bucket.flat_param.narrow(0, offset, p.numel()).view_as(p);
-      storage.copy_(p);
-      p.set_data(storage);
+      values.narrow(0, offset, p.numel()).view_as(p).copy_(p);
       offset += p.numel();
     }
+    if (master_) {
+      bucket.flat_param.copy_(values);  // rounded to bf16
+      if (sharded_) {
+        bucket.shard.copy_(values.narrow(0, dp_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
+      } else {
+        bucket.flat_master = values;
+        offset = 0;
+        for (auto& p : bucket.parameters) {
+          // The master's gradient is the parameter's: the same fp32 view of the bucket.
+          auto master = values.narrow(0, offset, p.numel()).view_as(p);
+          master.mutable_grad() = p.grad();
+          bucket.masters.push_back(master);
+          offset += p.numel();
+        }
+      }
+    }
+    point_parameters_at(bucket, bucket.flat_param);
+  }
+}
+
+void GradientSync::point_parameters_at(const Bucket& bucket, const torch::Tensor& flat) {
+  int64_t offset = 0;
+  for (const auto& p : bucket.parameters) {
+    // set_data keeps the parameter's identity (its .grad view, hooks, the optimizer's and checkpoints'
+    // references) and gives it this storage and dtype.
+    auto parameter = p;
+    parameter.set_data(flat.narrow(0, offset, p.numel()).view_as(p));
+    offset += p.numel();
   }
 }
 
@@ -133,6 +168,8 @@ std::vector<std::vector<torch::Tensor>> GradientSync::optimizer_groups() const {
   for (const auto& bucket : buckets_) {
     if (sharded_) {
       groups[bucket.group].push_back(bucket.shard);
+    } else if (master_) {
+      groups[bucket.group].insert(groups[bucket.group].end(), bucket.masters.begin(), bucket.masters.end());
     } else {
       groups[bucket.group].insert(groups[bucket.group].end(), bucket.parameters.begin(), bucket.parameters.end());
     }
@@ -171,13 +208,48 @@ std::vector<std::vector<ParameterSlice>> GradientSync::optimizer_slices() const 
 }
 
 void GradientSync::gather_parameters() {
+  torch::NoGradGuard no_grad;
+  if (master_ && !sharded_)
+    for (auto& bucket : buckets_) bucket.flat_param.copy_(bucket.flat_master);
   if (!sharded_) return;
   std::vector<std::pair<torch::Tensor, std::shared_ptr<Work>>> pending;
   for (auto& bucket : buckets_) {
-    auto mine = bucket.shard.detach().clone();  // the gather writes over the shard's own storage
+    // The gather writes over the shard's own storage; bf16 parameters gather the master's rounding.
+    auto mine = master_ ? bucket.shard.detach().to(param_dtype_) : bucket.shard.detach().clone();
     pending.emplace_back(mine, dp_group_.all_gather_async(mine, bucket.flat_param));
   }
   for (auto& [tensor, work] : pending) work->wait();
+}
+
+}  // namespace loom
+
+namespace loom {
+
+void GradientSync::show_master() {
+  if (!master_) return;
+  torch::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
+    if (sharded_) {
+      bucket.shown = torch::empty_like(bucket.flat_grad);  // fp32, padded like the bucket
+      dp_group_.all_gather(bucket.shard.detach(), bucket.shown);
+    } else {
+      bucket.shown = bucket.flat_master;  // a checkpoint read while shown writes straight into the master
+    }
+    point_parameters_at(bucket, bucket.shown);
+  }
+}
+
+void GradientSync::hide_master(bool loaded) {
+  if (!master_) return;
+  torch::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
+    if (!bucket.shown.defined()) continue;
+    if (loaded && sharded_)
+      bucket.shard.copy_(bucket.shown.narrow(0, dp_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
+    if (loaded) bucket.flat_param.copy_(bucket.shown);
+    point_parameters_at(bucket, bucket.flat_param);
+    bucket.shown = torch::Tensor();
+  }
 }
 
 }  // namespace loom

@@ -48,10 +48,15 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Co
   std::vector<std::shared_ptr<Work>> sends;
   std::vector<InFlight> in_flight(static_cast<size_t>(m));
   auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device));
-  const auto float_options = torch::TensorOptions(torch::kFloat).device(device);
+  // What passes between stages travels in fp32, or in bf16 when the weights are bf16
+  // (precision.param_dtype): their stages compute and hand on bf16 activations, as one process would.
+  const auto parameters = task.model().parameters();
+  const bool bf16_weights = !parameters.empty() && parameters.front().scalar_type() == torch::kBFloat16;
+  const auto message_dtype = bf16_weights ? torch::kBFloat16 : torch::kFloat;
+  const auto message_options = torch::TensorOptions(message_dtype).device(device);
   // Blocks for a message; the wait is idle time.
   auto receive = [&](std::vector<int64_t> shape, int peer, int tag) {
-    auto buffer = torch::empty(shape, float_options);
+    auto buffer = torch::empty(shape, message_options);
     const auto start = Clock::now();
     pp_group.recv(buffer, peer, tag);
     local.idle_s += since(start);
@@ -62,8 +67,8 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Co
     auto& slot = in_flight[static_cast<size_t>(action.micro)];
     const auto& batch = batches[static_cast<size_t>(action.micro)];
     // What passes between stages has the shapes the batch gives (stage_output_shapes: the GPT's (B, T, C),
-    // or a TP rank's sequence shard (B, T / tp, C) under sequence parallelism), sent in fp32 whatever
-    // autocast computed in.
+    // or a TP rank's sequence shard (B, T / tp, C) under sequence parallelism), sent in message_dtype
+    // whatever autocast computed in.
     if (action.kind == PipelineAction::kForward) {
       if (!first) {
         const auto shapes = task.stage_output_shapes(batch);
@@ -81,7 +86,7 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Co
         if (step.train) slot.outputs = {step.backward_loss(loss, action.micro)};
       } else {
         for (size_t k = 0; k < outs.size(); ++k)
-          sends.push_back(pp_group.send_async(outs[k].detach().to(torch::kFloat).contiguous(),
+          sends.push_back(pp_group.send_async(outs[k].detach().to(message_dtype).contiguous(),
                                               static_cast<int>(stage + 1), tag_of(kActivationTag, k)));
         if (step.train) slot.outputs = std::move(outs);
       }
@@ -110,7 +115,7 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Co
       for (size_t k = 0; k < slot.inputs.size(); ++k) {
         const auto& grad = slot.inputs[k].grad();
         LOOM_CHECK(grad.defined(), "pipeline stage ", stage, ": no gradient reached its input ", k);
-        sends.push_back(pp_group.send_async(grad.to(torch::kFloat).contiguous(), static_cast<int>(stage - 1),
+        sends.push_back(pp_group.send_async(grad.to(message_dtype).contiguous(), static_cast<int>(stage - 1),
                                             tag_of(kGradientTag, k)));
       }
       slot = {};  // frees the micro-batch's activations

@@ -46,6 +46,21 @@ int64_t resumable_checkpoint(const fs::path& run_dir) {
               "\nrestore the damaged files, or move those directories away to start the run again from step 0");
 }
 
+// precision.param_dtype bf16: while alive the model's parameters show their fp32 master, so that a checkpoint
+// holds the master (and loads with either param_dtype); loaded() when a checkpoint was read into them.
+class MasterShown {
+ public:
+  explicit MasterShown(GradientSync& sync) : sync_(sync) { sync_.show_master(); }
+  ~MasterShown() { sync_.hide_master(loaded_); }
+  MasterShown(const MasterShown&) = delete;
+  MasterShown& operator=(const MasterShown&) = delete;
+  void loaded() { loaded_ = true; }
+
+ private:
+  GradientSync& sync_;
+  bool loaded_ = false;
+};
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -86,14 +101,16 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
                                             config_.parallel.timeout_s);
   gradient_sync_ = std::make_unique<GradientSync>(weight_decay_groups(task_->model()),
                                                   nccl_dp_group_ ? *nccl_dp_group_ : mesh_.dp_group(),
-                                                  config_.parallel.bucket_mb, config_.parallel.zero == 1);
+                                                  config_.parallel.bucket_mb, config_.parallel.zero == 1,
+                                                  config_.precision.param_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat);
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
   tp_sharded_ = tensor_parallel_ranges(task_->model(), gradient_sync_->optimizer_slices());
   // The last stage's copy of a tied embedding: its gradient is the first stage's, counted there.
   if (auto tied = task_->stage_tied_parameter(); tied.defined() && mesh_.coords().pp == mesh_.pp() - 1)
     duplicated_ = parameter_ranges({tied}, gradient_sync_->optimizer_slices());
-  spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
-               count_parameters(config_.model), threads, config_.precision.dtype, device_.str(), mesh_.dp(), mesh_.tp(),
+  spdlog::info("model: {} parameters, {} threads per rank, {}{} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
+               count_parameters(config_.model), threads, config_.precision.dtype,
+               gradient_sync_->has_master() ? " (bf16 weights, fp32 master)" : "", device_.str(), mesh_.dp(), mesh_.tp(),
                mesh_.pp(), gradient_sync_->bucket_count());
 }
 
@@ -109,7 +126,9 @@ void Trainer::resume_or_start() {
   auto chosen = torch::tensor({is_leader() ? resumable_checkpoint(run_dir) : int64_t{-1}}, torch::kLong);
   mesh_.world().broadcast(chosen, 0);
   if (const int64_t step = chosen.item<int64_t>(); step >= 0) {
+    MasterShown shown(*gradient_sync_);
     state_ = load_checkpoint(run_dir, step, mesh_, checkpoint_parts());
+    shown.loaded();
     apply_group_options(*optimizer_, config_.optim);
     last_checkpoint_step_ = state_.step;
     spdlog::info("resumed from {} (step {}, {} tokens)", checkpoint_dir(run_dir, step).string(), state_.step,
@@ -325,6 +344,7 @@ CheckpointParts Trainer::checkpoint_parts() {
 }
 
 void Trainer::checkpoint() {
+  MasterShown shown(*gradient_sync_);
   save_checkpoint(config_.run.dir, config_, mesh_, checkpoint_parts(), state_);
   if (is_leader()) prune_checkpoints(config_.run.dir, config_.checkpoint.keep);
   last_checkpoint_step_ = state_.step;

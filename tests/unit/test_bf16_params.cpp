@@ -1,0 +1,173 @@
+// precision.param_dtype bf16 (parallel/gradient_sync.h): bf16 working weights over an fp32 master. The
+// gradients of bf16 micro-batches accumulate in fp32, the optimizer steps the fp32 master exactly as fp32
+// AdamW would on those gradients, and the weights are the master rounded to bf16 afterwards; a checkpoint
+// sees and restores the master.
+#include <catch2/catch_test_macros.hpp>
+
+#include "optim/optimizer.h"
+#include "parallel/gradient_sync.h"
+#include "test_util.h"
+
+using namespace loom;
+
+namespace {
+
+struct TwoLayer : torch::nn::Module {
+  torch::nn::Linear a{nullptr}, b{nullptr};
+  TwoLayer() {
+    a = register_module("a", torch::nn::Linear(16, 32));
+    b = register_module("b", torch::nn::Linear(32, 8));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return b(torch::gelu(a(x))); }
+};
+
+// The micro-batch loss: weight * mean square of the output.
+torch::Tensor micro_loss(TwoLayer& model, const torch::Tensor& x, double weight) {
+  return model.forward(x).to(torch::kFloat).pow(2).mean() * weight;
+}
+
+std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& tensors, torch::Dtype dtype) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : tensors) out.push_back(t.detach().to(dtype).clone());
+  return out;
+}
+
+OptimConfig optim_config() {
+  OptimConfig c;
+  c.lr = 1e-2;
+  c.weight_decay = 0.1;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 parameters: fp32 accumulation, fp32 AdamW master, weights = master rounded", "[bf16_params]") {
+  for (const bool zero : {false, true}) {
+    INFO("zero " << zero);
+    torch::manual_seed(3);
+    TwoLayer model;
+    const auto fp32_start = clones(model.parameters(), torch::kFloat);
+    const auto x1 = torch::randn({4, 16}).to(torch::kBFloat16), x2 = torch::randn({4, 16}).to(torch::kBFloat16);
+
+    // Reference gradients: the same bf16 model with plain autograd, one micro-batch at a time (bf16 grads).
+    TwoLayer reference;
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < fp32_start.size(); ++i)
+        reference.parameters()[i].set_data(fp32_start[i].to(torch::kBFloat16));
+    }
+    std::vector<torch::Tensor> g1, g2, g_both;
+    micro_loss(reference, x1, 0.5).backward();
+    for (auto& p : reference.parameters()) g1.push_back(p.grad().clone()), p.mutable_grad() = torch::Tensor();
+    micro_loss(reference, x2, 0.5).backward();
+    for (auto& p : reference.parameters()) g2.push_back(p.grad().clone()), p.mutable_grad() = torch::Tensor();
+    micro_loss(reference, torch::cat({x1, x2}), 1.0).backward();
+    for (auto& p : reference.parameters()) g_both.push_back(p.grad().to(torch::kFloat));
+
+    auto self = make_self_communicator();
+    // A small bucket size: several buckets, each its own master.
+    GradientSync sync(weight_decay_groups(model), *self, 0.001, zero, torch::kBFloat16);
+    REQUIRE(sync.has_master());
+    for (size_t i = 0; i < fp32_start.size(); ++i) {
+      REQUIRE(model.parameters()[i].scalar_type() == torch::kBFloat16);
+      REQUIRE(torch::equal(model.parameters()[i], fp32_start[i].to(torch::kBFloat16)));
+      REQUIRE(model.parameters()[i].grad().scalar_type() == torch::kFloat);
+    }
+
+    sync.zero_grad();
+    micro_loss(model, x1, 0.5).backward();
+    sync.prepare_last_backward();
+    micro_loss(model, x2, 0.5).backward();
+    sync.finish();
+    bool bf16_sum_differs = false;
+    for (size_t i = 0; i < g1.size(); ++i) {
+      // Accumulated in fp32: exactly the fp32 sum of the two bf16 gradients...
+      const auto fp32_sum = g1[i].to(torch::kFloat) + g2[i].to(torch::kFloat);
+      CHECK(torch::equal(model.parameters()[i].grad(), fp32_sum));
+      // ...which a bf16 accumulation would not give (so this test tells the two apart).
+      bf16_sum_differs = bf16_sum_differs || !torch::equal((g1[i] + g2[i]).to(torch::kFloat), fp32_sum);
+      // Two half-batches against the whole batch: both are bf16 computations of the same gradient, each a few
+      // bf16 roundings (unit roundoff 2^-8 = 0.4%) away from the exact value; 2% of the largest entry
+      // bounds that with room, while a missing or doubled micro-batch is off by 50% or more.
+      const double scale = g_both[i].abs().max().item<double>();
+      CHECK(max_abs_diff(model.parameters()[i].grad(), g_both[i]) <= 0.02 * scale);
+    }
+    CHECK(bf16_sum_differs);
+
+    // The optimizer steps fp32 tensors holding the fp32 start, with the fp32 accumulated gradients.
+    for (const auto& t : sync.optimizer_parameters()) {
+      REQUIRE(t.scalar_type() == torch::kFloat);
+      REQUIRE(t.grad().scalar_type() == torch::kFloat);
+    }
+    auto optimizer = make_adamw(sync.optimizer_groups(), optim_config());
+    optimizer->step();
+    sync.gather_parameters();
+
+    // Reference: LibTorch's own AdamW (not the fused kernel) on fp32 copies of the start.
+    auto master = clones(fp32_start, torch::kFloat);
+    std::vector<std::vector<torch::Tensor>> groups(2);
+    for (size_t i = 0; i < master.size(); ++i) {
+      master[i].mutable_grad() = g1[i].to(torch::kFloat) + g2[i].to(torch::kFloat);
+      groups[master[i].dim() >= 2 ? 0 : 1].push_back(master[i]);
+    }
+    const auto c = optim_config();
+    auto options = torch::optim::AdamWOptions(c.lr).betas({c.betas[0], c.betas[1]}).eps(c.eps);
+    torch::optim::AdamW plain({torch::optim::OptimizerParamGroup(groups[0], std::make_unique<torch::optim::AdamWOptions>(
+                                                                                options.weight_decay(c.weight_decay))),
+                               torch::optim::OptimizerParamGroup(groups[1], std::make_unique<torch::optim::AdamWOptions>(
+                                                                                options.weight_decay(0.0)))},
+                              options);
+    plain.step();
+
+    sync.show_master();  // the parameters show the fp32 master
+    for (size_t i = 0; i < master.size(); ++i) {
+      const auto& p = model.parameters()[i];
+      REQUIRE(p.scalar_type() == torch::kFloat);
+      // The update moved every weight by about lr; fused and plain AdamW agree to fp32 rounding.
+      CHECK(max_abs_diff(p, fp32_start[i]) > 5e-3);
+      CHECK(max_abs_diff(p, master[i]) <= 1e-6);
+    }
+    const auto shown = clones(model.parameters(), torch::kFloat);
+    sync.hide_master(false);
+    for (size_t i = 0; i < master.size(); ++i) {
+      const auto& p = model.parameters()[i];
+      REQUIRE(p.scalar_type() == torch::kBFloat16);
+      CHECK(torch::equal(p, shown[i].to(torch::kBFloat16)));  // bit for bit the master rounded to bf16
+      CHECK(max_abs_diff(p.to(torch::kFloat), shown[i]) > 0);   // and not the master itself
+    }
+
+    // A checkpoint read while the master is shown becomes the master, and the weights its rounding.
+    sync.show_master();
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < master.size(); ++i) model.parameters()[i].copy_(fp32_start[i] * 3.0);
+    }
+    sync.hide_master(true);
+    for (size_t i = 0; i < master.size(); ++i)
+      CHECK(torch::equal(model.parameters()[i], (fp32_start[i] * 3.0).to(torch::kBFloat16)));
+    sync.show_master();
+    for (size_t i = 0; i < master.size(); ++i) CHECK(torch::equal(model.parameters()[i], fp32_start[i] * 3.0));
+    sync.hide_master(false);
+  }
+}
+
+TEST_CASE("bf16 parameters: fp32 parameters are untouched by the default", "[bf16_params]") {
+  torch::manual_seed(3);
+  TwoLayer model;
+  const auto start = clones(model.parameters(), torch::kFloat);
+  auto self = make_self_communicator();
+  GradientSync sync(weight_decay_groups(model), *self, 0.001, false);
+  CHECK_FALSE(sync.has_master());
+  sync.show_master();
+  for (size_t i = 0; i < start.size(); ++i) {
+    CHECK(model.parameters()[i].scalar_type() == torch::kFloat);
+    CHECK(torch::equal(model.parameters()[i], start[i]));
+  }
+  // zero 0 in fp32: the optimizer steps the parameters themselves, no copy.
+  for (const auto& t : sync.optimizer_parameters()) {
+    bool is_parameter = false;
+    for (const auto& p : model.parameters()) is_parameter = is_parameter || p.unsafeGetTensorImpl() == t.unsafeGetTensorImpl();
+    CHECK(is_parameter);
+  }
+  sync.hide_master(false);
+}
