@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """PyTorch eager twin of `loom bench`: the same decoder-only GPT (pre-LayerNorm, learned positions,
-tanh-GELU MLP, biases, tied head), the same init, AdamW groups, clipping, dtype (bf16 autocast or fp32)
-and thread count, trained on random tokens and timed the same way (warm-up excluded). The model is read
+tanh-GELU MLP, biases, tied head), the same init, AdamW groups, clipping, dtype (bf16 autocast or fp32;
+precision.param_dtype=bf16: the model in bf16 with an fp32 master copy that AdamW steps, gradients and
+clipping in fp32, the weights copied back from the master after each step, as loom does) and thread count, trained on random tokens and timed the same way (warm-up excluded). The model is read
 from a loom config through `loom config` (the resolved values, defaults included), so both sides see exactly the resolved values.
 
-    scripts/bench_pytorch.py configs/bench-gpt.yaml [--set precision.dtype=fp32] [--steps 20] [--json]
+    scripts/bench_pytorch.py configs/bench-gpt.yaml [--set precision.dtype=fp32] [--set precision.param_dtype=bf16]
+                             [--steps 20] [--json]
 
 Only what bench-gpt-style configs use is supported (layernorm, learned positions, gelu/relu, causal
 attention without a window); anything else is refused rather than benchmarked as something different.
@@ -26,7 +28,7 @@ KEYS = ["model.vocab_size", "model.d_model", "model.n_layers", "model.n_heads", 
         "model.max_seq_len", "model.norm", "model.norm_eps", "model.position", "model.activation", "model.bias",
         "model.attention_window", "model.dropout", "model.tie_embeddings", "model.init_std", "data.seq_len",
         "optim.lr", "optim.betas", "optim.eps", "optim.weight_decay", "optim.grad_clip", "train.batch_size",
-        "precision.dtype", "runtime.threads", "run.seed"]
+        "precision.dtype", "precision.param_dtype", "runtime.threads", "run.seed"]
 
 
 def read_config(loom, config, sets):
@@ -55,13 +57,15 @@ def read_config(loom, config, sets):
         "init_std": num("model.init_std"), "seq": int(num("data.seq_len")), "lr": num("optim.lr"),
         "betas": tuple(float(b) for b in values["optim.betas"].strip("[]").split(",")), "adam_eps": num("optim.eps"),
         "weight_decay": num("optim.weight_decay"), "grad_clip": num("optim.grad_clip"),
-        "batch": int(num("train.batch_size")), "dtype": values["precision.dtype"], "threads": int(num("runtime.threads")),
+        "batch": int(num("train.batch_size")), "dtype": values["precision.dtype"],
+        "param_dtype": values["precision.param_dtype"], "threads": int(num("runtime.threads")),
         "seed": int(num("run.seed")),
     }
     unsupported = [(c["norm"] != "layernorm", "model.norm"), (c["position"] != "learned", "model.position"),
                    (c["activation"] not in ("gelu", "relu"), "model.activation"), (c["window"] != 0, "model.attention_window"),
                    (c["kv_heads"] not in (0, c["heads"]), "model.n_kv_heads"), (c["vocab"] <= 0, "model.vocab_size"),
-                   (c["dtype"] not in ("fp32", "bf16"), "precision.dtype")]
+                   (c["dtype"] not in ("fp32", "bf16"), "precision.dtype"),
+                   (c["param_dtype"] not in ("fp32", "bf16"), "precision.param_dtype")]
     bad = [key for is_bad, key in unsupported if is_bad]
     if bad:
         sys.exit(f"bench_pytorch.py: {', '.join(bad)} not supported by the PyTorch twin")
@@ -137,8 +141,15 @@ def main():
     torch.manual_seed(c["seed"])
     model = Gpt(c)
     model.train()
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    # bf16 parameters: the model's weights become bf16 after the fp32 init, and AdamW steps an fp32 master
+    # copy of them (Megatron's --bf16); otherwise the master is the model's own fp32 parameters.
+    bf16_params = c["param_dtype"] == "bf16"
+    params = list(model.parameters())
+    masters = [p.detach().clone() for p in params] if bf16_params else params
+    if bf16_params:
+        model.to(torch.bfloat16)
+    decay = [m for m in masters if m.dim() >= 2]
+    no_decay = [m for m in masters if m.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
                                    {"params": no_decay, "weight_decay": 0.0}],
                                   lr=c["lr"], betas=c["betas"], eps=c["adam_eps"])
@@ -158,10 +169,17 @@ def main():
         t2 = time.perf_counter()
         loss.backward()
         t3 = time.perf_counter()
+        if bf16_params:  # the bf16 gradients in fp32 on the master: clipping and AdamW act on those
+            for p, m in zip(params, masters):
+                m.grad = p.grad.float()
         if c["grad_clip"] > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
+            torch.nn.utils.clip_grad_norm_(masters, c["grad_clip"])
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if bf16_params:
+            with torch.no_grad():
+                torch._foreach_copy_(params, masters)  # the updated master rounded to bf16
+            model.zero_grad(set_to_none=True)
         value = loss.item()
         t4 = time.perf_counter()
         for key, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
@@ -178,7 +196,8 @@ def main():
         loss = step()
         times.append(time.perf_counter() - start)
     tokens_per_step = c["batch"] * c["seq"]
-    result = {"framework": f"pytorch {torch.__version__} eager", "dtype": c["dtype"], "threads": threads,
+    result = {"framework": f"pytorch {torch.__version__} eager", "dtype": c["dtype"],
+              "param_dtype": c["param_dtype"], "threads": threads,
               "steps": args.steps, "warmup": args.warmup, "tokens_per_step": tokens_per_step,
               "tokens_per_s": tokens_per_step * args.steps / sum(times),
               "step_ms_median": statistics.median(times) * 1e3,
@@ -187,7 +206,7 @@ def main():
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"pytorch eager {c['dtype']}, {threads} threads: {result['tokens_per_s']:.0f} tokens/s, "
+        print(f"pytorch eager {c['dtype']} (params {c['param_dtype']}), {threads} threads: {result['tokens_per_s']:.0f} tokens/s, "
               f"step {result['step_ms_median']:.1f} ms median, phases (ms) "
               + ", ".join(f"{k} {v:.1f}" for k, v in result["phases_ms"].items()))
 

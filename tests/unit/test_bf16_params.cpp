@@ -2,13 +2,12 @@
 // gradients of bf16 micro-batches accumulate in fp32, the optimizer steps the fp32 master exactly as fp32
 // AdamW would on those gradients, and the weights are the master rounded to bf16 afterwards; a checkpoint
 // sees and restores the master.
-#include <catch2/catch_test_macros.hpp>
-
 #include "optim/optimizer.h"
 #include "parallel/gradient_sync.h"
 #include "test_util.h"
 
 using namespace loom;
+using loom::test::max_abs_diff;
 
 namespace {
 
@@ -68,10 +67,11 @@ TEST_CASE("bf16 parameters: fp32 accumulation, fp32 AdamW master, weights = mast
     // A small bucket size: several buckets, each its own master.
     GradientSync sync(weight_decay_groups(model), *self, 0.001, zero, torch::kBFloat16);
     REQUIRE(sync.has_master());
+    const auto params = model.parameters();  // handles: they see the dtype and storage changes below
     for (size_t i = 0; i < fp32_start.size(); ++i) {
-      REQUIRE(model.parameters()[i].scalar_type() == torch::kBFloat16);
-      REQUIRE(torch::equal(model.parameters()[i], fp32_start[i].to(torch::kBFloat16)));
-      REQUIRE(model.parameters()[i].grad().scalar_type() == torch::kFloat);
+      REQUIRE(params[i].scalar_type() == torch::kBFloat16);
+      REQUIRE(torch::equal(params[i], fp32_start[i].to(torch::kBFloat16)));
+      REQUIRE(params[i].grad().scalar_type() == torch::kFloat);
     }
 
     sync.zero_grad();
@@ -83,14 +83,14 @@ TEST_CASE("bf16 parameters: fp32 accumulation, fp32 AdamW master, weights = mast
     for (size_t i = 0; i < g1.size(); ++i) {
       // Accumulated in fp32: exactly the fp32 sum of the two bf16 gradients...
       const auto fp32_sum = g1[i].to(torch::kFloat) + g2[i].to(torch::kFloat);
-      CHECK(torch::equal(model.parameters()[i].grad(), fp32_sum));
+      CHECK(torch::equal(params[i].grad(), fp32_sum));
       // ...which a bf16 accumulation would not give (so this test tells the two apart).
       bf16_sum_differs = bf16_sum_differs || !torch::equal((g1[i] + g2[i]).to(torch::kFloat), fp32_sum);
       // Two half-batches against the whole batch: both are bf16 computations of the same gradient, each a few
       // bf16 roundings (unit roundoff 2^-8 = 0.4%) away from the exact value; 2% of the largest entry
       // bounds that with room, while a missing or doubled micro-batch is off by 50% or more.
       const double scale = g_both[i].abs().max().item<double>();
-      CHECK(max_abs_diff(model.parameters()[i].grad(), g_both[i]) <= 0.02 * scale);
+      CHECK(max_abs_diff(params[i].grad(), g_both[i]) <= 0.02 * scale);
     }
     CHECK(bf16_sum_differs);
 
@@ -121,7 +121,7 @@ TEST_CASE("bf16 parameters: fp32 accumulation, fp32 AdamW master, weights = mast
 
     sync.show_master();  // the parameters show the fp32 master
     for (size_t i = 0; i < master.size(); ++i) {
-      const auto& p = model.parameters()[i];
+      const auto& p = params[i];
       REQUIRE(p.scalar_type() == torch::kFloat);
       // The update moved every weight by about lr; fused and plain AdamW agree to fp32 rounding.
       CHECK(max_abs_diff(p, fp32_start[i]) > 5e-3);
@@ -130,7 +130,7 @@ TEST_CASE("bf16 parameters: fp32 accumulation, fp32 AdamW master, weights = mast
     const auto shown = clones(model.parameters(), torch::kFloat);
     sync.hide_master(false);
     for (size_t i = 0; i < master.size(); ++i) {
-      const auto& p = model.parameters()[i];
+      const auto& p = params[i];
       REQUIRE(p.scalar_type() == torch::kBFloat16);
       CHECK(torch::equal(p, shown[i].to(torch::kBFloat16)));  // bit for bit the master rounded to bf16
       CHECK(max_abs_diff(p.to(torch::kFloat), shown[i]) > 0);   // and not the master itself
@@ -140,13 +140,13 @@ TEST_CASE("bf16 parameters: fp32 accumulation, fp32 AdamW master, weights = mast
     sync.show_master();
     {
       torch::NoGradGuard no_grad;
-      for (size_t i = 0; i < master.size(); ++i) model.parameters()[i].copy_(fp32_start[i] * 3.0);
+      for (size_t i = 0; i < master.size(); ++i) params[i].copy_(fp32_start[i] * 3.0);
     }
     sync.hide_master(true);
     for (size_t i = 0; i < master.size(); ++i)
-      CHECK(torch::equal(model.parameters()[i], (fp32_start[i] * 3.0).to(torch::kBFloat16)));
+      CHECK(torch::equal(params[i], (fp32_start[i] * 3.0).to(torch::kBFloat16)));
     sync.show_master();
-    for (size_t i = 0; i < master.size(); ++i) CHECK(torch::equal(model.parameters()[i], fp32_start[i] * 3.0));
+    for (size_t i = 0; i < master.size(); ++i) CHECK(torch::equal(params[i], fp32_start[i] * 3.0));
     sync.hide_master(false);
   }
 }
@@ -158,10 +158,11 @@ TEST_CASE("bf16 parameters: fp32 parameters are untouched by the default", "[bf1
   auto self = make_self_communicator();
   GradientSync sync(weight_decay_groups(model), *self, 0.001, false);
   CHECK_FALSE(sync.has_master());
+  const auto params = model.parameters();
   sync.show_master();
   for (size_t i = 0; i < start.size(); ++i) {
-    CHECK(model.parameters()[i].scalar_type() == torch::kFloat);
-    CHECK(torch::equal(model.parameters()[i], start[i]));
+    CHECK(params[i].scalar_type() == torch::kFloat);
+    CHECK(torch::equal(params[i], start[i]));
   }
   // zero 0 in fp32: the optimizer steps the parameters themselves, no copy.
   for (const auto& t : sync.optimizer_parameters()) {
