@@ -112,8 +112,7 @@ void GradientSync::point_parameters_at(const Bucket& bucket, const torch::Tensor
   for (const auto& p : bucket.parameters) {
     // set_data keeps the parameter's identity (its .grad view, hooks, the optimizer's and checkpoints'
     // references) and gives it this storage and dtype.
-    auto parameter = p;
-    parameter.set_data(flat.narrow(0, offset, p.numel()).view_as(p));
+    p.set_data(flat.narrow(0, offset, p.numel()).view_as(p));
     offset += p.numel();
   }
 }
@@ -220,10 +219,6 @@ void GradientSync::gather_parameters() {
   }
   for (auto& [tensor, work] : pending) work->wait();
 }
-
-}  // namespace loom
-
-namespace loom {
 
 void GradientSync::show_master() {
   if (!master_) return;
