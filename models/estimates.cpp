@@ -112,8 +112,8 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // min(m, pp - stage) under 1F1B; the last stage the head's too. Its sends (pipeline_sends): a micro-batch's
 // fp32 output (all but the last stage) and input gradient (all but the first), 4sbh (/ t under sequence
 // parallelism) each (bf16 parameters: bf16, 2sbh), live until the neighbour receives them, which it does
-// as it reaches that micro-batch: as many of them as micro-batches in flight (measured: PP=2, 64 micro-batches, sends would be 32 MiB if
-// all were kept; the measured peak matched the in-flight count).
+// as it reaches that micro-batch: as many of them as micro-batches in flight (measured: PP=2, 64
+// micro-batches, sends would be 32 MiB if all were kept; the measured peak matched the in-flight count).
 MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const ModelConfig& m = config.model;
   const int64_t tp = config.parallel.tp, pp = config.parallel.pp;

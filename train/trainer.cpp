@@ -344,8 +344,10 @@ CheckpointParts Trainer::checkpoint_parts() {
 }
 
 void Trainer::checkpoint() {
-  MasterShown shown(*gradient_sync_);
-  save_checkpoint(config_.run.dir, config_, mesh_, checkpoint_parts(), state_);
+  {
+    MasterShown shown(*gradient_sync_);
+    save_checkpoint(config_.run.dir, config_, mesh_, checkpoint_parts(), state_);
+  }
   if (is_leader()) prune_checkpoints(config_.run.dir, config_.checkpoint.keep);
   last_checkpoint_step_ = state_.step;
   spdlog::info("checkpoint {}", checkpoint_dir(config_.run.dir, state_.step).string());
