@@ -100,6 +100,32 @@ expect_train_config_error() {  # expect_train_config_error PATTERN [--set ...]
   [ ! -e "$WORK/bad/config.yaml" ] || fail "a config error still started the run"
 }
 
+# The synthetic reversal task of configs/reverse-synthetic.yaml made small and fast: batches of 16, a
+# valid loss every 5 steps, a checkpoint every 10, one thread.
+reverse_tiny_args() {  # reverse_tiny_args RUN_DIR
+  echo "$SRC/configs/reverse-synthetic.yaml --set run.dir=$1 --set train.batch_size=16 --set train.log_every=1" \
+       "--set train.eval_every=5 --set train.eval_batches=2 --set data.synthetic_valid_size=64" \
+       "--set schedule.warmup_steps=5 --set checkpoint.every=10 --set runtime.threads=1"
+}
+# same_eval_and_translation RUN LABEL: one process evaluating RUN's checkpoint (loaded whole) gets
+# $WORK/single's loss, and `loom translate --beam 4` the same three translations.
+same_eval_and_translation() {
+  local run=$1 label=$2
+  "$LOOM" eval "$run" --json > "$run-eval.json" 2>/dev/null || fail "loom eval from $label"
+  "$LOOM" eval "$WORK/single" --json > "$WORK/single-eval.json" 2>/dev/null || fail "loom eval"
+  python3 - "$WORK/single-eval.json" "$run-eval.json" "$label" <<'PY' || fail "loom eval: the $label checkpoint differs"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert abs(a["loss"] - b["loss"]) < 1e-5 and a["sentences"] == b["sentences"] > 0 and a["exact_match"] == b["exact_match"], (a, b)
+print(f"loom eval of the {sys.argv[3]} checkpoint: loss {b['loss']:.7f} (single {a['loss']:.7f}), diff {abs(a['loss'] - b['loss']):.1e}")
+PY
+  printf '5 9 14 3 22\n7 7 8\n20 19 18 17 16 15 14 13 12 11\n' > "$WORK/source.txt"
+  "$LOOM" translate "$run" --beam 4 < "$WORK/source.txt" > "$run.txt" || fail "translate from $label"
+  "$LOOM" translate "$WORK/single" --beam 4 < "$WORK/source.txt" > "$WORK/single.txt" || fail "translate"
+  [ "$(wc -l < "$run.txt")" -eq 3 ] && diff "$WORK/single.txt" "$run.txt" || fail "translate: $label and single differ"
+  echo "translate from the $label checkpoint (beam 4): the single-process output"
+}
+
 # A tiny encoder-decoder on the Bible pairs ($BIBLE_MT_DATA): fp32, 1500-token batches, 10 steps.
 bible_tiny_args() {  # bible_tiny_args RUN_DIR
   local D=$BIBLE_MT_DATA

@@ -15,11 +15,7 @@
 # test` its BLEU. Bad splits are config errors naming the key.
 source "$(dirname "$0")/common.sh"
 : "${BIBLE_MT_DATA:?set BIBLE_MT_DATA to prepared English-Spanish data}"
-train_args() {
-  echo "$SRC/configs/reverse-synthetic.yaml --set run.dir=$1 --set train.batch_size=16 --set train.log_every=1" \
-       "--set train.eval_every=5 --set train.eval_batches=2 --set data.synthetic_valid_size=64" \
-       "--set schedule.warmup_steps=5 --set checkpoint.every=10 --set runtime.threads=1 --set model.dropout=0"
-}
+train_args() { echo "$(reverse_tiny_args "$1") --set model.dropout=0"; }
 common=(--set train.max_steps=10)
 variant=(--set model.norm_position=pre --set model.position=learned --set model.activation=gelu
          --set model.tie_embeddings=false)
@@ -101,19 +97,7 @@ grep -q "resumed from .*/checkpoints/10" "$WORK/dropout-resumed.log" || fail "PP
 same_losses "$WORK/dropout-reference" "$WORK/dropout-resumed" "transformer PP=2 (dropout 0.1) resumed at step 10"
 
 # One process evaluates and translates from the PP=2 run (its stages joined): what the single run gives.
-"$LOOM" eval "$WORK/pp2-gpipe" --json > "$WORK/pp2-eval.json" 2>/dev/null || fail "loom eval from PP=2"
-"$LOOM" eval "$WORK/single" --json > "$WORK/single-eval.json" 2>/dev/null || fail "loom eval"
-python3 - "$WORK/single-eval.json" "$WORK/pp2-eval.json" <<'PY' || fail "loom eval: the PP=2 checkpoint differs"
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:])
-assert abs(a["loss"] - b["loss"]) < 1e-5 and a["sentences"] == b["sentences"] > 0 and a["exact_match"] == b["exact_match"], (a, b)
-print(f"loom eval of the joined PP=2 checkpoint: loss {b['loss']:.6f} (single {a['loss']:.6f})")
-PY
-printf '5 9 14 3 22\n7 7 8\n20 19 18 17 16 15 14 13 12 11\n' > "$WORK/source.txt"
-"$LOOM" translate "$WORK/pp2-gpipe" --beam 4 < "$WORK/source.txt" > "$WORK/pp2.txt" || fail "translate from PP=2"
-"$LOOM" translate "$WORK/single" --beam 4 < "$WORK/source.txt" > "$WORK/single.txt" || fail "translate"
-[ "$(wc -l < "$WORK/pp2.txt")" -eq 3 ] && diff "$WORK/single.txt" "$WORK/pp2.txt" || fail "translate: PP=2 and single differ"
-echo "translate from the PP=2 checkpoint (beam 4): the single-process output"
+same_eval_and_translation "$WORK/pp2-gpipe" "PP=2"
 
 # Bible pairs, token-based batches (the pairs per step, and so the micro-batches' B, vary): PP=2 over 2
 # micro-batches gives the single run's losses, and its test BLEU.

@@ -11,11 +11,7 @@
 # run's loss and translations.
 source "$(dirname "$0")/common.sh"
 : "${BIBLE_MT_DATA:?set BIBLE_MT_DATA to prepared English-Spanish data}"
-train_args() {
-  echo "$SRC/configs/reverse-synthetic.yaml --set run.dir=$1 --set train.batch_size=16 --set train.log_every=1" \
-       "--set train.eval_every=5 --set train.eval_batches=2 --set data.synthetic_valid_size=64" \
-       "--set schedule.warmup_steps=5 --set checkpoint.every=10 --set runtime.threads=1"
-}
+train_args() { reverse_tiny_args "$1"; }
 common=(--set model.dropout=0 --set train.max_steps=10)
 variant=(--set model.norm_position=pre --set model.position=learned --set model.activation=gelu
          --set model.tie_embeddings=false)
@@ -41,19 +37,7 @@ for schedule in gpipe 1f1b; do
 done
 
 # One process evaluates and translates from the TP=2+SP checkpoint (loaded whole): the single run's results.
-"$LOOM" eval "$WORK/tp2sp" --json > "$WORK/tp2sp-eval.json" 2>/dev/null || fail "loom eval from TP=2+SP"
-"$LOOM" eval "$WORK/single" --json > "$WORK/single-eval.json" 2>/dev/null || fail "loom eval"
-python3 - "$WORK/single-eval.json" "$WORK/tp2sp-eval.json" <<'PY' || fail "loom eval: the TP=2+SP checkpoint differs"
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:])
-assert abs(a["loss"] - b["loss"]) < 1e-5 and a["sentences"] == b["sentences"] > 0 and a["exact_match"] == b["exact_match"], (a, b)
-print(f"loom eval of the TP=2+SP checkpoint: loss {b['loss']:.7f} (single {a['loss']:.7f}), diff {abs(a['loss'] - b['loss']):.1e}")
-PY
-printf '5 9 14 3 22\n7 7 8\n20 19 18 17 16 15 14 13 12 11\n' > "$WORK/source.txt"
-"$LOOM" translate "$WORK/tp2sp" --beam 4 < "$WORK/source.txt" > "$WORK/tp2sp.txt" || fail "translate from TP=2+SP"
-"$LOOM" translate "$WORK/single" --beam 4 < "$WORK/source.txt" > "$WORK/single.txt" || fail "translate"
-[ "$(wc -l < "$WORK/tp2sp.txt")" -eq 3 ] && diff "$WORK/single.txt" "$WORK/tp2sp.txt" || fail "translate: TP=2+SP and single differ"
-echo "translate from the TP=2+SP checkpoint (beam 4): the single-process output"
+same_eval_and_translation "$WORK/tp2sp" "TP=2+SP"
 
 # Resharding: 20 single-process steps against 10 under one layout then 10 under the other.
 twenty=(--set model.dropout=0 --set train.max_steps=20)

@@ -8,11 +8,7 @@
 # the single-process 20-step curve; `loom translate` (greedy and beam) from a TP=2 run prints what the
 # single-process run prints; and a TP=2 run with dropout stopped at step 10 resumes bit for bit.
 source "$(dirname "$0")/common.sh"
-train_args() {
-  echo "$SRC/configs/reverse-synthetic.yaml --set run.dir=$1 --set train.batch_size=16 --set train.log_every=1" \
-       "--set train.eval_every=5 --set train.eval_batches=2 --set data.synthetic_valid_size=64" \
-       "--set schedule.warmup_steps=5 --set checkpoint.every=10 --set runtime.threads=1"
-}
+train_args() { reverse_tiny_args "$1"; }
 common=(--set model.dropout=0 --set train.max_steps=10)
 variant=(--set model.norm_position=pre --set model.position=learned --set model.activation=gelu
          --set model.tie_embeddings=false)
