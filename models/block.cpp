@@ -43,10 +43,10 @@ void BlockImpl::set_checkpointing(ActivationCheckpointing mode) {
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs) {
   // The recomputed closures see no BlockInputs, so a block given any runs without checkpointing.
   const bool recompute = is_training() && cache == nullptr && !inputs.padding.defined() && !inputs.memory.defined();
-  if (recompute && checkpointing_ == ActivationCheckpointing::kFull) return recompute_in_backward(whole_, x, tp_rng_);
+  if (recompute && checkpointing_ == ActivationCheckpointing::kFull) return recompute_in_backward(halves_, x, tp_rng_);
   if (recompute && checkpointing_ == ActivationCheckpointing::kSelective) {
-    auto h = x + drop(attention_->forward(ln1_->forward(x), cache));
-    return h + recompute_in_backward(mlp_, h, tp_rng_);
+    const auto h = attention_half(x);
+    return h + recompute_in_backward(mlp_branch_, h, tp_rng_);
   }
   return forward_uncheckpointed(x, cache, inputs);
 }
@@ -66,6 +66,10 @@ torch::Tensor BlockImpl::forward_uncheckpointed(const torch::Tensor& x, KVCache*
 }
 
 torch::Tensor BlockImpl::mlp_branch(const torch::Tensor& h) { return drop(mlp_module_->forward(ln2_->forward(h))); }
+
+torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
+  return x + drop(attention_->forward(ln1_->forward(x)));
+}
 
 torch::Tensor BlockImpl::drop(const torch::Tensor& x) {
   // Whole activations drop alike on every TP rank (the default stream); sequence shards each their own way.

@@ -56,15 +56,20 @@ class BlockImpl : public torch::nn::Module {
   template <class F>
   torch::Tensor sublayer(const torch::Tensor& x, Norm& norm, F&& f);
   torch::Tensor mlp_branch(const torch::Tensor& h);  // dropout(mlp(ln2(h))), pre-norm
+  torch::Tensor attention_half(const torch::Tensor& x);  // x + dropout(attention(ln1(x))), pre-norm, no cache
   torch::Tensor drop(const torch::Tensor& x);         // the residual branch's dropout
 
   bool post_norm_;
   TensorParallelRng* tp_rng_;    // the stream of this rank's heads (and positions), under TP
   TensorParallelRng* shard_rng_;  // sequence parallelism: the stream of the residual dropout
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::kNone;
-  // What recompute_in_backward re-runs; members so that they live as long as the block.
-  Recomputable whole_ = [this](const torch::Tensor& x) { return forward_uncheckpointed(x, nullptr, {}); };
-  Recomputable mlp_ = [this](const torch::Tensor& h) { return mlp_branch(h); };
+  // What recompute_in_backward re-runs; members so that they live as long as the block. Full checkpointing
+  // recomputes the block as its two residual halves, so that backward never holds the attention's and the
+  // MLP's activations at once (the attention half runs once more, without gradients, to give the MLP half
+  // its input).
+  RecomputeSegments mlp_branch_{[this](const torch::Tensor& h) { return mlp_branch(h); }};
+  RecomputeSegments halves_{[this](const torch::Tensor& x) { return attention_half(x); },
+                            [this](const torch::Tensor& h) { return h + mlp_branch(h); }};
   Norm ln1_{nullptr}, ln_cross_{nullptr}, ln2_{nullptr};
   Attention attention_{nullptr};
   Attention cross_attention_{nullptr};  // only with options.cross_attention

@@ -106,7 +106,15 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // positions per rank, the residual dropout masks and the final norm's input too: sbh(34/t + 5as/(ht)).
 // Plus the head: the final norm's input (4 sbh, / t under sequence parallelism), the LM head's input
 // (e sbh, gathered whole under sequence parallelism) and the logits (e) with their fp32 log-probabilities
-// for the loss (4), sbV/t each. Weights, gradients and optimizer state are the stage's parameter count / tp
+// for the loss (4), sbV/t each; or, where the GPT's head and loss run fused in chunks of c tokens
+// (train.loss_chunk_tokens, one process per stage and no TP), instead of the logits: one chunk's fp32
+// logits and their gradient in e bytes ((4 + e) cV) and the gradients computed in forward, of the head's
+// input (4sbh) and weight (4Vh).
+// Activation checkpointing (GPT blocks) splits a layer into its attention half (the ln1 input 4sbh, QKV
+// input, residual dropout mask, q k v, scores, output projection input) and its MLP half (the ln2 input
+// 4sbh, MLP input, dropout mask, MLP tensors). `full` keeps each block's fp32 input 4sbh and recomputes
+// one half at a time in backward: max(attention half without its input, MLP half) more. `selective`
+// keeps the attention half and the MLP half's input, and recomputes one MLP half (without that input). Weights, gradients and optimizer state are the stage's parameter count / tp
 // (the optimizer state also / dp with ZeRO-1), ignoring replicated norms and biases. A pipeline stage
 // holds its own blocks' activations for every micro-batch in flight: all m of them under GPipe,
 // min(m, pp - stage) under 1F1B; the last stage the head's too. Its sends (pipeline_sends): a micro-batch's
@@ -141,12 +149,27 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double dropout = m.dropout > 0 ? 1 : 0;
   const double rope = m.position == "rope" ? 1 : 0;
   const double mlp_tensors = m.gated_mlp() ? 4 : m.activation == "relu" ? 1 : 2;
-  const double whole = (2 * 4 + 2 * e) * s * b * h + dropout * 2 * s * b * h;
-  const double split = e * s * b * (2 * q + 2 * kv + rope * 2 * (q + kv) + mlp_tensors * f) +
-                       a * s * s * b * (e + dropout * (1 + e));
+  const double V = static_cast<double>(m.vocab_size);
   const double sequence = config.parallel.sequence_parallel && tp > 1 ? t : 1;
-  const double layer = whole / sequence + split / t;
-  const double head = 4 * s * b * h / sequence + e * s * b * h + s * b * static_cast<double>(m.vocab_size) / t * (e + 4);
+  const double half_whole = ((4 + e) + dropout) * s * b * h / sequence;  // norm input, its output, mask
+  const double attention_half =
+      half_whole + (e * s * b * (2 * q + 2 * kv + rope * 2 * (q + kv)) + a * s * s * b * (e + dropout * (1 + e))) / t;
+  const double mlp_half = half_whole + e * s * b * mlp_tensors * f / t;
+  const double layer = attention_half + mlp_half;
+  const double block_input = 4 * s * b * h / sequence;
+  double kept_per_layer = layer, recomputed = 0;
+  if (config.train.activation_checkpointing == "full") {
+    kept_per_layer = block_input;
+    recomputed = std::max(attention_half - block_input, mlp_half);
+  } else if (config.train.activation_checkpointing == "selective") {
+    kept_per_layer = attention_half + block_input;
+    recomputed = mlp_half - block_input;
+  }
+  const bool fused_loss = !m.encoder_decoder() && pp == 1 && tp == 1 && config.train.loss_chunk_tokens > 0;
+  const double logits = fused_loss ? (4 + e) * std::min(static_cast<double>(config.train.loss_chunk_tokens), s * b) * V +
+                                         4 * s * b * h + 4 * V * h
+                                   : s * b * V / t * (e + 4);
+  const double head = 4 * s * b * h / sequence + e * s * b * h + logits;
   // Source and target both seq_len long. A decoder block adds a cross-attention sub-layer: its norm's
   // input and dropout mask (on s/t positions under sequence parallelism), q, the memory's k and v, the
   // output projection's input, scores and their dropout mask.
@@ -157,9 +180,11 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const int64_t in_flight = pp == 1 ? 1 : config.parallel.pp_schedule == "gpipe" ? micro : std::min(micro, pp - stage);
   const auto blocks = stage_block_counts(config, stage);
   const double stage_head = stage == pp - 1 ? head : 0.0;
+  // Checkpointing is for GPT blocks (decoder blocks without cross-attention); one block recomputes at a time.
   out.activations = static_cast<int64_t>(
       static_cast<double>(in_flight) * (static_cast<double>(blocks.encoder) * layer +
-                                        static_cast<double>(blocks.decoder) * (layer + cross) + stage_head));
+                                        static_cast<double>(blocks.decoder) * (kept_per_layer + cross) + stage_head) +
+      (blocks.decoder > 0 ? recomputed : 0.0));
   // Sent forward and back, one tensor per micro-batch in flight (the encoder-decoder: two).
   const int64_t directions = pp == 1 ? 0 : (stage < pp - 1) + (stage > 0);
   const double sides = m.encoder_decoder() ? 2 : 1;

@@ -41,25 +41,31 @@ struct RunState {
   }
 };
 
+// segments[count-1](...segments[0](x)), x itself for count 0.
+torch::Tensor run_segments(const RecomputeSegments& segments, torch::Tensor x, size_t count) {
+  for (size_t i = 0; i < count; ++i) x = segments[i](x);
+  return x;
+}
+
 class Recompute : public torch::autograd::Function<Recompute> {
  public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const Recomputable* fn,
-                               TensorParallelRng* tp_rng) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const RecomputeSegments* segments, TensorParallelRng* tp_rng) {
     // Function::apply runs this without grad mode: fn keeps no graph and no activations.
     const auto state = RunState::capture(x.device(), tp_rng);
-    ctx->saved_data["fn"] = reinterpret_cast<int64_t>(fn);
+    ctx->saved_data["segments"] = reinterpret_cast<int64_t>(segments);
     ctx->saved_data["tp_rng"] = reinterpret_cast<int64_t>(tp_rng);
     ctx->saved_data["rng"] = state.rng;
     if (tp_rng != nullptr) ctx->saved_data["tp_rng_state"] = state.tp_stream;
     ctx->saved_data["autocast"] = state.autocast;
     ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(state.autocast_dtype);
     ctx->save_for_backward({x});
-    return (*fn)(x);
+    return run_segments(*segments, x, segments->size());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    const auto* fn = reinterpret_cast<const Recomputable*>(ctx->saved_data["fn"].toInt());
+    const auto& segments = *reinterpret_cast<const RecomputeSegments*>(ctx->saved_data["segments"].toInt());
     auto* tp_rng = reinterpret_cast<TensorParallelRng*>(ctx->saved_data["tp_rng"].toInt());
     const auto x = ctx->get_saved_variables()[0];
     RunState first;
@@ -69,24 +75,37 @@ class Recompute : public torch::autograd::Function<Recompute> {
     first.autocast = ctx->saved_data["autocast"].toBool();
     first.autocast_dtype = static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt());
     const auto now = RunState::capture(x.device(), tp_rng);  // the backward pass's own state, put back afterwards
-    first.restore(tp_rng);
-    torch::Tensor input, output;
-    {
-      torch::AutoGradMode grad(true);
-      input = x.detach().requires_grad_(true);
-      output = (*fn)(input);
+    auto grad = grad_outputs[0];
+    for (size_t i = segments.size(); i-- > 0;) {
+      // The segments before i advance the generators exactly as in the first run, so segment i draws the
+      // same dropout masks.
+      first.restore(tp_rng);
+      torch::Tensor input, output;
+      {
+        torch::Tensor segment_input;
+        {
+          torch::NoGradGuard no_grad;
+          segment_input = run_segments(segments, x, i);
+        }
+        torch::AutoGradMode grad_mode(true);
+        input = segment_input.detach().requires_grad_(true);
+        output = segments[i](input);
+      }
+      now.restore(tp_rng);
+      torch::autograd::backward({output}, {grad});  // fills the segment's parameter gradients and input.grad
+      grad = input.grad();
     }
-    now.restore(tp_rng);
-    torch::autograd::backward({output}, {grad_outputs[0]});  // fills fn's parameter gradients and input.grad
-    return {input.grad(), torch::Tensor(), torch::Tensor()};
+    return {grad, torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-torch::Tensor recompute_in_backward(const Recomputable& fn, const torch::Tensor& x, TensorParallelRng* tp_rng) {
-  if (!torch::GradMode::is_enabled() || !x.requires_grad()) return fn(x);
-  return Recompute::apply(x, &fn, tp_rng);
+torch::Tensor recompute_in_backward(const RecomputeSegments& segments, const torch::Tensor& x,
+                                   TensorParallelRng* tp_rng) {
+  TORCH_CHECK(!segments.empty(), "recompute_in_backward: no segments");
+  if (!torch::GradMode::is_enabled() || !x.requires_grad()) return run_segments(segments, x, segments.size());
+  return Recompute::apply(x, &segments, tp_rng);
 }
 
 }  // namespace loom

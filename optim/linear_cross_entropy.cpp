@@ -119,12 +119,24 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto scale = grad_outputs[0] / ctx->saved_data["count"].toTensor();  // () fp32
-    const auto grad_h = ctx->saved_data["grad_h"].toTensor();
-    const auto grad_w = ctx->saved_data["grad_w"].toTensor();
-    LOOM_CHECK(grad_h.defined(), "linear_cross_entropy: backward through a loss computed without gradients");
+    // Autograd frees a node's saved variables after its backward but not its saved_data: the two (N, C) and
+    // (V_r, C) gradients are taken out here and scaled in place, so the rest of backward runs without them.
+    auto take = [&](const char* key) {
+      torch::Tensor saved;
+      const auto it = ctx->saved_data.find(key);
+      if (it != ctx->saved_data.end()) {
+        saved = it->second.toTensor();
+        ctx->saved_data.erase(it);
+      }
+      return saved;
+    };
+    auto grad_h = take("grad_h");
+    auto grad_w = take("grad_w");
+    LOOM_CHECK(grad_h.defined(),
+               "linear_cross_entropy: backward needs a loss computed with gradients, and runs once per forward");
     torch::Tensor dh, dw;
-    if (ctx->needs_input_grad(0)) dh = grad_h * scale;
-    if (ctx->needs_input_grad(1)) dw = grad_w * scale;
+    if (ctx->needs_input_grad(0)) dh = grad_h.mul_(scale);
+    if (ctx->needs_input_grad(1)) dw = grad_w.mul_(scale);
     return {dh, dw, torch::Tensor(), torch::Tensor()};
   }
 };

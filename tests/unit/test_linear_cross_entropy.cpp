@@ -3,6 +3,7 @@
 // and under bf16 autocast (to bf16 rounding), for chunk sizes that do and do not divide the tokens, with
 // label smoothing and ignored targets; then through the GPT (tied and untied heads, checkpointing on).
 // The vocab-parallel case is in test_tensor_parallel.cpp.
+#include "core/cpu_allocator.h"
 #include "models/gpt.h"
 #include "optim/cross_entropy.h"
 #include "optim/linear_cross_entropy.h"
@@ -84,6 +85,25 @@ TEST_CASE("linear_cross_entropy: no gradient kept without grad mode, every targe
   CHECK(hidden.grad().abs().max().item<double>() == 0.0);
   CHECK(weight.grad().abs().max().item<double>() == 0.0);
   CHECK_THROWS_AS(loom::linear_cross_entropy(hidden, weight, targets, 0), loom::Error);
+}
+
+TEST_CASE("linear_cross_entropy: backward hands over its stored gradients and keeps no copy", "[losses]") {
+  // The graph (held by `loss`) outlives backward: the (N, C) and (V, C) gradients the forward computed
+  // must become hidden.grad and weight.grad, not stay stored beside them for the rest of backward.
+  torch::manual_seed(8);
+  const auto hidden = torch::randn({512, 256}).requires_grad_(true);
+  const auto weight = torch::randn({1024, 256}).requires_grad_(true);
+  const auto targets = torch::randint(0, 1024, {512}, torch::kLong);
+  loom::use_cpu_allocator("caching");
+  auto* allocator = loom::caching_cpu_allocator();
+  auto loss = loom::linear_cross_entropy(hidden, weight, targets, 128);
+  const auto before = allocator->stats().allocated;
+  loss.backward();
+  const auto after = allocator->stats().allocated;
+  loom::use_cpu_allocator("system");
+  REQUIRE(hidden.grad().defined());
+  REQUIRE(weight.grad().defined());
+  CHECK(after - before < 64 * 1024);  // the two gradients are 1.5 MiB together
 }
 
 TEST_CASE("linear_cross_entropy: the GPT's final_hidden and head_weight give forward()'s loss and gradients",

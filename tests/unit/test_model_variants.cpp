@@ -5,6 +5,7 @@
 // (tests/golden/gpt_forward.py) and Hugging Face transformers' GPT-2 and LLaMA (tests/golden/hf_forward.py).
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -329,7 +330,7 @@ TEST_CASE("variants: memory estimate follows Korthikanti et al. for GPT-2", "[mo
     INFO("tp " << tp);
     auto config = loom::load_config((loom::test::source_dir() / "configs" / "gpt2-124m.yaml").string(),
                                     {"model.dropout=0.1", "train.micro_batch_size=4", "train.batch_size=64",
-                                     "parallel.tp=" + std::to_string(tp)});
+                                     "train.loss_chunk_tokens=0", "parallel.tp=" + std::to_string(tp)});
     const double s = 1024, b = 4, h = 768, a = 12, V = 50257, L = 12, t = static_cast<double>(tp);
     const double layer = s * b * h * (10 + 4 + 24 / t + 5 * a * s / (h * t));
     const double head = (4 + 2) * s * b * h + 6 * s * b * V / t;
@@ -342,12 +343,40 @@ TEST_CASE("variants: memory estimate follows Korthikanti et al. for GPT-2", "[mo
   }
   // fp32 without dropout: everything in 4-byte elements, no masks: 16sbh + 2as^2b per layer for GPT-2.
   auto fp32 = loom::load_config((loom::test::source_dir() / "configs" / "gpt2-124m.yaml").string(),
-                                {"precision.dtype=fp32", "train.micro_batch_size=2", "train.batch_size=64"});
+                                {"precision.dtype=fp32", "train.micro_batch_size=2", "train.batch_size=64",
+                                 "train.loss_chunk_tokens=0"});
   const double s = 1024, b = 2, h = 768, a = 12;
   const double layer = 4 * (16 * s * b * h + a * s * s * b);
   const double head = 8 * s * b * h + 8 * s * b * 50257;  // the final norm's and the LM head's inputs
   CHECK(static_cast<double>(loom::estimate_memory(fp32).activations) == Approx(12 * layer + head).epsilon(1e-9));
   CHECK(loom::estimate_memory(fp32).weights == 4 * 124439808);
+}
+
+TEST_CASE("variants: the memory estimate follows the fused loss and activation checkpointing",
+          "[models][variants][memory]") {
+  // GPT-2 small, fp32, no dropout, micro-batch 2 x 1024, one process: the head and loss run fused in
+  // chunks of 1024 tokens (the default): one chunk's fp32 logits and their gradient (8 x 1024 x V) and the
+  // gradients of the head's input (4sbh) and weight (4Vh) replace the full logits (8sbV).
+  const double s = 1024, b = 2, h = 768, a = 12, V = 50257;
+  const double sbh = s * b * h, scores = 4 * a * s * s * b;
+  const double head = 8 * sbh + 8 * 1024 * V + 4 * sbh + 4 * V * h;
+  // Per layer: the attention half 8sbh (ln1 input and output) + 16sbh (q, k, v, projection input) + scores,
+  // the MLP half 8sbh + 32sbh (GELU's input and output, 4h each).
+  const double attention_half = 24 * sbh + scores, mlp_half = 40 * sbh;
+  const std::map<std::string, double> expected{
+      {"none", 12 * (attention_half + mlp_half) + head},
+      // each block's input; one half recomputed at a time (the attention half, here the larger, less its input)
+      {"full", 12 * 4 * sbh + head + std::max(attention_half - 4 * sbh, mlp_half)},
+      // the attention half and the MLP half's input kept; one MLP half (less that input) recomputed
+      {"selective", 12 * (attention_half + 4 * sbh) + head + mlp_half - 4 * sbh},
+  };
+  for (const auto& [mode, bytes] : expected) {
+    INFO("activation checkpointing " << mode);
+    const auto config = loom::load_config((loom::test::source_dir() / "configs" / "gpt2-124m.yaml").string(),
+                                          {"precision.dtype=fp32", "train.micro_batch_size=2", "train.batch_size=64",
+                                           "train.activation_checkpointing=" + mode});
+    CHECK(static_cast<double>(loom::estimate_memory(config).activations) == Approx(bytes).epsilon(1e-9));
+  }
 }
 
 TEST_CASE("variants: a pipeline stage's memory counts the micro-batches in flight", "[models][variants][memory]") {

@@ -1,6 +1,8 @@
 // Activation checkpointing (train.activation_checkpointing): recomputing blocks in backward gives the
 // same loss and the same gradients as keeping the activations, with dropout on (the RNG state is
-// replayed) and under bf16 autocast; and it really keeps less (fewer bytes saved for backward).
+// replayed) and under bf16 autocast; and it really keeps less (fewer bytes saved for backward, and a
+// function recomputed in segments holds one segment's activations at a time in backward).
+#include "core/cpu_allocator.h"
 #include "models/gpt.h"
 #include "models/recompute.h"
 #include "optim/cross_entropy.h"
@@ -74,7 +76,8 @@ TEST_CASE("recompute: a checkpointed function keeps only its input for backward"
   const auto gx = x.grad().clone(), gw = w.grad().clone();
   x.mutable_grad().zero_();
   w.mutable_grad().zero_();
-  const auto y = loom::recompute_in_backward(fn, x);
+  const loom::RecomputeSegments segments{fn};
+  const auto y = loom::recompute_in_backward(segments, x);
   CHECK(torch::equal(y, reference));
   // The graph of y holds one node (the recompute) whose only input is x: no intermediate of fn is alive.
   REQUIRE(y.grad_fn() != nullptr);
@@ -82,4 +85,44 @@ TEST_CASE("recompute: a checkpointed function keeps only its input for backward"
   torch::autograd::backward({y.sum()});
   CHECK(torch::equal(x.grad(), gx));
   CHECK(torch::equal(w.grad(), gw));
+}
+
+TEST_CASE("recompute: segments give the same gradients and hold one segment's activations at a time",
+          "[recompute]") {
+  // Each segment keeps four (1024, 256) fp32 activations (1 MiB each) for its backward; its weight is 256 KiB.
+  const std::vector<torch::Tensor> weights{torch::randn({256, 256}).div(16).requires_grad_(true),
+                                           torch::randn({256, 256}).div(16).requires_grad_(true)};
+  auto segment = [](const torch::Tensor& w) -> loom::Recomputable {
+    return [w](const torch::Tensor& in) {
+      auto h = in;
+      for (int i = 0; i < 4; ++i) h = torch::tanh(h.mm(w));
+      return h;
+    };
+  };
+  const loom::RecomputeSegments halves{segment(weights[0]), segment(weights[1])};
+  const loom::RecomputeSegments whole{[&](const torch::Tensor& in) { return halves[1](halves[0](in)); }};
+  const auto x = torch::randn({1024, 256});
+  loom::use_cpu_allocator("caching");
+  auto backward_peak = [&](const loom::RecomputeSegments& segments) {
+    auto* allocator = loom::caching_cpu_allocator();
+    const auto input = x.clone().requires_grad_(true);
+    for (const auto& w : weights) w.mutable_grad() = torch::Tensor();
+    const auto y = loom::recompute_in_backward(segments, input);
+    allocator->reset_peak();
+    const auto before = allocator->stats().allocated;
+    torch::autograd::backward({y.sum()});
+    std::vector<torch::Tensor> grads{input.grad().clone()};
+    for (const auto& w : weights) grads.push_back(w.grad().clone());
+    return std::make_pair(allocator->stats().peak_allocated - before, grads);
+  };
+  const auto [whole_peak, whole_grads] = backward_peak(whole);
+  const auto [halves_peak, halves_grads] = backward_peak(halves);
+  loom::use_cpu_allocator("system");
+  for (size_t i = 0; i < whole_grads.size(); ++i) CHECK(torch::equal(halves_grads[i], whole_grads[i]));
+  // The whole function holds both segments' 8 activations at the start of its backward, the halves 4 (and
+  // the first half's output, recomputed without gradients).
+  INFO("backward peak above the start: whole " << whole_peak << " B, halves " << halves_peak << " B");
+  const int64_t activation = 1024 * 256 * 4;
+  CHECK(whole_peak - halves_peak >= 2 * activation);
+  CHECK(whole_peak - halves_peak <= 4 * activation);
 }
