@@ -114,10 +114,11 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // input, residual dropout mask, q k v, scores, output projection input) and its MLP half (the ln2 input
 // 4sbh, MLP input, dropout mask, MLP tensors). `full` keeps each block's fp32 input 4sbh and recomputes
 // one half at a time in backward: max(attention half without its input, MLP half) more. `selective`
-// keeps the attention half and the MLP half's input, and recomputes one MLP half (without that input). Weights, gradients and optimizer state are the stage's parameter count / tp
-// (the optimizer state also / dp with ZeRO-1), ignoring replicated norms and biases. A pipeline stage
-// holds its own blocks' activations for every micro-batch in flight: all m of them under GPipe,
-// min(m, pp - stage) under 1F1B; the last stage the head's too. Its sends (pipeline_sends): a micro-batch's
+// keeps the attention half and the MLP half's input, and recomputes one MLP half (without that input).
+// Weights, gradients and optimizer state are the stage's parameter count / tp (the optimizer state also
+// / dp with ZeRO-1), ignoring replicated norms and biases. A pipeline stage holds its own blocks'
+// activations for every micro-batch in flight: all m of them under GPipe, min(m, pp - stage) under 1F1B;
+// the last stage the head's too. Its sends (pipeline_sends): a micro-batch's
 // fp32 output (all but the last stage) and input gradient (all but the first), 4sbh (/ t under sequence
 // parallelism) each (bf16 parameters: bf16, 2sbh), live until the neighbour receives them, which it does
 // as it reaches that micro-batch: as many of them as micro-batches in flight (measured: PP=2, 64

@@ -2,11 +2,11 @@
 // backward runs fn again (with gradients) from x and back-propagates through that. fn may be given as
 // segments, fn = segments[k-1](...segments[0](x)): backward then recomputes and back-propagates one segment
 // at a time, last first, each from its input recomputed without gradients from x, so only one segment's
-// activations are alive at once (at the cost of re-running the earlier segments once more each). The RNG state and the
-// autocast state of the first run are restored for the second, so dropout masks and casts match and the
-// gradients equal those of the plain fn(x). fn's parameters receive their gradients during that inner
-// backward (as with PyTorch's reentrant torch.utils.checkpoint). LibTorch has no torch.utils.checkpoint:
-// this is its C++ counterpart, built on a custom autograd function.
+// activations are alive at once (at the cost of re-running the earlier segments once more each). The RNG
+// state and the autocast state of the first run are restored for each re-run, so dropout masks and casts
+// match and the gradients equal those of the plain fn(x). fn's parameters receive their gradients during
+// that inner backward (as with PyTorch's reentrant torch.utils.checkpoint). LibTorch has no
+// torch.utils.checkpoint: this is its C++ counterpart, built on a custom autograd function.
 #pragma once
 #include <torch/torch.h>
 
@@ -21,8 +21,8 @@ using Recomputable = std::function<torch::Tensor(const torch::Tensor&)>;
 using RecomputeSegments = std::vector<Recomputable>;
 
 // x: any shape; segments (at least one) must outlive the backward pass (they are called again from there).
-// Without grad mode or when x needs no gradient this is just fn(x). tp_rng: the tensor-parallel dropout stream fn draws from
-// besides the default generator (null: none); its state is restored for the re-run too.
+// Without grad mode or when x needs no gradient this is just fn(x). tp_rng: the tensor-parallel dropout
+// stream fn draws from besides the default generator (null: none); its state is restored for re-runs too.
 torch::Tensor recompute_in_backward(const RecomputeSegments& segments, const torch::Tensor& x,
                                    TensorParallelRng* tp_rng = nullptr);
 
