@@ -1,6 +1,7 @@
 #include "models/attention.h"
 
 #include "core/error.h"
+#include "models/blocked_attention.h"
 #include "models/layers.h"
 
 namespace loom {
@@ -139,8 +140,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
   const double dropout = is_training() ? options_.dropout : 0.0;
   std::optional<TensorParallelRng::Fork> own_stream;  // this rank's heads: its own dropout masks
   if (dropout > 0 && options_.rng != nullptr && tp_size(options_.tp) > 1) own_stream.emplace(*options_.rng, q.device());
-  auto y = at::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal, std::nullopt,
-                                            /*enable_gqa=*/K != H);  // (B, H, T, D)
+  // Plain causal self-attention (no cache offset, padding, window or bias: is_causal without a mask) on
+  // CPU goes through the query-blocked kernel where that is faster (see blocked_attention.cpp).
+  const bool blocked = is_causal && !mask && dropout == 0.0 && K == H && blocked_attention_is_faster(q, k, v);
+  auto y = blocked ? blocked_causal_attention(q, k, v)
+                   : at::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal, std::nullopt,
+                                                      /*enable_gqa=*/K != H);  // (B, H, T, D)
   own_stream.reset();
   return out_->forward(y.transpose(1, 2).reshape({B, T, H * D}));
 }

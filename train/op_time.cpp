@@ -22,9 +22,10 @@ OpKind kind_of(const char* name) {
                                       "aten::_addmm_activation"};
   for (const char* g : gemms)
     if (std::strcmp(name, g) == 0) return OpKind::kGemm;
-  if (std::strncmp(name, "aten::_scaled_dot_product_", 26) == 0 || std::strncmp(name, "aten::_flash_attention", 22) == 0 ||
-      std::strncmp(name, "aten::_efficient_attention", 26) == 0)
-    return OpKind::kAttention;
+  static const char* const attentions[] = {"aten::_scaled_dot_product_", "aten::_flash_attention",
+                                           "aten::_efficient_attention", "loom::blocked_attention"};
+  for (const char* a : attentions)
+    if (std::strncmp(name, a, std::strlen(a)) == 0) return OpKind::kAttention;
   return OpKind::kOther;
 }
 

@@ -10,7 +10,7 @@ namespace loom {
 
 struct OpTimes {
   double gemm_s = 0;       // mm, addmm, bmm, baddbmm, ... (the innermost BLAS / oneDNN calls)
-  double attention_s = 0;  // fused scaled-dot-product attention kernels, forward and backward
+  double attention_s = 0;  // fused scaled-dot-product (or loom's blocked) attention kernels, forward and backward
 };
 
 // Counts from construction to destruction; only one may be alive at a time.

@@ -1,0 +1,139 @@
+#include "models/blocked_attention.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <atomic>
+#include <cmath>
+
+#include "core/error.h"
+#include "models/blocked_attention_rows.h"
+
+namespace loom {
+namespace {
+
+namespace rows = blocked_attention_rows;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+std::atomic<BlockedAttentionMode> mode{BlockedAttentionMode::kAuto};
+
+bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return yes;
+}
+
+// Runs `fn(rows)` over the rows of one (BH * n, e) block of scores, split across ATen's threads.
+template <typename Fn>
+void for_rows(const rows::Rows& shape, int64_t total_rows, const Fn& fn) {
+  const int64_t grain = std::max<int64_t>(1, 16384 / shape.cols);  // rows per task: a few tens of KB of scores
+  at::parallel_for(0, total_rows, grain, [&](int64_t begin, int64_t end) {
+    rows::Rows part = shape;
+    part.row_begin = begin;
+    part.row_end = end;
+    fn(part);
+  });
+}
+
+struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAttention> {
+  // q, k, v: (B, H, T, D) -> (B, H, T, D)
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, int64_t block, bool portable) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // stay in q's dtype
+    RECORD_FUNCTION("loom::blocked_attention_forward", std::vector<c10::IValue>{});  // for loom bench's op shares
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), BH = B * H;
+    const auto qc = q.reshape({BH, T, D}).contiguous();  // (BH, T, D)
+    const auto kc = k.reshape({BH, T, D}).contiguous();
+    const auto vc = v.reshape({BH, T, D}).contiguous();
+    auto o = torch::empty({BH, T, D}, q.options());
+    auto lse = torch::empty({BH, T}, q.options().dtype(torch::kFloat));  // logsumexp of each row's scores
+    const auto kt = kc.transpose(1, 2);  // (BH, D, T)
+    for (int64_t s = 0; s < T; s += block) {
+      const int64_t n = std::min(block, T - s), e = s + n;  // queries [s, e) see at most keys [0, e)
+      auto scores = at::bmm(qc.narrow(1, s, n), kt.narrow(2, 0, e));  // (BH, n, e)
+      const rows::Rows shape{0, 0, n, s, e, T, D, static_cast<float>(1.0 / std::sqrt(double(D))),
+                             q.scalar_type() == torch::kBFloat16};
+      for_rows(shape, BH * n, [&](const rows::Rows& part) {
+        (portable ? rows::DEFAULT::forward_rows : rows::AVX512::forward_rows)(part, scores.data_ptr(),
+                                                                              lse.data_ptr<float>());
+      });
+      auto oi = o.narrow(1, s, n);  // (BH, n, D)
+      at::bmm_out(oi, scores, vc.narrow(1, 0, e));
+    }
+    ctx->save_for_backward({qc, kc, vc, o, lse});
+    ctx->saved_data["block"] = block;
+    ctx->saved_data["portable"] = portable;
+    return o.view({B, H, T, D});
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    RECORD_FUNCTION("loom::blocked_attention_backward", std::vector<c10::IValue>{});
+    const auto saved = ctx->get_saved_variables();
+    const auto &qc = saved[0], &kc = saved[1], &vc = saved[2], &o = saved[3], &lse = saved[4];
+    const int64_t block = ctx->saved_data["block"].toInt();
+    const bool portable = ctx->saved_data["portable"].toBool();
+    const int64_t BH = qc.size(0), T = qc.size(1), D = qc.size(2);
+    const auto shape4 = grads[0].sizes().vec();
+    const auto dout = grads[0].reshape({BH, T, D}).to(qc.scalar_type()).contiguous();  // (BH, T, D)
+    const bool bf16 = qc.scalar_type() == torch::kBFloat16;
+    auto dq = torch::empty_like(qc);
+    // dK and dV sum over query blocks: in fp32, whatever the dtype of the products.
+    auto dk = torch::zeros({BH, T, D}, qc.options().dtype(torch::kFloat));
+    auto dv = torch::zeros({BH, T, D}, qc.options().dtype(torch::kFloat));
+    const auto kt = kc.transpose(1, 2), vt = vc.transpose(1, 2);  // (BH, D, T)
+    for (int64_t s = 0; s < T; s += block) {
+      const int64_t n = std::min(block, T - s), e = s + n;
+      const auto qi = qc.narrow(1, s, n), doi = dout.narrow(1, s, n);  // (BH, n, D)
+      auto p = at::bmm(qi, kt.narrow(2, 0, e));                        // (BH, n, e): scores, then P
+      auto ds = at::bmm(doi, vt.narrow(2, 0, e));                      // (BH, n, e): dP, then dS
+      const rows::Rows shape{0, 0, n, s, e, T, D, static_cast<float>(1.0 / std::sqrt(double(D))), bf16};
+      for_rows(shape, BH * n, [&](const rows::Rows& part) {
+        (portable ? rows::DEFAULT::backward_rows : rows::AVX512::backward_rows)(
+            part, p.data_ptr(), ds.data_ptr(), lse.data_ptr<float>(), dout.data_ptr(), o.data_ptr());
+      });
+      auto dqi = dq.narrow(1, s, n);  // (BH, n, D)
+      at::bmm_out(dqi, ds, kc.narrow(1, 0, e));
+      if (bf16) {
+        dv.narrow(1, 0, e).add_(at::bmm(p.transpose(1, 2), doi));  // (BH, e, D)
+        dk.narrow(1, 0, e).add_(at::bmm(ds.transpose(1, 2), qi));
+      } else {
+        dv.narrow(1, 0, e).baddbmm_(p.transpose(1, 2), doi);
+        dk.narrow(1, 0, e).baddbmm_(ds.transpose(1, 2), qi);
+      }
+    }
+    const auto dtype = qc.scalar_type();
+    return {dq.view(shape4), dk.to(dtype).view(shape4), dv.to(dtype).view(shape4), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor blocked_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                       int64_t block, bool force_portable) {
+  LOOM_CHECK(q.dim() == 4 && k.sizes() == q.sizes() && v.sizes() == q.sizes(),
+             "blocked_causal_attention takes q, k, v of one shape (B, H, T, D)");
+  LOOM_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(), "blocked_causal_attention is CPU only");
+  LOOM_CHECK((q.scalar_type() == torch::kFloat || q.scalar_type() == torch::kBFloat16) &&
+                 k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+             "blocked_causal_attention takes float or bf16 q, k, v of one dtype");
+  LOOM_CHECK(block > 0, "blocked_causal_attention: block must be positive");
+  return BlockedCausalAttention::apply(q, k, v, block, force_portable || !has_avx512());
+}
+
+bool blocked_attention_is_faster(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const auto how = mode.load();
+  const bool fits = how != BlockedAttentionMode::kOff && q.device().is_cpu() && q.dim() == 4 &&
+                    k.sizes() == q.sizes() && v.sizes() == q.sizes() &&
+                    (q.scalar_type() == torch::kFloat || q.scalar_type() == torch::kBFloat16) &&
+                    k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type();
+  if (!fits || how == BlockedAttentionMode::kAlways) return fits;
+  const int64_t T = q.size(2);
+  return has_avx512() && T <= 1024;
+}
+
+void set_blocked_attention_mode(BlockedAttentionMode how) { mode = how; }
+
+}  // namespace loom

@@ -1,0 +1,128 @@
+// The bodies of models/blocked_attention_rows.h, in ATen's vector types, for the CPU_CAPABILITY the
+// including file is compiled for (DEFAULT or AVX512). Include it from exactly those two files: it defines
+// functions, and it must see no other headers that the rest of loom compiles differently.
+#pragma once
+#include <ATen/cpu/vec/vec.h>
+#include <c10/util/BFloat16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "models/blocked_attention_rows.h"
+
+namespace loom::blocked_attention_rows::CPU_CAPABILITY {
+namespace {
+
+using Vec = at::vec::Vectorized<float>;
+constexpr int64_t kLanes = Vec::size();
+
+// A row as floats: the block's own memory when it is float, else `buf` filled from the bf16 row.
+float* as_floats(void* block, bool bf16, int64_t offset, int64_t n, std::vector<float>& buf) {
+  if (!bf16) return static_cast<float*>(block) + offset;
+  const auto* src = static_cast<const c10::BFloat16*>(block) + offset;
+  for (int64_t j = 0; j < n; ++j) buf[j] = static_cast<float>(src[j]);
+  return buf.data();
+}
+
+// Writes x[0, n) into the row and zeros into [n, cols) (the keys after the query: probability 0).
+void store_row(void* block, bool bf16, int64_t offset, const float* x, int64_t n, int64_t cols) {
+  if (bf16) {
+    auto* dst = static_cast<c10::BFloat16*>(block) + offset;
+    at::vec::convert(x, dst, n);
+    std::fill(dst + n, dst + cols, c10::BFloat16(0.0f));
+  } else {
+    auto* dst = static_cast<float*>(block) + offset;
+    if (dst != x) std::copy(x, x + n, dst);
+    std::fill(dst + n, dst + cols, 0.0f);
+  }
+}
+
+float row_max(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+  if (n >= kLanes) {
+    Vec vm = Vec::loadu(x);
+    for (j = kLanes; j + kLanes <= n; j += kLanes) vm = at::vec::maximum(vm, Vec::loadu(x + j));
+    float lanes[kLanes];
+    vm.store(lanes);
+    for (int64_t l = 0; l < kLanes; ++l) m = std::max(m, lanes[l]);
+  }
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+// rowsum(a * b) over n values of a row at `offset` in the float or bf16 arrays a and b, in fp32.
+float dot(const void* a, const void* b, bool bf16, int64_t offset, int64_t n) {
+  float sum = 0.0f;
+  if (bf16) {
+    const auto *x = static_cast<const c10::BFloat16*>(a) + offset, *y = static_cast<const c10::BFloat16*>(b) + offset;
+    for (int64_t j = 0; j < n; ++j) sum += static_cast<float>(x[j]) * static_cast<float>(y[j]);
+  } else {
+    const auto *x = static_cast<const float*>(a) + offset, *y = static_cast<const float*>(b) + offset;
+    for (int64_t j = 0; j < n; ++j) sum += x[j] * y[j];
+  }
+  return sum;
+}
+
+}  // namespace
+
+void forward_rows(const Rows& rows, void* scores, float* lse) {
+  std::vector<float> buf(rows.bf16 ? rows.cols : 0);
+  for (int64_t r = rows.row_begin; r < rows.row_end; ++r) {
+    const int64_t h = r / rows.rows_per_head, t = rows.first + r % rows.rows_per_head;
+    const int64_t n = t + 1;  // keys [0, t]
+    float* x = as_floats(scores, rows.bf16, r * rows.cols, n, buf);
+    const float shift = row_max(x, n) * rows.scale;  // scale > 0: the max of the scaled scores
+    const Vec vscale(rows.scale), vshift(shift);
+    Vec vsum(0.0f);
+    int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes) {
+      const Vec e = (Vec::loadu(x + j) * vscale - vshift).exp_u20();
+      e.store(x + j);
+      vsum = vsum + e;
+    }
+    float lanes[kLanes];
+    vsum.store(lanes);
+    float sum = 0.0f;
+    for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
+    for (; j < n; ++j) {
+      x[j] = std::exp(x[j] * rows.scale - shift);
+      sum += x[j];
+    }
+    const Vec vinv(1.0f / sum);
+    for (j = 0; j + kLanes <= n; j += kLanes) (Vec::loadu(x + j) * vinv).store(x + j);
+    for (; j < n; ++j) x[j] *= 1.0f / sum;
+    store_row(scores, rows.bf16, r * rows.cols, x, n, rows.cols);
+    lse[h * rows.seq + t] = shift + std::log(sum);
+  }
+}
+
+void backward_rows(const Rows& rows, void* scores, void* dp, const float* lse, const void* dout, const void* out) {
+  std::vector<float> sbuf(rows.bf16 ? rows.cols : 0), dbuf(rows.bf16 ? rows.cols : 0);
+  for (int64_t r = rows.row_begin; r < rows.row_end; ++r) {
+    const int64_t h = r / rows.rows_per_head, t = rows.first + r % rows.rows_per_head;
+    const int64_t n = t + 1;
+    float* s = as_floats(scores, rows.bf16, r * rows.cols, n, sbuf);
+    float* g = as_floats(dp, rows.bf16, r * rows.cols, n, dbuf);
+    const float row_lse = lse[h * rows.seq + t];
+    const float row_d = dot(dout, out, rows.bf16, (h * rows.seq + t) * rows.head_dim, rows.head_dim);
+    const Vec vscale(rows.scale), vlse(row_lse), vd(row_d);
+    int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes) {
+      const Vec p = (Vec::loadu(s + j) * vscale - vlse).exp_u20();
+      p.store(s + j);
+      (p * (Vec::loadu(g + j) - vd) * vscale).store(g + j);
+    }
+    for (; j < n; ++j) {
+      const float p = std::exp(s[j] * rows.scale - row_lse);
+      s[j] = p;
+      g[j] = p * (g[j] - row_d) * rows.scale;
+    }
+    store_row(scores, rows.bf16, r * rows.cols, s, n, rows.cols);
+    store_row(dp, rows.bf16, r * rows.cols, g, n, rows.cols);
+  }
+}
+
+}  // namespace loom::blocked_attention_rows::CPU_CAPABILITY
