@@ -1,4 +1,4 @@
-// Causal self-attention on CPU in query blocks, faster there than at::scaled_dot_product_attention: ATen's
+// Causal self-attention on CPU in query blocks, faster there in bf16 than at::scaled_dot_product_attention: ATen's
 // CPU flash kernel computes its blocks with fp32 sgemm and, at T <= 512 (its key block), every score of the
 // T x T square. Here the queries go in blocks of `block` rows; block i multiplies only against keys
 // [0, end of block i) (the causal half: ~40-60% fewer FLOPs), batched over batch x heads with at::bmm in the
