@@ -35,20 +35,6 @@ class AutocastOff {
   bool was_;
 };
 
-// The log-softmax of logits z (n, V_r) over the whole vocabulary, in fp32: in one process ATen's fused
-// row kernel (one pass, after the cast to fp32); over a TP group the max and the sum of exponentials are
-// reduced across the ranks' vocabulary shards.
-torch::Tensor log_probs(const torch::Tensor& z, Communicator* tp) {
-  if (tp == nullptr) return torch::log_softmax(z, 1, torch::kFloat);
-  auto shifted = z.to(torch::kFloat);
-  auto max = std::get<0>(shifted.max(1));  // (n); keeps exp() in range, the result does not depend on it
-  tp->all_reduce(max, ReduceOp::kMax);
-  shifted.sub_(max.unsqueeze(1));
-  auto exp_sum = shifted.exp().sum(1);
-  tp->all_reduce(exp_sum);
-  return shifted.sub_(exp_sum.log_().unsqueeze(1));
-}
-
 class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
@@ -85,27 +71,34 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
     for (int64_t s = 0; s < N; s += setup->chunk) {
       const int64_t n = std::min(setup->chunk, N - s);
       const auto hc = h.narrow(0, s, n);
-      auto logp = log_probs(torch::mm(hc, w.t()), tp);  // (n, V_r) fp32
+      auto z = torch::mm(hc, w.t()).to(torch::kFloat);  // (n, V_r) logits
+      // The max only keeps exp() in range; the loss does not depend on it.
+      auto max = std::get<0>(z.max(1));  // (n)
+      if (tp != nullptr) tp->all_reduce(max, ReduceOp::kMax);
+      z.sub_(max.unsqueeze(1));
       const auto col = column.narrow(0, s, n).unsqueeze(1);
       const auto on_rank = mine.narrow(0, s, n);
-      auto target = logp.gather(1, col).squeeze(1).masked_fill(~on_rank, 0.0);  // (n) log p[y], on y's rank
-      torch::Tensor logp_sum = e > 0 ? logp.sum(1) : torch::zeros_like(target);  // (n)
+      auto target = z.gather(1, col).squeeze(1).masked_fill(~on_rank, 0.0);  // (n)
+      torch::Tensor logit_sum = e > 0 ? z.sum(1) : torch::zeros_like(target);  // (n)
+      auto p = z.exp_();                                                        // (n, V_r), unnormalized
+      auto exp_sum = p.sum(1);                                                  // (n)
       if (tp != nullptr) {
-        auto sums = torch::stack({target, logp_sum});  // one all-reduce for the two
+        auto sums = torch::stack({exp_sum, target, logit_sum});  // one all-reduce for the three
         tp->all_reduce(sums);
-        target = sums[0];
-        logp_sum = sums[1];
+        exp_sum = sums[0];
+        target = sums[1];
+        logit_sum = sums[2];
       }
-      // -log p[y], or with smoothing (1 - e)(-log p[y]) + e (-mean_v log p[v])
-      const auto loss = e > 0 ? -(1.0 - e) * target - (e / static_cast<double>(V)) * logp_sum : -target;
+      const auto log_sum_exp = exp_sum.log();
+      auto loss = log_sum_exp - target;  // -log p[y]
+      if (e > 0) loss = (1.0 - e) * loss + e * (log_sum_exp - logit_sum / static_cast<double>(V));
       per_token.narrow(0, s, n).copy_(loss);
       if (!setup->need_grad) continue;
       // d loss_i / d z_iv = softmax_iv - (1 - e) [v == y_i] - e / V; ignored tokens contribute nothing.
-      auto p = logp.exp_();
+      p.div_(exp_sum.unsqueeze(1));
       p.scatter_add_(1, col, on_rank.to(torch::kFloat).mul(-(1.0 - e)).unsqueeze(1));
       if (e > 0) p.sub_(e / static_cast<double>(V));
-      const auto kept = keep.narrow(0, s, n);
-      if (!kept.all().item<bool>()) p.masked_fill_(~kept.unsqueeze(1), 0.0);
+      p.mul_(keep.narrow(0, s, n).to(torch::kFloat).unsqueeze(1));
       const auto dz = p.to(compute);  // the head's backward products run in the forward's dtype
       if (compute == torch::kFloat) {
         auto rows = grad_h.narrow(0, s, n);
