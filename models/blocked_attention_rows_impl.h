@@ -21,8 +21,7 @@ constexpr int64_t kLanes = Vec::size();
 // A row as floats: the block's own memory when it is float, else `buf` filled from the bf16 row.
 float* as_floats(void* block, bool bf16, int64_t offset, int64_t n, std::vector<float>& buf) {
   if (!bf16) return static_cast<float*>(block) + offset;
-  const auto* src = static_cast<const c10::BFloat16*>(block) + offset;
-  for (int64_t j = 0; j < n; ++j) buf[j] = static_cast<float>(src[j]);
+  at::vec::convert(static_cast<const c10::BFloat16*>(block) + offset, buf.data(), n);
   return buf.data();
 }
 
