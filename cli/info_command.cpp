@@ -110,8 +110,8 @@ int info_command(const Argv& argv, const ProcessGroup&) {
   std::printf("variant        %s\n", describe_variant(m).c_str());
   std::printf("parameters     %s\n", grouped(parameters).c_str());
   std::printf("FLOPs/token    %.4g (training, seq_len %ld)\n", flops, static_cast<long>(config.data.seq_len));
-  const std::string precision = config.precision.dtype + (config.precision.param_dtype == "bf16" ? " (bf16 weights, fp32 master)" : "");
-  std::printf("memory/rank    %s, dp %ld x tp %ld x pp %ld, micro-batch %ld x %ld tokens\n", precision.c_str(),
+  std::printf("memory/rank    %s, dp %ld x tp %ld x pp %ld, micro-batch %ld x %ld tokens\n",
+              config.precision.label().c_str(),
               static_cast<long>(p.dp), static_cast<long>(p.tp), static_cast<long>(p.pp), static_cast<long>(micro_batch),
               static_cast<long>(config.data.seq_len));
   const std::pair<const char*, int64_t> rows[] = {{"weights", memory.weights},

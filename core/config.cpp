@@ -169,6 +169,10 @@ std::string Config::where(const std::string& key_path) const {
   return it == origin.end() ? source + " (default)" : it->second;
 }
 
+std::string PrecisionConfig::label() const {
+  return dtype + (param_dtype == "bf16" ? " (bf16 weights, fp32 master)" : "");
+}
+
 int64_t Config::micro_batch_size(int64_t dp) const {
   if (parallel.microbatches > 0) return train.batch_size / (dp * parallel.microbatches);
   return train.micro_batch_size > 0 ? train.micro_batch_size : train.batch_size / dp;

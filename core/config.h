@@ -119,6 +119,9 @@ struct PrecisionConfig {
   int64_t loss_scale_growth_interval = 2000;
   double loss_scale_growth = 2.0;
   double loss_scale_backoff = 0.5;
+
+  // How logs and reports name it: "bf16", or "bf16 (bf16 weights, fp32 master)" with param_dtype bf16.
+  std::string label() const;
 };
 
 struct ParallelConfig {

@@ -170,8 +170,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
 
   BenchResult r;
   r.device = device.str();
-  r.dtype = config.precision.dtype;
-  r.param_dtype = config.precision.param_dtype;
+  r.precision = config.precision;
   r.threads = torch::get_num_threads();
   r.parameters = count_parameters(config.model);
   r.steps = options.steps;

@@ -32,8 +32,8 @@ struct RankMemory {
 };
 
 struct BenchResult {
-  std::string device, dtype;
-  std::string param_dtype;  // precision.param_dtype: fp32, or bf16 weights over an fp32 master
+  std::string device;
+  PrecisionConfig precision;
   int64_t threads = 0, parameters = 0, steps = 0, warmup = 0, tokens_per_step = 0;
   double tokens_per_s = 0;     // tokens of the timed steps / their total time
   double step_ms_median = 0, step_ms_mean = 0, step_ms_min = 0;

@@ -108,9 +108,8 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
   // The last stage's copy of a tied embedding: its gradient is the first stage's, counted there.
   if (auto tied = task_->stage_tied_parameter(); tied.defined() && mesh_.coords().pp == mesh_.pp() - 1)
     duplicated_ = parameter_ranges({tied}, gradient_sync_->optimizer_slices());
-  spdlog::info("model: {} parameters, {} threads per rank, {}{} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
-               count_parameters(config_.model), threads, config_.precision.dtype,
-               gradient_sync_->has_master() ? " (bf16 weights, fp32 master)" : "", device_.str(), mesh_.dp(), mesh_.tp(),
+  spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
+               count_parameters(config_.model), threads, config_.precision.label(), device_.str(), mesh_.dp(), mesh_.tp(),
                mesh_.pp(), gradient_sync_->bucket_count());
 }
 
