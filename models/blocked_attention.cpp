@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "models/blocked_attention_rows.h"
+#include "models/cpu_kernels.h"
 
 namespace loom {
 namespace {
@@ -18,12 +19,6 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 std::atomic<BlockedAttentionMode> mode{BlockedAttentionMode::kAuto};
-
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  return yes;
-}
 
 // Runs `fn(rows)` over the rows of one (BH * n, e) block of scores, split across ATen's threads.
 template <typename Fn>
@@ -120,7 +115,7 @@ torch::Tensor blocked_causal_attention(const torch::Tensor& q, const torch::Tens
                  k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
              "blocked_causal_attention takes float or bf16 q, k, v of one dtype");
   LOOM_CHECK(block > 0, "blocked_causal_attention: block must be positive");
-  return BlockedCausalAttention::apply(q, k, v, block, force_portable || !has_avx512());
+  return BlockedCausalAttention::apply(q, k, v, block, force_portable || !cpu_has_avx512());
 }
 
 bool blocked_attention_is_faster(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -133,7 +128,7 @@ bool blocked_attention_is_faster(const torch::Tensor& q, const torch::Tensor& k,
   // Measured (AMD EPYC, AVX-512 BF16, no AMX, 2 threads; fwd+bwd per layer, B=8 H=8 D=64, medians):
   // bf16 T=256 23 vs SDPA 31 ms, T=512 79 vs 102, T=1024 276 vs 254; fp32 T=256 30 vs 27 ms (fp32 sgemm
   // gains too little from the skipped blocks to pay for the extra passes). So: bf16, T <= 512, AVX-512.
-  return has_avx512() && q.scalar_type() == torch::kBFloat16 && q.size(2) <= 512;
+  return cpu_has_avx512() && q.scalar_type() == torch::kBFloat16 && q.size(2) <= 512;
 }
 
 void set_blocked_attention_mode(BlockedAttentionMode how) { mode = how; }

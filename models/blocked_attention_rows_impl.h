@@ -1,5 +1,5 @@
 // The bodies of models/blocked_attention_rows.h, in ATen's vector types, for the CPU_CAPABILITY the
-// including file is compiled for (DEFAULT or AVX512). Include it from exactly those two files: it defines
+// including file is compiled for (DEFAULT or AVX512). Include it only from models/cpu_kernels_*.cpp: it defines
 // functions, and it must see no other headers that the rest of loom compiles differently.
 #pragma once
 #include <ATen/cpu/vec/vec.h>

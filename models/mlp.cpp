@@ -1,6 +1,7 @@
 #include "models/mlp.h"
 
 #include "core/error.h"
+#include "models/gelu.h"
 #include "models/layers.h"
 
 namespace loom {
@@ -25,10 +26,10 @@ MlpImpl::MlpImpl(const MlpOptions& o) : activation_(o.activation) {
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   switch (activation_) {
-    case Activation::kGelu: return down_->forward(torch::gelu(up_->forward(x), "tanh"));
+    case Activation::kGelu: return down_->forward(gelu_tanh(up_->forward(x)));
     case Activation::kRelu: return down_->forward(torch::relu(up_->forward(x)));
     case Activation::kSwiglu: return down_->forward(torch::silu(gate_->forward(x)) * up_->forward(x));
-    case Activation::kGeglu: return down_->forward(torch::gelu(gate_->forward(x), "tanh") * up_->forward(x));
+    case Activation::kGeglu: return down_->forward(gelu_tanh(gate_->forward(x)) * up_->forward(x));
   }
   throw Error("unreachable activation");
 }
