@@ -16,21 +16,15 @@ torch::Tensor LossScaler::scale_loss(const torch::Tensor& loss) const {
 }
 
 bool LossScaler::unscale(const std::vector<torch::Tensor>& parameters, Communicator* shards) {
+  LOOM_CHECK(enabled_, "LossScaler::unscale: loss scaling is off (precision.dtype is not fp16)");
   std::vector<torch::Tensor> grads;
   for (const auto& p : parameters)
     if (p.grad().defined()) grads.push_back(p.grad());
   if (grads.empty()) return true;
   torch::NoGradGuard no_grad;
-  torch::Tensor found_inf;
-  if (enabled_) {
-    found_inf = torch::zeros({1}, torch::TensorOptions(torch::kFloat).device(grads.front().device()));
-    // One fused pass: multiplies every gradient by 1/scale and flags any inf/nan it meets.
-    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, torch::full({1}, 1.0 / scale_, found_inf.options()));
-  } else {
-    // Nothing to divide: one read-only pass. The norms are finite exactly when every element is (short
-    // of a norm beyond float range, ~1e19, which is no gradient worth applying either).
-    found_inf = torch::logical_not(torch::stack(at::_foreach_norm(grads, 2)).sum().isfinite()).to(torch::kFloat);
-  }
+  auto found_inf = torch::zeros({1}, torch::TensorOptions(torch::kFloat).device(grads.front().device()));
+  // One fused pass: multiplies every gradient by 1/scale and flags any inf/nan it meets.
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, torch::full({1}, 1.0 / scale_, found_inf.options()));
   if (shards != nullptr) {
     auto flag = found_inf.to(torch::kCPU, torch::kDouble).reshape({1});
     shards->all_reduce(flag);

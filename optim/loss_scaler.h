@@ -25,8 +25,9 @@ class LossScaler {
 
   torch::Tensor scale_loss(const torch::Tensor& loss) const;  // loss * scale
 
-  // Divides the gradients by the scale (fp16; other dtypes: only checks); true when every one is finite. With `shards`, each rank holds a
-  // different part of the gradients and the answer is agreed over the group.
+  // fp16 only: divides the gradients by the scale; true when every one is finite. With `shards`, each rank
+  // holds a different part of the gradients and the answer is agreed over the group. (Without loss scaling
+  // the trainer's finite check is gradient_norm's, optim/optimizer.h.)
   bool unscale(const std::vector<torch::Tensor>& parameters, Communicator* shards = nullptr);
 
   // After a step: backoff on overflow (the caller skipped the step), growth after enough finite steps.

@@ -44,17 +44,26 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards,
-                      Communicator* tp, const std::vector<std::vector<ElementRange>>& tp_sharded, Communicator* pp,
-                      const std::vector<std::vector<ElementRange>>& duplicated) {
-  const bool split = tp != nullptr && tp->size() > 1;
-  const bool staged = pp != nullptr && pp->size() > 1;
-  TORCH_CHECK(!split || tp_sharded.size() == parameters.size(), "clip_grad_norm: one tp_sharded entry per parameter");
-  TORCH_CHECK(duplicated.empty() || duplicated.size() == parameters.size(),
-              "clip_grad_norm: one duplicated entry per parameter");
+namespace {
+
+std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parameters) {
   std::vector<torch::Tensor> grads;
   for (const auto& p : parameters)
     if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
+}  // namespace
+
+GradientNorm gradient_norm(const std::vector<torch::Tensor>& parameters, Communicator* shards, Communicator* tp,
+                           const std::vector<std::vector<ElementRange>>& tp_sharded, Communicator* pp,
+                           const std::vector<std::vector<ElementRange>>& duplicated) {
+  const bool split = tp != nullptr && tp->size() > 1;
+  const bool staged = pp != nullptr && pp->size() > 1;
+  TORCH_CHECK(!split || tp_sharded.size() == parameters.size(), "gradient_norm: one tp_sharded entry per parameter");
+  TORCH_CHECK(duplicated.empty() || duplicated.size() == parameters.size(),
+              "gradient_norm: one duplicated entry per parameter");
+  const auto grads = gradients_of(parameters);
   auto squared = torch::zeros({1}, torch::kDouble);
   auto sharded_squared = torch::zeros({1}, torch::kDouble);  // TP shards: summed over the TP group
   if (!split && duplicated.empty()) {
@@ -78,6 +87,8 @@ double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_n
       squared += g2.sum().to(torch::kDouble).cpu() - part - (twice_sharded ? torch::zeros({1}, torch::kDouble) : twice);
     }
   }
+  GradientNorm result;
+  result.local_finite = std::isfinite((squared + sharded_squared).item<double>());
   if (shards != nullptr) shards->all_reduce(squared);
   if (shards != nullptr && split) shards->all_reduce(sharded_squared);
   if (staged) {
@@ -88,9 +99,12 @@ double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_n
     tp->all_reduce(sharded_squared);
     squared += sharded_squared;
   }
-  const double norm = std::sqrt(squared.item<double>());
-  if (max_norm > 0 && norm > max_norm) at::_foreach_mul_(grads, max_norm / (norm + 1e-6));
-  return norm;
+  result.norm = std::sqrt(squared.item<double>());
+  return result;
+}
+
+void clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm, double norm) {
+  if (max_norm > 0 && norm > max_norm) at::_foreach_mul_(gradients_of(parameters), max_norm / (norm + 1e-6));
 }
 
 std::vector<std::vector<ElementRange>> parameter_ranges(const std::vector<torch::Tensor>& parameters,

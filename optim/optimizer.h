@@ -24,7 +24,7 @@ void apply_group_options(torch::optim::AdamW& optimizer, const OptimConfig& conf
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
-// Scales gradients so their global L2 norm is at most max_norm (0: no clipping). Returns the norm before.
+// The global L2 norm of the gradients of `parameters` (those without a gradient are skipped).
 // With `shards`, each rank holds a disjoint part of the gradients and the squared norms are summed over it.
 // With a tensor-parallel group `tp` of more than one rank, the elements of parameters[i] in the ranges
 // tp_sharded[i] belong to tensor-parallel shards (each TP rank holds its own slice: their squares are
@@ -32,14 +32,23 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 // once). Under pipeline parallelism each stage holds its own parameters: the squares are summed over the
 // PP group `pp`, except for the elements in `duplicated` (the last stage's copy of the tied embedding, whose
 // gradient equals the first stage's), which are not counted. So every parameter counts exactly once, with
-// or without ZeRO-1's flat shards.
+// or without ZeRO-1's flat shards. The same pass says whether this rank's own gradients are all finite
+// (before any reduction; a norm beyond the float range, ~1e19, counts as not finite: no gradient worth
+// applying either), which is the trainer's non-finite check when there is no loss scaling.
 struct ElementRange {
   int64_t first = 0;
   int64_t length = 0;
 };
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm, Communicator* shards = nullptr,
-                      Communicator* tp = nullptr, const std::vector<std::vector<ElementRange>>& tp_sharded = {},
-                      Communicator* pp = nullptr, const std::vector<std::vector<ElementRange>>& duplicated = {});
+struct GradientNorm {
+  double norm = 0;
+  bool local_finite = true;
+};
+GradientNorm gradient_norm(const std::vector<torch::Tensor>& parameters, Communicator* shards = nullptr,
+                           Communicator* tp = nullptr, const std::vector<std::vector<ElementRange>>& tp_sharded = {},
+                           Communicator* pp = nullptr, const std::vector<std::vector<ElementRange>>& duplicated = {});
+
+// Scales the gradients so their global L2 norm `norm` (gradient_norm's) is at most max_norm (0: no clipping).
+void clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm, double norm);
 
 // Per optimizer tensor, the element ranges that hold pieces of `parameters`.
 std::vector<std::vector<ElementRange>> parameter_ranges(const std::vector<torch::Tensor>& parameters,

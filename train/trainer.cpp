@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "core/cpu_allocator.h"
 #include "core/error.h"
@@ -179,8 +180,11 @@ StepResult Trainer::step() {
   if (fault_injected("nan_grad", state_.step + 1, mesh_.rank()))
     gradient_sync_->optimizer_parameters().front().grad().view(-1)[0].fill_(std::numeric_limits<double>::quiet_NaN());
   // One agreement over every rank on whether to update: no rank steps while another skips. With ZeRO-1
-  // or TP the ranks' gradients differ, and a fault can corrupt one replica.
-  const bool local_finite = loss_scaler_.unscale(gradient_sync_->optimizer_parameters());
+  // or TP the ranks' gradients differ, and a fault can corrupt one replica. fp16: the unscaling pass flags
+  // inf/nan and the norm comes after it; otherwise the norm's pass is the check.
+  std::optional<GradientNorm> norm;
+  if (!loss_scaler_.enabled()) norm = global_gradient_norm();
+  const bool local_finite = norm ? norm->local_finite : loss_scaler_.unscale(gradient_sync_->optimizer_parameters());
   const StepHealth health = nonfinite_guard_.check(
       state_.step + 1, local_loss_sum_, local_finite, loss_scaler_.enabled() && loss_scaler_.scale() > 1, mesh_,
       [&] {
@@ -189,11 +193,9 @@ StepResult Trainer::step() {
       },
       state_);
   if (health.update) {
-    // With ZeRO-1 each rank holds a disjoint shard of the gradients: norms span the DP group. Under TP the
-    // sharded parameters' squares sum over the TP group and the replicated ones count once.
-    Communicator* shards = gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr;
-    result.grad_norm = clip_grad_norm(gradient_sync_->optimizer_parameters(), config_.optim.grad_clip, shards,
-                                      task_->tp_group(), tp_sharded_, &pp_group(), duplicated_);
+    if (!norm) norm = global_gradient_norm();
+    result.grad_norm = norm->norm;
+    clip_gradients(gradient_sync_->optimizer_parameters(), config_.optim.grad_clip, norm->norm);
     optimizer_->step();
     gradient_sync_->gather_parameters();
   } else {
@@ -210,6 +212,14 @@ StepResult Trainer::step() {
   state_.step += 1;
   state_.tokens += step_tokens_;
   return result;
+}
+
+GradientNorm Trainer::global_gradient_norm() {
+  // With ZeRO-1 each rank holds a disjoint shard of the gradients: norms span the DP group. Under TP the
+  // sharded parameters' squares sum over the TP group and the replicated ones count once.
+  Communicator* shards = gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr;
+  return gradient_norm(gradient_sync_->optimizer_parameters(), shards, task_->tp_group(), tp_sharded_, &pp_group(),
+                       duplicated_);
 }
 
 double Trainer::forward_backward(PhaseClock& clock) {

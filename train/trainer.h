@@ -59,7 +59,8 @@ class Trainer {
 
  private:
   void resume_or_start();
-  double forward_backward(PhaseClock& clock);  // this rank's micro-batches; returns the global batch's mean loss
+  double forward_backward(PhaseClock& clock);
+  GradientNorm global_gradient_norm();  // over every rank's share of the gradients (gradient_norm's groups)  // this rank's micro-batches; returns the global batch's mean loss
   // The pipeline's part of forward_backward (parallel.pp > 1): returns this rank's sum of loss x tokens.
   torch::Tensor pipeline_forward_backward(const std::vector<TaskBatch>& batches, const std::vector<int64_t>& tokens,
                                           double weight_per_token);

@@ -54,27 +54,44 @@ torch::Tensor grad_tensor(const std::vector<float>& values, std::vector<int64_t>
 
 }  // namespace
 
-TEST_CASE("clip_grad_norm: global L2 norm and scaling", "[losses]") {
+TEST_CASE("gradient_norm and clip_gradients: global L2 norm and scaling", "[losses]") {
   // Gradient norms 5 ([3, 4]) and 12 ([[12]]): global norm sqrt(25 + 144) = 13.
   auto a = grad_tensor({3, 4}, {2});
   auto b = grad_tensor({12}, {1, 1});
   auto no_grad = torch::zeros({3}).requires_grad_(true);  // never got a gradient: skipped
   const std::vector<torch::Tensor> params = {a, b, no_grad};
+  const auto norm = loom::gradient_norm(params);
+  CHECK(norm.norm == Approx(13.0).epsilon(1e-12));
+  CHECK(norm.local_finite);
 
-  CHECK(loom::clip_grad_norm(params, 20.0) == Approx(13.0).epsilon(1e-12));  // below the threshold: unchanged
+  loom::clip_gradients(params, 20.0, norm.norm);  // below the threshold: unchanged
   CHECK(a.grad()[1].item<float>() == 4.0f);
-  CHECK(loom::clip_grad_norm(params, 0.0) == Approx(13.0).epsilon(1e-12));  // 0 disables clipping
+  loom::clip_gradients(params, 0.0, norm.norm);  // 0 disables clipping
   CHECK(b.grad()[0][0].item<float>() == 12.0f);
 
-  CHECK(loom::clip_grad_norm(params, 6.5) == Approx(13.0).epsilon(1e-12));
+  loom::clip_gradients(params, 6.5, norm.norm);
   // Scaled by 6.5 / 13 = 1/2: [1.5, 2] and [[6]], new norm 6.5.
   CHECK(a.grad()[0].item<float>() == Approx(1.5).epsilon(1e-6));
   CHECK(a.grad()[1].item<float>() == Approx(2.0).epsilon(1e-6));
   CHECK(b.grad()[0][0].item<float>() == Approx(6.0).epsilon(1e-6));
-  CHECK(loom::clip_grad_norm(params, 100.0) == Approx(6.5).epsilon(1e-6));
+  CHECK(loom::gradient_norm(params).norm == Approx(6.5).epsilon(1e-6));
   CHECK_FALSE(no_grad.grad().defined());
 
-  CHECK(loom::clip_grad_norm({no_grad}, 1.0) == 0.0);
+  CHECK(loom::gradient_norm({no_grad}).norm == 0.0);
+}
+
+TEST_CASE("gradient_norm: says whether this rank's gradients are finite", "[losses]") {
+  for (const float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()}) {
+    CAPTURE(bad);
+    const auto norm = loom::gradient_norm({grad_tensor({1.0f}, {1}), grad_tensor({2.0f, bad}, {2})});
+    CHECK_FALSE(norm.local_finite);
+    CHECK_FALSE(std::isfinite(norm.norm));
+  }
+  // Finite elements whose squares overflow fp32 (the norm is computed per gradient in fp32): not finite
+  // either, as documented; a gradient of 1e19 is no gradient worth applying.
+  CHECK_FALSE(loom::gradient_norm({grad_tensor({3e38f, 3e38f}, {2})}).local_finite);
+  CHECK(loom::gradient_norm({grad_tensor({1e18f, 1e18f}, {2})}).local_finite);
 }
 
 namespace {
