@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "models/blocked_attention_rows.h"
-#include "models/cpu_kernels.h"
+#include "core/cpu_kernels.h"
 
 namespace loom {
 namespace {

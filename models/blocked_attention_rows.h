@@ -1,7 +1,7 @@
 // The fused per-row softmax steps of blocked causal attention (models/blocked_attention.h) over a block of
 // scores: the forward softmax with its logsumexp, and the backward recompute of the probabilities with
 // dS = P * (dP - D). One pass per row instead of ATen's many elementwise passes over the whole block.
-// blocked_attention_rows_impl.h is compiled twice, into the namespaces DEFAULT and AVX512 (models/cpu_kernels.h);
+// blocked_attention_rows_impl.h is compiled twice, into the namespaces DEFAULT and AVX512 (core/cpu_kernels.h);
 // blocked_attention.cpp picks one at run time. Only these plain declarations cross between the two.
 #pragma once
 #include <cstdint>

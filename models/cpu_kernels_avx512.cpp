@@ -1,4 +1,4 @@
-// The AVX-512 build of loom's CPU kernels (see models/cpu_kernels.h); CMakeLists.txt compiles this file with
+// The AVX-512 build of models' CPU kernels (see core/cpu_kernels.h); CMakeLists.txt compiles this file with
 // ATen's AVX-512 flags and CPU_CAPABILITY=AVX512, without the precompiled header. Callers run it only on CPUs
 // that have AVX-512.
 #include "models/blocked_attention_rows_impl.h"

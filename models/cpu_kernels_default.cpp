@@ -1,4 +1,4 @@
-// The portable build of loom's CPU kernels (see models/cpu_kernels.h); CMakeLists.txt compiles this file with
+// The portable build of models' CPU kernels (see core/cpu_kernels.h); CMakeLists.txt compiles this file with
 // CPU_CAPABILITY=DEFAULT and without the precompiled header.
 #include "models/blocked_attention_rows_impl.h"
 #include "models/gelu_kernels_impl.h"

@@ -109,7 +109,8 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // for the loss (4), sbV/t each; or, where the GPT's head and loss run fused in chunks of c tokens
 // (train.loss_chunk_tokens, one process per stage and no TP), instead of the logits: one chunk's fp32
 // logits and their gradient in e bytes ((4 + e) cV) and the gradients computed in forward, of the head's
-// input (4sbh) and weight (4Vh).
+// input (4sbh) and weight (4Vh). (That is ATen's softmax steps; loom's CPU row kernels keep only the e-byte
+// logits, overwritten by their gradient, so on an AVX-512 CPU this is high by 4cV: 32 MiB at bench-gpt's chunk.)
 // Activation checkpointing (GPT blocks) splits a layer into its attention half (the ln1 input 4sbh, QKV
 // input, residual dropout mask, q k v, scores, output projection input) and its MLP half (the ln2 input
 // 4sbh, MLP input, dropout mask, MLP tensors). `full` keeps each block's fp32 input 4sbh and recomputes

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "models/cpu_kernels.h"
+#include "core/cpu_kernels.h"
 #include "models/gelu_kernels.h"
 
 namespace loom {

@@ -3,7 +3,7 @@
 // bf16 has only 65536 inputs, so it is looked up: gelu.cpp computes gelu(x) (rounded to bf16) and gelu'(x) (in
 // fp32) in fp64 once for every bf16 bit pattern, and the kernels index those tables with x's bits. The values
 // are then the exact ones rounded once, and a step costs a load where ATen's bf16 GELU computes a tanh.
-// gelu_kernels_impl.h is compiled twice, into the namespaces DEFAULT and AVX512 (models/cpu_kernels.h); gelu.cpp
+// gelu_kernels_impl.h is compiled twice, into the namespaces DEFAULT and AVX512 (core/cpu_kernels.h); gelu.cpp
 // picks one at run time. Only these plain declarations cross between the two. bf16 arrays are their bits.
 #pragma once
 #include <cstdint>

@@ -12,14 +12,16 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/cpu_kernel_vec.h"
 #include "models/gelu_kernels.h"
 
 namespace loom::gelu_kernels::CPU_CAPABILITY {
 namespace {
 
-using Vec = at::vec::Vectorized<float>;
+using namespace ::loom::CPU_CAPABILITY;  // core/cpu_kernel_vec.h
+using Vec = FloatVec;
 using IntVec = at::vec::Vectorized<int32_t>;
-constexpr int64_t kLanes = Vec::size();
+constexpr int64_t kLanes = kFloatLanes;
 constexpr int64_t kChunk = 32 * kLanes;  // bf16 elements widened at a time (on the stack)
 constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kKappa = 0.044715f;
@@ -31,32 +33,28 @@ Vec sigmoid_2u(const Vec& x, Vec& x2, Vec& e) {
   return Vec(1.0f) / (Vec(1.0f) + e);
 }
 
-// Loads n <= kLanes floats; the lanes past n are 0.
-Vec load(const float* p, int64_t n) { return n == kLanes ? Vec::loadu(p) : Vec::loadu(p, n); }
-void store(const Vec& v, float* p, int64_t n) { n == kLanes ? v.store(p) : v.store(p, n); }
-
 }  // namespace
 
 void forward_float(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += kLanes) {
     const int64_t m = std::min(kLanes, n - i);
-    const Vec xv = load(x + i, m);
+    const Vec xv = load_floats(x + i, m);
     Vec x2, e;
-    store(xv * sigmoid_2u(xv, x2, e), y + i, m);
+    store_floats(xv * sigmoid_2u(xv, x2, e), y + i, m);
   }
 }
 
 void backward_float(const float* grad, const float* x, float* grad_x, int64_t n) {
   for (int64_t i = 0; i < n; i += kLanes) {
     const int64_t m = std::min(kLanes, n - i);
-    const Vec xv = load(x + i, m);
+    const Vec xv = load_floats(x + i, m);
     Vec x2, e;
     const Vec s = sigmoid_2u(xv, x2, e);
     // 1 - s as e * s where e < 1 (1 - s would cancel there), else as 1 - s (e * s may be inf * 0)
     const Vec one_minus_s = Vec::blendv(Vec(1.0f) - s, e * s, e < Vec(1.0f));
     const Vec du = Vec(2.0f * kBeta) + Vec(2.0f * kBeta * 3.0f * kKappa) * x2;  // 2 u'(x)
     const Vec slope = s + xv * s * one_minus_s * du;
-    store(load(grad + i, m) * slope, grad_x + i, m);
+    store_floats(load_floats(grad + i, m) * slope, grad_x + i, m);
   }
 }
 
@@ -75,7 +73,7 @@ void backward_bf16(const uint16_t* grad, const uint16_t* x, uint16_t* grad_x, in
     for (int64_t j = m; j < (m + kLanes - 1) / kLanes * kLanes; ++j) index[j] = 0;  // the last vector's spare lanes
     for (int64_t j = 0; j < m; j += kLanes) {
       const Vec slope = at::vec::gather<sizeof(float)>(tables.slope, IntVec::loadu(index + j));
-      store(load(g + j, std::min(kLanes, m - j)) * slope, g + j, std::min(kLanes, m - j));
+      store_floats(load_floats(g + j, std::min(kLanes, m - j)) * slope, g + j, std::min(kLanes, m - j));
     }
     at::vec::convert(g, reinterpret_cast<c10::BFloat16*>(grad_x + i), m);
   }

@@ -8,6 +8,8 @@
 // smoothing, ignore_index and vocab-parallel TP included: with a TP group of more than one rank, weight
 // holds this rank's rows shard_range(V, tp, rank) of the vocabulary, the softmax statistics are reduced
 // over the group per chunk, and hidden's gradient is summed over the group (hidden is replicated).
+// The softmax steps over a chunk run in loom's row kernels on an AVX-512 CPU for float and bf16 products
+// (optim/cross_entropy_rows.h: one pass per step, a few rows at a time in cache), elsewhere in ATen's operators.
 #pragma once
 #include <torch/torch.h>
 
@@ -16,10 +18,15 @@
 
 namespace loom {
 
+// Which implementation runs the softmax steps: kAuto as above; kAten and kPortableKernels (the row kernels'
+// portable build, on any CPU) for tests.
+enum class SoftmaxSteps { kAuto, kAten, kPortableKernels };
+
 // hidden: (N, C), weight: (V, C) or (V_r, C) with `tp`, targets: (N) int64 -> scalar mean loss.
 // chunk_tokens: tokens per chunk (> 0).
 torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                                    int64_t chunk_tokens, double label_smoothing = 0.0,
-                                   int64_t ignore_index = kIgnoreIndex, Communicator* tp = nullptr);
+                                   int64_t ignore_index = kIgnoreIndex, Communicator* tp = nullptr,
+                                   SoftmaxSteps steps = SoftmaxSteps::kAuto);
 
 }  // namespace loom

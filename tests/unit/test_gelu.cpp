@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "models/cpu_kernels.h"
+#include "core/cpu_kernels.h"
 #include "models/gelu.h"
 #include "test_util.h"
 

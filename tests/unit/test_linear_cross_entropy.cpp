@@ -1,7 +1,8 @@
 // The fused, chunked LM head + cross-entropy (train.loss_chunk_tokens) against the plain path
 // cross_entropy(hidden @ weight^T): loss and the gradients of hidden and weight, in fp32 (to fp32 rounding)
 // and under bf16 autocast (to bf16 rounding), for chunk sizes that do and do not divide the tokens, with
-// label smoothing and ignored targets; then through the GPT (tied and untied heads, checkpointing on).
+// label smoothing and ignored targets, with each implementation of the softmax steps (loom's row kernels, both
+// builds, and ATen's operators); then through the GPT (tied and untied heads, checkpointing on).
 // The vocab-parallel case is in test_tensor_parallel.cpp.
 #include "core/cpu_allocator.h"
 #include "models/gpt.h"
@@ -21,14 +22,15 @@ struct Result {
 
 // chunk 0: the plain path.
 Result run(const torch::Tensor& hidden0, const torch::Tensor& weight0, const torch::Tensor& targets, int64_t chunk,
-           double smoothing, bool bf16) {
+           double smoothing, bool bf16, loom::SoftmaxSteps steps = loom::SoftmaxSteps::kAuto) {
   auto hidden = hidden0.clone().requires_grad_(true);
   auto weight = weight0.clone().requires_grad_(true);
   loom::PrecisionConfig precision;
   precision.dtype = bf16 ? "bf16" : "fp32";
   loom::AutocastGuard autocast(precision, torch::kCPU);
   auto loss = chunk == 0 ? loom::cross_entropy(torch::nn::functional::linear(hidden, weight), targets, smoothing)
-                         : loom::linear_cross_entropy(hidden, weight, targets, chunk, smoothing);
+                         : loom::linear_cross_entropy(hidden, weight, targets, chunk, smoothing, loom::kIgnoreIndex,
+                                                      nullptr, steps);
   CHECK(loss.dim() == 0);
   CHECK(loss.scalar_type() == torch::kFloat);
   loss.backward();
@@ -53,9 +55,11 @@ TEST_CASE("linear_cross_entropy: same loss and gradients as cross_entropy of the
   for (const bool bf16 : {false, true})
     for (const double smoothing : {0.0, 0.1}) {
       const Result plain = run(hidden, weight, targets, 0, smoothing, bf16);
-      for (const int64_t chunk : {1, 5, 23, 64}) {
-        INFO("bf16 " << bf16 << " smoothing " << smoothing << " chunk " << chunk);
-        const Result fused = run(hidden, weight, targets, chunk, smoothing, bf16);
+      for (const int64_t chunk : {1, 5, 23, 64})
+        for (const auto steps : {loom::SoftmaxSteps::kAuto, loom::SoftmaxSteps::kAten,
+                                 loom::SoftmaxSteps::kPortableKernels}) {
+        INFO("bf16 " << bf16 << " smoothing " << smoothing << " chunk " << chunk << " steps " << int(steps));
+        const Result fused = run(hidden, weight, targets, chunk, smoothing, bf16, steps);
         // fp32: summation order only. bf16: the products round to bf16 (the plain path's logit gradient is
         // divided by the token count before its rounding, the fused one after).
         const double tolerance = bf16 ? 1e-2 : 1e-5;

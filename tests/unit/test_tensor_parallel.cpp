@@ -241,15 +241,21 @@ TEST_CASE("tensor parallel: vocab-parallel embedding, tied head and cross-entrop
     torch::manual_seed(14);
     const auto hidden_full = torch::randn({15, C}).requires_grad_();
     const auto weight_full = torch::randn({V, C}).requires_grad_();
-    auto hidden = hidden_full.detach().clone().requires_grad_();
-    auto weight = slice(weight_full.detach(), 0, mine).clone().requires_grad_();
     auto expected = loom::cross_entropy(torch::nn::functional::linear(hidden_full, weight_full), targets, smoothing);
-    auto got = loom::linear_cross_entropy(hidden, weight, targets, /*chunk_tokens=*/4, smoothing, loom::kIgnoreIndex, &g);
-    CHECK(std::abs(got.item<double>() - expected.item<double>()) <= kTolerance);
     expected.backward();
-    got.backward();
-    CHECK(max_abs_diff(hidden.grad(), hidden_full.grad()) <= kTolerance);  // summed over the group
-    CHECK(max_abs_diff(weight.grad(), slice(weight_full.grad(), 0, mine)) <= kTolerance);
+    // Each implementation of the softmax steps: loom's row kernels (AVX-512 where the CPU has it, portable)
+    // and ATen's operators, each reducing its row statistics over the group between the steps.
+    for (const auto steps : {loom::SoftmaxSteps::kAuto, loom::SoftmaxSteps::kAten, loom::SoftmaxSteps::kPortableKernels}) {
+      CAPTURE(int(steps));
+      auto hidden = hidden_full.detach().clone().requires_grad_();
+      auto weight = slice(weight_full.detach(), 0, mine).clone().requires_grad_();
+      auto got = loom::linear_cross_entropy(hidden, weight, targets, /*chunk_tokens=*/4, smoothing, loom::kIgnoreIndex,
+                                            &g, steps);
+      CHECK(std::abs(got.item<double>() - expected.item<double>()) <= kTolerance);
+      got.backward();
+      CHECK(max_abs_diff(hidden.grad(), hidden_full.grad()) <= kTolerance);  // summed over the group
+      CHECK(max_abs_diff(weight.grad(), slice(weight_full.grad(), 0, mine)) <= kTolerance);
+    }
   }
 }
 
