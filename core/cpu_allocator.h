@@ -4,7 +4,8 @@
 // step) and the heap fragments (peak RSS ~40% above the tensors in use under activation checkpointing).
 // Here a freed block of 256 KiB or more is kept in a free list of its size class (8 classes per power of
 // two, so at most 12.5% of a block is slack) and handed out again for a request of that class; smaller
-// requests go to malloc. trim() (the Trainer calls it after every step) returns to the system the cached
+// requests go to malloc. Blocks of 2 MiB or more are 2 MiB-aligned and marked for transparent huge pages.
+// trim() (the Trainer calls it after every step) returns to the system the cached
 // blocks that were not reused since the previous trim, and a request the cache cannot serve first frees
 // the blocks not yet reused in this step, so variable batch shapes (translation) cannot pile up blocks of
 // old sizes. It also counts the bytes in tensors (current and peak), which
