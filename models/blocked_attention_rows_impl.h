@@ -10,13 +10,15 @@
 #include <limits>
 #include <vector>
 
+#include "core/cpu_kernel_vec.h"
 #include "models/blocked_attention_rows.h"
 
 namespace loom::blocked_attention_rows::CPU_CAPABILITY {
 namespace {
 
-using Vec = at::vec::Vectorized<float>;
-constexpr int64_t kLanes = Vec::size();
+using namespace ::loom::CPU_CAPABILITY;  // core/cpu_kernel_vec.h
+using Vec = FloatVec;
+constexpr int64_t kLanes = kFloatLanes;
 
 // A row as floats: the block's own memory when it is float, else `buf` filled from the bf16 row.
 float* as_floats(void* block, bool bf16, int64_t offset, int64_t n, std::vector<float>& buf) {
@@ -44,9 +46,7 @@ float row_max(const float* x, int64_t n) {
   if (n >= kLanes) {
     Vec vm = Vec::loadu(x);
     for (j = kLanes; j + kLanes <= n; j += kLanes) vm = at::vec::maximum(vm, Vec::loadu(x + j));
-    float lanes[kLanes];
-    vm.store(lanes);
-    for (int64_t l = 0; l < kLanes; ++l) m = std::max(m, lanes[l]);
+    m = lane_max(vm);
   }
   for (; j < n; ++j) m = std::max(m, x[j]);
   return m;
@@ -82,10 +82,7 @@ void forward_rows(const Rows& rows, void* scores, float* lse) {
       e.store(x + j);
       vsum = vsum + e;
     }
-    float lanes[kLanes];
-    vsum.store(lanes);
-    float sum = 0.0f;
-    for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
+    float sum = lane_sum(vsum);
     for (; j < n; ++j) {
       x[j] = std::exp(x[j] * rows.scale - shift);
       sum += x[j];

@@ -34,13 +34,11 @@ struct Bf16GeluTables {
     }
   }
 
-  kernels::Bf16Tables view() const { return {value.data(), slope.data()}; }
 };
 
-const kernels::Bf16Tables& bf16_tables() {
+kernels::Bf16Tables bf16_tables() {
   static const Bf16GeluTables tables;
-  static const kernels::Bf16Tables view = tables.view();
-  return view;
+  return {tables.value.data(), tables.slope.data()};
 }
 
 const uint16_t* bf16_bits(const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); }
