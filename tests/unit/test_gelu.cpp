@@ -1,7 +1,10 @@
 // loom's tanh GELU (models/gelu.h) against ATen's torch::gelu(x, "tanh"): fp32 values and gradients against the
 // same function in fp64 (both kernel builds), bf16 against ATen's bf16 within rounding, the edge values, strided
 // input. The hidden [.bench] case times both at bench-gpt's MLP shape.
+#include <ATen/Parallel.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 
@@ -117,6 +120,15 @@ TEST_CASE("gelu_tanh: edge values and strided input", "[models][gelu]") {
   CHECK(torch::equal(loom::gelu_tanh(m), loom::gelu_tanh(m.contiguous())));
   const auto d = torch::randn({5, 7}, torch::kDouble);  // not a kernel dtype: ATen's
   CHECK(torch::equal(loom::gelu_tanh(d), torch::gelu(d, "tanh")));
+}
+
+TEST_CASE("loom's kernels run on ATen's intra-op threads", "[gelu]") {
+  // at::parallel_for only splits work in code compiled with OpenMP (ATen/ParallelOpenMP.h): before loom's build
+  // turned it on, every loom kernel ran on one thread.
+  if (at::get_num_threads() < 2) return;  // nothing to split over
+  std::atomic<int> tasks{0};
+  at::parallel_for(0, 1024, 1, [&](int64_t, int64_t) { ++tasks; });
+  CHECK(tasks.load() == std::min<int64_t>(at::get_num_threads(), 1024));
 }
 
 TEST_CASE("gelu_tanh: fwd+bwd time against ATen at the bench-gpt MLP", "[.bench]") {
