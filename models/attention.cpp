@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "models/blocked_attention.h"
 #include "models/layers.h"
+#include "models/qkv_heads.h"
 
 namespace loom {
 namespace {
@@ -110,10 +111,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
     std::tie(q, k, v) = cross_qkv(x, inputs.memory, cache);  // every memory position is visible
   } else {
     // (B, T, (H + 2K) D) -> q (B, H, T, D), k and v (B, K, T, D)
-    const auto qkv = qkv_->forward(x).split({H * D, K * D, K * D}, -1);
-    q = qkv[0].view({B, T, H, D}).transpose(1, 2);
-    k = qkv[1].view({B, T, K, D}).transpose(1, 2);
-    v = qkv[2].view({B, T, K, D}).transpose(1, 2);
+    std::tie(q, k, v) = qkv_heads(qkv_->forward(x), H, K, D);
 
     const int64_t first = cache != nullptr ? cache->seen : 0;  // absolute position of x's first token
     if (options_.position == PositionKind::kRope) {

@@ -32,6 +32,23 @@ void for_rows(const rows::Rows& shape, int64_t total_rows, const Fn& fn) {
   });
 }
 
+// dq, dk, dv (BH, T, D) -> their gradients as (B, H, T, D) views of one (B, T, 3, H, D) buffer in the inputs'
+// dtype: the layout of the fused QKV projection that q, k and v are usually head views of. There the views'
+// ViewBackward is free and only the split's concatenation copies; the casts of dK and dV from their fp32
+// sums happen in the same pass as the transposes.
+variable_list packed_gradients(const torch::Tensor& dq, const torch::Tensor& dk, const torch::Tensor& dv,
+                               const std::vector<int64_t>& shape4) {
+  const int64_t B = shape4[0], H = shape4[1], T = shape4[2], D = shape4[3];
+  auto packed = torch::empty({B, T, 3, H, D}, dq.options());
+  variable_list grads = {dq, dk, dv, torch::Tensor(), torch::Tensor()};  // none for block and portable
+  for (int64_t i = 0; i < 3; ++i) {
+    auto view = packed.select(2, i).transpose(1, 2);  // (B, H, T, D)
+    view.copy_(grads[i].view(shape4));
+    grads[i] = view;
+  }
+  return grads;
+}
+
 struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAttention> {
   // q, k, v: (B, H, T, D) -> (B, H, T, D)
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
@@ -99,8 +116,7 @@ struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAt
         dk.narrow(1, 0, e).baddbmm_(ds.transpose(1, 2), qi);
       }
     }
-    const auto dtype = qc.scalar_type();
-    return {dq.view(shape4), dk.to(dtype).view(shape4), dv.to(dtype).view(shape4), torch::Tensor(), torch::Tensor()};
+    return packed_gradients(dq, dk, dv, shape4);
   }
 };
 
