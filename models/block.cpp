@@ -31,7 +31,7 @@ BlockImpl::BlockImpl(const BlockOptions& options)
 template <class F>
 torch::Tensor BlockImpl::sublayer(const torch::Tensor& x, Norm& norm, F&& f) {
   if (post_norm_) return norm->forward(x + drop(f(x)));
-  return x + drop(f(norm->forward(x)));
+  return x + drop(f(norm->forward_into_matmul(x)));
 }
 
 void BlockImpl::set_checkpointing(ActivationCheckpointing mode) {
@@ -65,10 +65,12 @@ torch::Tensor BlockImpl::forward_uncheckpointed(const torch::Tensor& x, KVCache*
   return h + mlp_branch(h);
 }
 
-torch::Tensor BlockImpl::mlp_branch(const torch::Tensor& h) { return drop(mlp_module_->forward(ln2_->forward(h))); }
+torch::Tensor BlockImpl::mlp_branch(const torch::Tensor& h) {
+  return drop(mlp_module_->forward(ln2_->forward_into_matmul(h)));
+}
 
 torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
-  return x + drop(attention_->forward(ln1_->forward(x)));
+  return x + drop(attention_->forward(ln1_->forward_into_matmul(x)));
 }
 
 torch::Tensor BlockImpl::drop(const torch::Tensor& x) {

@@ -3,3 +3,4 @@
 // that have AVX-512.
 #include "models/blocked_attention_rows_impl.h"
 #include "models/gelu_kernels_impl.h"
+#include "models/norm_kernels_impl.h"

@@ -2,3 +2,4 @@
 // CPU_CAPABILITY=DEFAULT and without the precompiled header.
 #include "models/blocked_attention_rows_impl.h"
 #include "models/gelu_kernels_impl.h"
+#include "models/norm_kernels_impl.h"

@@ -1,6 +1,7 @@
 // Small pieces every layer is built from: an initialized Linear (bias optional), the Norm that is
 // either LayerNorm or RMSNorm, and the lookup of an option named in the config. Header-only; the layers that use them hold no knowledge of configs.
 #pragma once
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <string>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "models/norm.h"
 #include "parallel/tensor_parallel.h"
 
 namespace loom {
@@ -62,6 +64,18 @@ class NormImpl : public torch::nn::Module {
     if (options_.kind == NormKind::kLayerNorm) return torch::layer_norm(x, {options_.dim}, weight, bias, options_.eps);
     const auto h = x.to(c10::promoteTypes(x.scalar_type(), torch::kFloat));
     return weight * (h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + options_.eps)).to(x.scalar_type());
+  }
+
+  // forward(x) for a caller that only multiplies the result by weights (a pre-norm sublayer's input
+  // projections): under bf16 autocast on the CPU an fp32 x is normalized straight into bf16 by loom's row
+  // kernels (models/norm.h), the values the product would get from forward(x) after its own cast. Elsewhere
+  // it is forward(x). (The final norm stays forward(x): the fused loss keeps its input gradient in fp32.)
+  torch::Tensor forward_into_matmul(const torch::Tensor& x) {
+    const auto weight = shared(weight_), bias = shared(bias_);
+    const bool bf16_autocast = at::autocast::is_autocast_enabled(at::kCPU) &&
+                               at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16;
+    if (!bf16_autocast || !fused_norm_applies(x, weight, bias)) return forward(x);
+    return fused_norm(x, weight, bias, options_.eps, options_.kind == NormKind::kRmsNorm, at::kBFloat16);
   }
 
  private:
