@@ -1,8 +1,10 @@
-// loom's hand-written CPU kernels (models/: the fused rows of blocked attention, the tanh GELU; optim/: the rows
-// of the fused head's cross-entropy) are built twice per library, the way ATen builds its own:
+// loom's hand-written CPU kernels (models/: the fused rows of blocked attention, the tanh GELU, LayerNorm / RMSNorm
+// rows; optim/: the rows of the fused head's cross-entropy) are built twice per library, the way ATen builds its own:
 // DIR/cpu_kernels_default.cpp (portable) and DIR/cpu_kernels_avx512.cpp (AVX-512 flags and ATen's
 // CPU_CAPABILITY=AVX512; see loom_cpu_kernels in CMakeLists.txt) each include the kernels' *_impl.h bodies, which
-// land in the namespaces ...::DEFAULT and ...::AVX512. The callers pick a build at run time with cpu_has_avx512().
+// land in the namespaces ...::DEFAULT and ...::AVX512. The callers pick a build at run time with cpu_has_avx512()
+// and split rows over threads with at::parallel_for, which runs in parallel only because loom compiles with
+// OpenMP (cmake/dependencies.cmake).
 #pragma once
 
 namespace loom {
