@@ -95,19 +95,21 @@ struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAt
     // dK and dV sum over query blocks: in fp32, whatever the dtype of the products.
     auto dk = torch::zeros({BH, T, D}, qc.options().dtype(torch::kFloat));
     auto dv = torch::zeros({BH, T, D}, qc.options().dtype(torch::kFloat));
-    const auto kt = kc.transpose(1, 2), vt = vc.transpose(1, 2);  // (BH, D, T)
     for (int64_t s = 0; s < T; s += block) {
       const int64_t n = std::min(block, T - s), e = s + n;
-      const auto qi = qc.narrow(1, s, n), doi = dout.narrow(1, s, n);  // (BH, n, D)
-      auto p = at::bmm(qi, kt.narrow(2, 0, e));                        // (BH, n, e): scores, then P
-      auto ds = at::bmm(doi, vt.narrow(2, 0, e));                      // (BH, n, e): dP, then dS
+      // ATen's CPU bmm copies an operand whose batch stride is not its rows x cols (these narrowed blocks) on
+      // every call: each block and key prefix is made contiguous once here and used by each of its products.
+      const auto qi = qc.narrow(1, s, n).contiguous(), doi = dout.narrow(1, s, n).contiguous();  // (BH, n, D)
+      const auto ki = kc.narrow(1, 0, e).contiguous(), vi = vc.narrow(1, 0, e).contiguous();    // (BH, e, D)
+      auto p = at::bmm(qi, ki.transpose(1, 2));   // (BH, n, e): scores, then P
+      auto ds = at::bmm(doi, vi.transpose(1, 2));  // (BH, n, e): dP, then dS
       const rows::Rows shape{0, 0, n, s, e, T, D, static_cast<float>(1.0 / std::sqrt(double(D))), bf16};
       for_rows(shape, BH * n, [&](const rows::Rows& part) {
         (portable ? rows::DEFAULT::backward_rows : rows::AVX512::backward_rows)(
             part, p.data_ptr(), ds.data_ptr(), lse.data_ptr<float>(), dout.data_ptr(), o.data_ptr());
       });
       auto dqi = dq.narrow(1, s, n);  // (BH, n, D)
-      at::bmm_out(dqi, ds, kc.narrow(1, 0, e));
+      at::bmm_out(dqi, ds, ki);
       if (bf16) {
         dv.narrow(1, 0, e).add_(at::bmm(p.transpose(1, 2), doi));  // (BH, e, D)
         dk.narrow(1, 0, e).add_(at::bmm(ds.transpose(1, 2), qi));
