@@ -49,6 +49,13 @@ variable_list packed_gradients(const torch::Tensor& dq, const torch::Tensor& dk,
   return grads;
 }
 
+// Positions [first, first + n) of t (B, H, T, D) as a contiguous (B * H, n, D): the operand layout ATen's CPU
+// bmm takes as it is (it copies one whose batch stride is not n * D on every call, as a narrowed (B * H, T, D)
+// would be). One copy from whatever layout t has, usually head views of the fused QKV projection.
+torch::Tensor positions(const torch::Tensor& t, int64_t first, int64_t n) {
+  return t.narrow(2, first, n).reshape({t.size(0) * t.size(1), n, t.size(3)}).contiguous();
+}
+
 struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAttention> {
   // q, k, v: (B, H, T, D) -> (B, H, T, D)
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
@@ -56,15 +63,11 @@ struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAt
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // stay in q's dtype
     RECORD_FUNCTION("loom::blocked_attention_forward", std::vector<c10::IValue>{});  // for loom bench's op shares
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), BH = B * H;
-    const auto qc = q.reshape({BH, T, D}).contiguous();  // (BH, T, D)
-    const auto kc = k.reshape({BH, T, D}).contiguous();
-    const auto vc = v.reshape({BH, T, D}).contiguous();
     auto o = torch::empty({BH, T, D}, q.options());
     auto lse = torch::empty({BH, T}, q.options().dtype(torch::kFloat));  // logsumexp of each row's scores
-    const auto kt = kc.transpose(1, 2);  // (BH, D, T)
     for (int64_t s = 0; s < T; s += block) {
       const int64_t n = std::min(block, T - s), e = s + n;  // queries [s, e) see at most keys [0, e)
-      auto scores = at::bmm(qc.narrow(1, s, n), kt.narrow(2, 0, e));  // (BH, n, e)
+      auto scores = at::bmm(positions(q, s, n), positions(k, 0, e).transpose(1, 2));  // (BH, n, e)
       const rows::Rows shape{0, 0, n, s, e, T, D, static_cast<float>(1.0 / std::sqrt(double(D))),
                              q.scalar_type() == torch::kBFloat16};
       for_rows(shape, BH * n, [&](const rows::Rows& part) {
@@ -72,9 +75,9 @@ struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAt
                                                                               lse.data_ptr<float>());
       });
       auto oi = o.narrow(1, s, n);  // (BH, n, D)
-      at::bmm_out(oi, scores, vc.narrow(1, 0, e));
+      at::bmm_out(oi, scores, positions(v, 0, e));
     }
-    ctx->save_for_backward({qc, kc, vc, o, lse});
+    ctx->save_for_backward({q, k, v, o, lse});
     ctx->saved_data["block"] = block;
     ctx->saved_data["portable"] = portable;
     return o.view({B, H, T, D});
@@ -84,23 +87,23 @@ struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAt
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     RECORD_FUNCTION("loom::blocked_attention_backward", std::vector<c10::IValue>{});
     const auto saved = ctx->get_saved_variables();
-    const auto &qc = saved[0], &kc = saved[1], &vc = saved[2], &o = saved[3], &lse = saved[4];
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4];
     const int64_t block = ctx->saved_data["block"].toInt();
     const bool portable = ctx->saved_data["portable"].toBool();
-    const int64_t BH = qc.size(0), T = qc.size(1), D = qc.size(2);
-    const auto shape4 = grads[0].sizes().vec();
-    const auto dout = grads[0].reshape({BH, T, D}).to(qc.scalar_type()).contiguous();  // (BH, T, D)
-    const bool bf16 = qc.scalar_type() == torch::kBFloat16;
-    auto dq = torch::empty_like(qc);
+    const int64_t BH = q.size(0) * q.size(1), T = q.size(2), D = q.size(3);
+    const auto shape4 = q.sizes().vec();
+    const auto dout = grads[0].reshape({BH, T, D}).to(q.scalar_type()).contiguous();  // (BH, T, D)
+    const bool bf16 = q.scalar_type() == torch::kBFloat16;
+    auto dq = torch::empty({BH, T, D}, q.options());
     // dK and dV sum over query blocks: in fp32, whatever the dtype of the products.
-    auto dk = torch::zeros({BH, T, D}, qc.options().dtype(torch::kFloat));
-    auto dv = torch::zeros({BH, T, D}, qc.options().dtype(torch::kFloat));
+    auto dk = torch::zeros({BH, T, D}, q.options().dtype(torch::kFloat));
+    auto dv = torch::zeros({BH, T, D}, q.options().dtype(torch::kFloat));
     for (int64_t s = 0; s < T; s += block) {
       const int64_t n = std::min(block, T - s), e = s + n;
-      // ATen's CPU bmm copies an operand whose batch stride is not its rows x cols (these narrowed blocks) on
-      // every call: each block and key prefix is made contiguous once here and used by each of its products.
-      const auto qi = qc.narrow(1, s, n).contiguous(), doi = dout.narrow(1, s, n).contiguous();  // (BH, n, D)
-      const auto ki = kc.narrow(1, 0, e).contiguous(), vi = vc.narrow(1, 0, e).contiguous();    // (BH, e, D)
+      // Each block, its output gradient and the key and value prefixes are made contiguous once here and used
+      // by each of their products (see positions()).
+      const auto qi = positions(q, s, n), doi = dout.narrow(1, s, n).contiguous();  // (BH, n, D)
+      const auto ki = positions(k, 0, e), vi = positions(v, 0, e);                   // (BH, e, D)
       auto p = at::bmm(qi, ki.transpose(1, 2));   // (BH, n, e): scores, then P
       auto ds = at::bmm(doi, vi.transpose(1, 2));  // (BH, n, e): dP, then dS
       const rows::Rows shape{0, 0, n, s, e, T, D, static_cast<float>(1.0 / std::sqrt(double(D))), bf16};
