@@ -33,9 +33,9 @@ void for_rows(const rows::Rows& shape, int64_t total_rows, const Fn& fn) {
 }
 
 // dq, dk, dv (BH, T, D) -> their gradients as (B, H, T, D) views of one (B, T, 3, H, D) buffer in the inputs'
-// dtype: the layout of the fused QKV projection that q, k and v are usually head views of. There the views'
-// ViewBackward is free and only the split's concatenation copies; the casts of dK and dV from their fp32
-// sums happen in the same pass as the transposes.
+// dtype: the layout of the fused QKV projection that q, k and v are usually head views of, so qkv_heads
+// (models/qkv_heads.h) hands the buffer on as the projection's gradient without a copy. The casts of dK and dV
+// from their fp32 sums happen in the same pass as the transposes.
 variable_list packed_gradients(const torch::Tensor& dq, const torch::Tensor& dk, const torch::Tensor& dv,
                                const std::vector<int64_t>& shape4) {
   const int64_t B = shape4[0], H = shape4[1], T = shape4[2], D = shape4[3];
