@@ -33,7 +33,6 @@ struct Bf16GeluTables {
       slope[bits] = static_cast<float>(s + x * s * one_minus_s * 2.0 * beta * (1.0 + 3.0 * kappa * x * x));
     }
   }
-
 };
 
 kernels::Bf16Tables bf16_tables() {

@@ -40,6 +40,18 @@ double max_abs(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
+// fused_norm's output and gradients next to the fp64 reference's, at the same inputs; b may be undefined.
+std::pair<Grads, Grads> ours_and_exact(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                                       const torch::Tensor& g, bool rms, c10::ScalarType out_dtype, bool portable) {
+  auto ours = run([&](const auto& xx, const auto& ww, const auto& bb) {
+    return loom::fused_norm(xx, ww, bb, 1e-5, rms, out_dtype, portable);
+  }, x, w, b, g);
+  auto as_double = [](const torch::Tensor& t) { return t.defined() ? t.to(torch::kDouble) : t; };
+  auto exact = run([&](const auto& xx, const auto& ww, const auto& bb) { return reference(xx, ww, bb, rms); },
+                   as_double(x), as_double(w), as_double(b), as_double(g));
+  return {ours, exact};
+}
+
 std::vector<bool> kernel_builds() { return loom::cpu_has_avx512() ? std::vector<bool>{true, false} : std::vector<bool>{true}; }
 
 }  // namespace
@@ -54,14 +66,7 @@ TEST_CASE("fused_norm: LayerNorm and RMSNorm against fp64, fp32 output, both ker
         const auto x = 3.0 + 2.5 * torch::randn({3, 5, C}), g = torch::randn({3, 5, C});
         const auto w = 1.0 + 0.5 * torch::randn({C});
         const auto b = rms ? torch::Tensor() : 0.3 * torch::randn({C});
-        const auto ours = run(
-            [&](const auto& xx, const auto& ww, const auto& bb) {
-              return loom::fused_norm(xx, ww, bb, 1e-5, rms, torch::kFloat, portable);
-            },
-            x, w, b, g);
-        const auto exact = run([&](const auto& xx, const auto& ww, const auto& bb) { return reference(xx, ww, bb, rms); },
-                               x.to(torch::kDouble), w.to(torch::kDouble), rms ? b : b.to(torch::kDouble),
-                               g.to(torch::kDouble));
+        const auto [ours, exact] = ours_and_exact(x, w, b, g, rms, torch::kFloat, portable);
         REQUIRE(ours.y.scalar_type() == torch::kFloat);
         REQUIRE(ours.y.sizes() == x.sizes());
         CHECK(max_abs(ours.y, exact.y) < 1e-5);
@@ -82,14 +87,7 @@ TEST_CASE("fused_norm: bf16 output is the fp64 value rounded once; bf16 gradient
     for (const bool rms : {false, true}) {
       CAPTURE(portable, rms);
       const auto bias = rms ? torch::Tensor() : b;
-      const auto ours = run(
-          [&](const auto& xx, const auto& ww, const auto& bb) {
-            return loom::fused_norm(xx, ww, bb, 1e-5, rms, torch::kBFloat16, portable);
-          },
-          x, w, bias, g);
-      const auto exact = run([&](const auto& xx, const auto& ww, const auto& bb) { return reference(xx, ww, bb, rms); },
-                             x.to(torch::kDouble), w.to(torch::kDouble), rms ? bias : bias.to(torch::kDouble),
-                             g.to(torch::kDouble));
+      const auto [ours, exact] = ours_and_exact(x, w, bias, g, rms, torch::kBFloat16, portable);
       REQUIRE(ours.y.scalar_type() == torch::kBFloat16);
       // Rounding fp32 arithmetic once may land on the other side of a tie from rounding the fp64 value: rare.
       const auto rounded = exact.y.to(torch::kBFloat16);
