@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch eager twin of `loom bench`: the same decoder-only GPT (pre-LayerNorm, learned positions,
-tanh-GELU MLP, biases, tied head), the same init, AdamW groups, clipping, dtype (bf16 autocast or fp32;
-precision.param_dtype=bf16: the model in bf16 with an fp32 master copy that AdamW steps, gradients and
-clipping in fp32, the weights copied back from the master after each step, as loom does) and thread count, trained on random tokens and timed the same way (warm-up excluded). The model is read
-from a loom config through `loom config` (the resolved values, defaults included), so both sides see exactly the resolved values.
+tanh-GELU MLP, biases, tied head), the same init, AdamW groups, clipping, micro-batches, device
+(runtime.device: cpu or cuda), thread count and dtype (bf16 autocast or fp32; precision.param_dtype=bf16:
+the model in bf16 with an fp32 master copy that AdamW steps, gradients and clipping in fp32, the weights
+copied back from the master after each step, as loom does), trained on random tokens and timed the same
+way (warm-up excluded, each phase waiting for the GPU's kernels). The model is read from a loom config
+through `loom config` (the resolved values, defaults included), so both sides see exactly the same values.
 
     scripts/bench_pytorch.py configs/bench-gpt.yaml [--set precision.dtype=fp32] [--set precision.param_dtype=bf16]
                              [--steps 20] [--json]
@@ -28,7 +30,8 @@ KEYS = ["model.vocab_size", "model.d_model", "model.n_layers", "model.n_heads", 
         "model.max_seq_len", "model.norm", "model.norm_eps", "model.position", "model.activation", "model.bias",
         "model.attention_window", "model.dropout", "model.tie_embeddings", "model.init_std", "data.seq_len",
         "optim.lr", "optim.betas", "optim.eps", "optim.weight_decay", "optim.grad_clip", "train.batch_size",
-        "precision.dtype", "precision.param_dtype", "runtime.threads", "run.seed"]
+        "train.micro_batch_size", "precision.dtype", "precision.param_dtype", "runtime.threads", "runtime.device",
+        "run.seed"]
 
 
 def read_config(loom, config, sets):
@@ -57,9 +60,9 @@ def read_config(loom, config, sets):
         "init_std": num("model.init_std"), "seq": int(num("data.seq_len")), "lr": num("optim.lr"),
         "betas": tuple(float(b) for b in values["optim.betas"].strip("[]").split(",")), "adam_eps": num("optim.eps"),
         "weight_decay": num("optim.weight_decay"), "grad_clip": num("optim.grad_clip"),
-        "batch": int(num("train.batch_size")), "dtype": values["precision.dtype"],
-        "param_dtype": values["precision.param_dtype"], "threads": int(num("runtime.threads")),
-        "seed": int(num("run.seed")),
+        "batch": int(num("train.batch_size")), "micro_batch": int(num("train.micro_batch_size")),
+        "dtype": values["precision.dtype"], "param_dtype": values["precision.param_dtype"],
+        "threads": int(num("runtime.threads")), "device": values["runtime.device"], "seed": int(num("run.seed")),
     }
     unsupported = [(c["norm"] != "layernorm", "model.norm"), (c["position"] != "learned", "model.position"),
                    (c["activation"] not in ("gelu", "relu"), "model.activation"), (c["window"] != 0, "model.attention_window"),
@@ -139,7 +142,10 @@ def main():
     threads = c["threads"] or os.cpu_count()
     torch.set_num_threads(threads)
     torch.manual_seed(c["seed"])
-    model = Gpt(c)
+    device = torch.device(c["device"])
+    # CUDA runs asynchronously: a phase ends when its kernels have, as loom bench's phase timer waits for them.
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    model = Gpt(c).to(device)
     model.train()
     # bf16 parameters: the model's weights become bf16 after the fp32 init, and AdamW steps an fp32 master
     # copy of them (Megatron's --bf16); otherwise the master is the model's own fp32 parameters.
@@ -153,21 +159,34 @@ def main():
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
                                    {"params": no_decay, "weight_decay": 0.0}],
                                   lr=c["lr"], betas=c["betas"], eps=c["adam_eps"])
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=c["dtype"] == "bf16")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=c["dtype"] == "bf16")
     generator = torch.Generator().manual_seed(c["seed"])
+    # Gradient accumulation as loom does it: batch_size / micro_batch_size forward/backward passes per step,
+    # each loss scaled by its share of the batch.
+    micro = c["micro_batch"] or c["batch"]
+    micro_batches = c["batch"] // micro
 
     phases = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
 
     def step():
-        t0 = time.perf_counter()
-        batch = torch.randint(0, c["vocab"], (c["batch"], c["seq"] + 1), generator=generator)
-        inputs, targets = batch[:, :-1], batch[:, 1:]
-        t1 = time.perf_counter()
-        with autocast:
-            logits = model(inputs)
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-        t2 = time.perf_counter()
-        loss.backward()
+        value = 0.0
+        for _ in range(micro_batches):
+            t0 = time.perf_counter()
+            batch = torch.randint(0, c["vocab"], (micro, c["seq"] + 1), generator=generator).to(device)
+            inputs, targets = batch[:, :-1], batch[:, 1:]
+            sync()
+            t1 = time.perf_counter()
+            with autocast:
+                logits = model(inputs)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten()) / micro_batches
+            sync()
+            t2 = time.perf_counter()
+            loss.backward()
+            sync()
+            t3 = time.perf_counter()
+            value += loss.item()
+            for key, seconds in zip(("data", "forward", "backward"), (t1 - t0, t2 - t1, t3 - t2)):
+                phases[key] += seconds
         t3 = time.perf_counter()
         if bf16_params:  # the bf16 gradients in fp32 on the master: clipping and AdamW act on those
             for p, m in zip(params, masters):
@@ -180,10 +199,8 @@ def main():
             with torch.no_grad():
                 torch._foreach_copy_(params, masters)  # the updated master rounded to bf16
             model.zero_grad(set_to_none=True)
-        value = loss.item()
-        t4 = time.perf_counter()
-        for key, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-            phases[key] += seconds
+        sync()
+        phases["optimizer"] += time.perf_counter() - t3
         return value
 
     for _ in range(args.warmup):
@@ -197,7 +214,7 @@ def main():
         times.append(time.perf_counter() - start)
     tokens_per_step = c["batch"] * c["seq"]
     result = {"framework": f"pytorch {torch.__version__} eager", "dtype": c["dtype"],
-              "param_dtype": c["param_dtype"], "threads": threads,
+              "param_dtype": c["param_dtype"], "device": c["device"], "threads": threads,
               "steps": args.steps, "warmup": args.warmup, "tokens_per_step": tokens_per_step,
               "tokens_per_s": tokens_per_step * args.steps / sum(times),
               "step_ms_median": statistics.median(times) * 1e3,
@@ -206,7 +223,7 @@ def main():
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"pytorch eager {c['dtype']} (params {c['param_dtype']}), {threads} threads: {result['tokens_per_s']:.0f} tokens/s, "
+        print(f"pytorch eager {c['dtype']} (params {c['param_dtype']}) on {c['device']}, {threads} threads: {result['tokens_per_s']:.0f} tokens/s, "
               f"step {result['step_ms_median']:.1f} ms median, phases (ms) "
               + ", ".join(f"{k} {v:.1f}" for k, v in result["phases_ms"].items()))
 
