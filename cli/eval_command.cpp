@@ -87,6 +87,7 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
   LOOM_CHECK(config.train.eval_batches > 0, "train.eval_batches is 0: nothing to evaluate");
 
   const torch::Device device = runtime_device(config.runtime);
+  if (loaded) loaded->module().to(device);  // --set runtime.device may differ from the run's
   // One process evaluates every slice with the whole model: the same sequences as any training layout.
   config.parallel.dp = config.parallel.tp = config.parallel.pp = 1;
   config.parallel.pp_layers.clear();

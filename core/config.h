@@ -146,6 +146,7 @@ struct RuntimeConfig {
   int64_t threads = 0;  // 0: all cores of this rank
   std::string device = "cpu";
   std::string cpu_allocator = "caching";
+  bool deterministic = false;
 };
 
 struct Config {

@@ -105,6 +105,10 @@ void visit_fields(Config& c, Visitor&& v) {
   v("runtime.cpu_allocator", c.runtime.cpu_allocator,
     "CPU tensor memory: `caching` (large blocks kept and reused across steps: no page faults, no heap "
     "fragmentation) or `system` (malloc).");
+  v("runtime.deterministic", c.runtime.deterministic,
+    "Only deterministic kernels (torch.use_deterministic_algorithms(True) and cuBLAS's fixed workspace): a GPU "
+    "run then repeats bit for bit, exact resume included; an operator without a deterministic kernel stops the "
+    "run, naming it. CPU runs repeat bit for bit without it.");
 }
 
 }  // namespace loom

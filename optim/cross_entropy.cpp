@@ -10,7 +10,7 @@ namespace {
 std::pair<torch::Tensor, torch::Tensor> vocab_parallel_terms(const torch::Tensor& logits, const torch::Tensor& targets,
                                                              const torch::Tensor& keep, bool smoothing,
                                                              Communicator& tp) {
-  auto vocab = torch::tensor({logits.size(1)}, torch::kLong);
+  auto vocab = torch::tensor({logits.size(1)}, logits.options().dtype(torch::kLong));  // NCCL takes device tensors
   tp.all_reduce(vocab);
   const int64_t V = vocab.item<int64_t>();
   const auto range = shard_range(V, tp.size(), tp.rank());

@@ -159,7 +159,7 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
     int64_t V = V_r;
     ShardRange range{0, V_r};
     if (tp != nullptr) {
-      auto vocab = torch::tensor({V_r}, torch::kLong);
+      auto vocab = torch::tensor({V_r}, w.options().dtype(torch::kLong));  // NCCL takes device tensors
       tp->all_reduce(vocab);
       V = vocab.item<int64_t>();
       range = shard_range(V, tp->size(), tp->rank());

@@ -5,8 +5,9 @@
 #   scripts/gpu_check.sh [--loom bundle/loom] [--kjv datasets/kjv] [--out DIR] [--skip-tests]
 # 1. the machine: GPU, driver, torch;
 # 2. speed: `loom bench` of GPT-2 124M (configs/gpt2-124m.yaml, 16 x 1024 tokens per step) in bf16 and fp32,
-#    and with full activation checkpointing: tokens/s and MFU against the matmul ceiling measured in the same
-#    process; then the PyTorch eager twin (scripts/bench_pytorch.py) of the same model on the same GPU;
+#    with full activation checkpointing, bf16 weights, and the fused head + loss in larger chunks or unfused:
+#    tokens/s and MFU against the matmul ceiling measured in the same process; then the PyTorch eager twin
+#    (scripts/bench_pytorch.py) of the same model on the same GPU;
 # 3. CPU against CUDA: a small GPT's loss after 5 fp32 steps from the same init on the same tokens agrees;
 # 4. end-to-end tests with the tiny GPT trained on the GPU (LOOM_E2E_DEVICE=cuda): exact resume, gradient
 #    accumulation, fp16 loss scaling, non-finite steps, generation, loss falls.
@@ -65,6 +66,8 @@ bench bf16 --set precision.dtype=bf16
 twin bf16 --set precision.dtype=bf16
 bench bf16-full --set precision.dtype=bf16 --set train.activation_checkpointing=full
 bench bf16-params --set precision.dtype=bf16 --set precision.param_dtype=bf16
+bench bf16-loss-chunk8192 --set precision.dtype=bf16 --set train.loss_chunk_tokens=8192
+bench bf16-loss-unfused --set precision.dtype=bf16 --set train.loss_chunk_tokens=0
 bench fp32 --set precision.dtype=fp32
 twin fp32 --set precision.dtype=fp32
 python3 - "$out" <<'PY' | tee -a "$summary"

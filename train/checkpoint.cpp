@@ -107,6 +107,18 @@ fs::path checkpoint_dir(const fs::path& run_dir, int64_t step) {
 
 namespace {
 
+// The device of the model's tensors (CPU for a model without any).
+torch::Device model_device(const torch::nn::Module& model) {
+  const auto parameters = model.parameters();
+  return parameters.empty() ? torch::Device(torch::kCPU) : parameters.front().device();
+}
+
+// `generator` is a handle to a global generator, shared with every thread that draws from it.
+void set_generator_state(at::Generator generator, const torch::Tensor& state) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
 // Collective: true on every rank when `ok` is true on every rank, so all ranks fail together.
 bool all_ranks_ok(Communicator& world, bool ok) {
   auto failures = torch::tensor({ok ? 0 : 1}, torch::kInt);
@@ -122,6 +134,9 @@ void write_shard(const fs::path& path, const CheckpointParts& parts, const Train
   if (parts.optimizer != nullptr) write_optimizer_state(shard, optimizer_layout(parts), parts.model);
   if (parts.loss_scaler != nullptr) shard.write("loss_scaler", parts.loss_scaler->state());
   shard.write("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+  // On a GPU, dropout draws from the device's generator: exact resume needs its state too.
+  if (const auto device = model_device(parts.model); device.is_cuda())
+    shard.write("rng.cuda", at::globalContext().defaultGenerator(device).get_state());
   if (parts.tp_rng != nullptr)
     for (const auto& [device, rng_state] : parts.tp_rng->states()) shard.write("rng.tp." + device, rng_state);
   shard.write("state.step", scalar(state.step));
@@ -311,7 +326,7 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
                                            : shard_paths[0];
   torch::serialize::InputArchive shard;
   try {
-    shard.load_from(shard_path.string());
+    shard.load_from(shard_path.string(), torch::kCPU);  // copied onto the model's device as it loads
     if (reshard) {
       const auto optimizer = parts.optimizer != nullptr ? std::optional(optimizer_layout(parts)) : std::nullopt;
       load_resharded(dir, manifest, mesh, parts.model, optimizer ? &*optimizer : nullptr);
@@ -342,9 +357,11 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   if (torch::Tensor scaler; parts.loss_scaler != nullptr && shard.try_read("loss_scaler", scaler))
     parts.loss_scaler->load_state(scaler);
   if (restore_rng) {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global generator
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(read("rng.cpu"));
+    set_generator_state(at::detail::getDefaultCPUGenerator(), read("rng.cpu"));
+    // A checkpoint written on the CPU resumed on a GPU: the device's stream starts from the run's seed.
+    if (const auto device = model_device(parts.model); device.is_cuda())
+      if (torch::Tensor rng_state; shard.try_read("rng.cuda", rng_state))
+        set_generator_state(at::globalContext().defaultGenerator(device), rng_state);
   }
   // This TP rank's dropout stream, when the shard is its own (resharded, the stream starts from its seed).
   if (restore_rng && parts.tp_rng != nullptr && !reshard) {

@@ -65,7 +65,7 @@ void load_resharded(const fs::path& dir, const nlohmann::json& manifest, const M
     auto found = archives.find({k, s});
     if (found != archives.end()) return found->second;
     torch::serialize::InputArchive shard, model_archive;
-    shard.load_from((dir / shard_file_name(0, k, s)).string());
+    shard.load_from((dir / shard_file_name(0, k, s)).string(), torch::kCPU);
     shard.read("model", model_archive);
     stages_used.insert(s);
     return archives.emplace(std::make_pair(k, s), std::move(model_archive)).first->second;

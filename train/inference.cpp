@@ -1,5 +1,7 @@
 #include "train/inference.h"
 
+#include <spdlog/spdlog.h>
+
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/runtime.h"
@@ -21,6 +23,10 @@ LoadedModel load_trained_model(const std::filesystem::path& run_dir, std::option
   loaded.config.parallel.dp = loaded.config.parallel.tp = loaded.config.parallel.pp = 1;
   loaded.config.parallel.pp_layers.clear();
   configure_cpu(loaded.config.runtime);
+  if (loaded.config.runtime.device == "cuda" && !torch::cuda::is_available()) {
+    spdlog::info("{} trained on a GPU; none is visible here, so its model runs on the CPU", run_dir.string());
+    loaded.config.runtime.device = "cpu";
+  }
   if (loaded.config.model.encoder_decoder()) {
     loaded.translator = EncoderDecoder(loaded.config.model);
   } else {

@@ -19,7 +19,8 @@ struct LoadedModel {
   torch::nn::Module& module() { return translator ? static_cast<torch::nn::Module&>(*translator) : *model; }
 };
 
-// step: a checkpoint step, or the newest complete one. Throws loom::Error if run_dir is not a run dir.
+// step: a checkpoint step, or the newest complete one. The model is on its run's runtime.device, or on the CPU
+// where that is cuda and no GPU is visible. Throws loom::Error if run_dir is not a run dir.
 LoadedModel load_trained_model(const std::filesystem::path& run_dir, std::optional<int64_t> step = std::nullopt);
 
 }  // namespace loom

@@ -80,7 +80,7 @@ std::map<std::string, ParameterMoments> read_parameter_moments(const std::vector
     moments[name] = {torch::zeros({n}, dtype), torch::zeros({n}, dtype), torch::zeros({n}, torch::kBool), -1};
   for (const auto& path : shards) {
     torch::serialize::InputArchive shard, archive;
-    shard.load_from(path.string());
+    shard.load_from(path.string(), torch::kCPU);
     if (!shard.try_read(kArchive, archive)) throw Error(path.string() + " holds no optimizer state");
     c10::IValue count;
     archive.read("slices", count);

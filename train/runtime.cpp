@@ -2,7 +2,12 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <cstdlib>
 #include <thread>
+
+#ifdef LOOM_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include "core/cpu_allocator.h"
 #include "core/error.h"
@@ -18,10 +23,23 @@ int64_t configure_cpu(const RuntimeConfig& runtime, int64_t local_ranks) {
 }
 
 torch::Device runtime_device(const RuntimeConfig& runtime, int64_t local_rank) {
+  if (runtime.deterministic) {
+    // cuBLAS repeats its sums in the same order only with a fixed workspace, read when its first handle is made.
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+  }
   if (runtime.device == "cuda") {
     LOOM_CHECK(torch::cuda::is_available(), "runtime.device=cuda but no CUDA device is visible; use runtime.device=cpu");
     const auto gpus = static_cast<int64_t>(torch::cuda::device_count());
-    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % gpus));
+    const auto index = static_cast<c10::DeviceIndex>(local_rank % gpus);
+#ifdef LOOM_CUDA
+    // The rank's GPU is the current one: device-wide synchronisation, the current stream and the CUDA
+    // context are then this GPU's, not GPU 0's.
+    c10::cuda::set_device(index);
+#endif
+    return torch::Device(torch::kCUDA, index);
   }
   return torch::Device(torch::kCPU);
 }

@@ -10,7 +10,8 @@ namespace loom {
 // allocator of CPU tensors (runtime.cpu_allocator). Returns the thread count.
 int64_t configure_cpu(const RuntimeConfig& runtime, int64_t local_ranks = 1);
 
-// runtime.device; for cuda, the GPU of this rank's place on its node (local rank modulo the GPUs).
+// runtime.device; for cuda, the GPU of this rank's place on its node (local rank modulo the GPUs), made the
+// current one. Turns on deterministic kernels for runtime.deterministic.
 torch::Device runtime_device(const RuntimeConfig& runtime, int64_t local_rank = 0);
 
 // Enables autocast for precision.dtype bf16 or fp16 while alive (fp32 master weights stay untouched).

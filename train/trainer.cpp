@@ -217,9 +217,10 @@ StepResult Trainer::step() {
 GradientNorm Trainer::global_gradient_norm() {
   // With ZeRO-1 each rank holds a disjoint shard of the gradients: norms span the DP group. Under TP the
   // sharded parameters' squares sum over the TP group and the replicated ones count once.
+  // The sums of squares are CPU doubles by then: they travel over the MPI groups, never NCCL's.
   Communicator* shards = gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr;
-  return gradient_norm(gradient_sync_->optimizer_parameters(), shards, task_->tp_group(), tp_sharded_, &pp_group(),
-                       duplicated_);
+  return gradient_norm(gradient_sync_->optimizer_parameters(), shards, &mesh_.tp_group(), tp_sharded_,
+                       &mesh_.pp_group(), duplicated_);
 }
 
 double Trainer::forward_backward(PhaseClock& clock) {

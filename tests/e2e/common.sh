@@ -7,11 +7,13 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/loom-e2e.XXXXXX")
 pid=
 trap '[ -z "$pid" ] || kill -KILL $pid 2>/dev/null || true; rm -rf "$WORK"' EXIT  # no run left behind
 
-# LOOM_E2E_DEVICE=cuda trains the tiny runs on a GPU (scripts/gpu_check.sh runs some tests so).
+# LOOM_E2E_DEVICE=cuda trains the tiny runs on a GPU (scripts/gpu_check.sh runs some tests so), with
+# deterministic kernels: the tests compare runs bit for bit.
+E2E_DEVICE=${LOOM_E2E_DEVICE:-cpu}
 tiny_args() {
   echo "$SRC/tests/e2e/tiny.yaml --set run.dir=$1 --set data.train=$KJV_DATA/train.bin" \
        "--set data.valid=$KJV_DATA/valid.bin --set tokenizer.model=$KJV_DATA/tokenizer.model" \
-       "--set runtime.device=${LOOM_E2E_DEVICE:-cpu}"
+       "--set runtime.device=$E2E_DEVICE --set runtime.deterministic=$([ "$E2E_DEVICE" = cpu ] && echo false || echo true)"
 }
 train_args() { tiny_args "$1"; }
 tiny_train() {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Exact resume (CPU, fp32, dropout on): a 200-step run interrupted (a) by SIGTERM, (b) by SIGKILL right
 # after its step-50 checkpoint, (c) by SIGKILL at random moments with a checkpoint every step (so kills
-# land mid-write too), then resumed, writes the same losses, bit for bit, as the uninterrupted run.
+# land mid-write too), then resumed, writes the same losses, bit for bit, as the uninterrupted run; (d) so
+# does a run with runtime.deterministic=true.
 source "$(dirname "$0")/common.sh"
 steps=(--set train.max_steps=200 --set checkpoint.every=50 --set train.eval_every=50)
 tiny_train "$WORK/reference" "${steps[@]}" >/dev/null 2>&1
@@ -39,4 +40,9 @@ for delay in 2.3 1.7 2.9 1.1 2.6; do
 done
 tiny_train "$run" "${steps[@]}" --set checkpoint.every=1 --set checkpoint.keep=2 >>"$run.log" 2>&1
 same_as_reference "$run" "$kills random SIGKILLs"
+# (d) runtime.deterministic (deterministic kernels; what a GPU run needs to repeat itself): on the CPU the
+# same losses, and no operator of the run refuses it.
+tiny_train "$WORK/deterministic" "${steps[@]}" --set runtime.deterministic=true >"$WORK/deterministic.log" 2>&1 ||
+  fail "runtime.deterministic=true: $(tail -3 "$WORK/deterministic.log")"
+same_as_reference "$WORK/deterministic" "runtime.deterministic=true"
 echo PASS

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # loom generate on a trained run: greedy output is the same with and without the KV cache, sampling
-# is reproducible by seed, top-k 1 equals greedy, and bad input gives a clear error, not a crash.
+# is reproducible by seed, top-k 1 equals greedy, a GPU run samples on a CPU-only machine, and bad input gives a
+# clear error, not a crash.
 source "$(dirname "$0")/common.sh"
 run=$WORK/run
 tiny_train "$run" --set train.max_steps=30 --set model.max_seq_len=64 >/dev/null 2>&1
@@ -18,6 +19,30 @@ long=$("$LOOM" generate "$run" --prompt "In the beginning" --max-new-tokens 100 
 [ -n "$long" ] || fail "no output past the context"
 # An empty prompt starts from a line break.
 "$LOOM" generate "$run" --prompt "" --max-new-tokens 5 >/dev/null 2>&1 || fail "empty prompt failed"
+
+# A run trained on a GPU samples and evaluates on a machine without one: its model loads on the CPU (here
+# the run's configs are made to say it trained on cuda).
+if [ "$E2E_DEVICE" = cpu ] && python3 -c 'import sys, torch; sys.exit(torch.cuda.is_available())'; then
+  gpu_run=$WORK/gpu-run
+  cp -r "$run" "$gpu_run"
+  sed -i 's/^  device: cpu$/  device: cuda/' "$gpu_run"/config.yaml "$gpu_run"/checkpoints/*/config.yaml
+  grep -q "^  device: cuda$" "$gpu_run"/checkpoints/30/config.yaml || fail "the checkpoint's config names no device"
+  python3 - "$gpu_run"/checkpoints/* <<'PY'  # the manifests' sizes and checksums of the edited configs
+import json, os, sys, zlib
+for checkpoint in sys.argv[1:]:
+    path = os.path.join(checkpoint, "manifest.json")
+    manifest = json.load(open(path))
+    data = open(os.path.join(checkpoint, "config.yaml"), "rb").read()
+    manifest["files"]["config.yaml"].update(bytes=len(data), crc32=zlib.crc32(data))
+    json.dump(manifest, open(path, "w"))
+PY
+  on_cpu=$("$LOOM" generate "$gpu_run" --prompt "And God said" --max-new-tokens 40 --temperature 0 2>"$WORK/gpu.err") ||
+    fail "a GPU run's generate on the CPU: $(cat "$WORK/gpu.err")"
+  grep -q "none is visible here" "$WORK/gpu.err" || fail "no note that the GPU run's model runs on the CPU"
+  [ "$on_cpu" = "$cached" ] || fail "a GPU run's greedy output on the CPU differs: '$on_cpu'"
+  [ "$("$LOOM" eval "$gpu_run" --json 2>/dev/null)" = "$("$LOOM" eval "$run" --json 2>/dev/null)" ] ||
+    fail "a GPU run's evaluation on the CPU differs"
+fi
 
 set +e
 out=$("$LOOM" generate "$WORK" --prompt x 2>&1); code=$?
