@@ -38,6 +38,8 @@ ldd "$loom" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | while read -r lib; d
   esac
 done
 echo "$torch_version" > "$out/TORCH_VERSION"
+# Which source the binary is (a bundle made before the last build is stale): the commit, "+" for local changes.
+git -C "$SRC" describe --always --dirty=+ > "$out/COMMIT" 2>/dev/null || echo unknown > "$out/COMMIT"
 
 cat > "$out/loom" <<'LAUNCHER'
 #!/usr/bin/env bash

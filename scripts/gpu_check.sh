@@ -2,7 +2,7 @@
 # loom's checks on one NVIDIA GPU, as one short script for a GPU machine that has PyTorch but nothing else of
 # loom's (no compiler needed): pack loom where it was built (scripts/bundle.sh) and bring the KJV data
 # (scripts/prepare_kjv.sh), then on the GPU machine:
-#   scripts/gpu_check.sh [--loom bundle/loom] [--kjv datasets/kjv] [--out DIR] [--skip-tests]
+#   scripts/gpu_check.sh [--loom bundle/loom] [--kjv datasets/kjv] [--out DIR] [--skip-tests] [--seconds 480]
 # 1. the machine: GPU, driver, torch;
 # 2. speed: `loom bench` of GPT-2 124M (configs/gpt2-124m.yaml, 16 x 1024 tokens per step) in bf16 and fp32,
 #    with full activation checkpointing, bf16 weights, and the fused head + loss in larger chunks or unfused:
@@ -11,18 +11,20 @@
 # 3. CPU against CUDA: a small GPT's loss after 5 fp32 steps from the same init on the same tokens agrees;
 # 4. end-to-end tests with the tiny GPT trained on the GPU (LOOM_E2E_DEVICE=cuda): exact resume, gradient
 #    accumulation, fp16 loss scaling, non-finite steps, generation, loss falls.
-# Every step runs under a time limit and a failure does not stop the later ones. DIR (default $OUT when set,
+# Every step runs under a time limit, steps left when --seconds have passed are skipped, and a failure does
+# not stop the later ones. DIR (default $OUT when set,
 # else gpu-check/) gets summary.txt (also printed) and every step's log (a bench's ends in its JSON line).
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 cd "$SRC"
-loom=$SRC/bundle/loom kjv=$SRC/datasets/kjv out=${OUT:-$SRC/gpu-check} skip_tests=0
+loom=$SRC/bundle/loom kjv=$SRC/datasets/kjv out=${OUT:-$SRC/gpu-check} skip_tests=0 seconds_in_all=480
 while [ $# -gt 0 ]; do
   case $1 in
     --loom) loom=$(realpath "$2"); shift 2 ;;
     --kjv) kjv=$(realpath "$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
     --skip-tests) skip_tests=1; shift ;;
+    --seconds) seconds_in_all=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -32,10 +34,14 @@ summary=$out/summary.txt
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
 failures=0
-# check NAME SECONDS COMMAND...: runs COMMAND with its output in DIR/NAME.log, notes PASS or FAIL.
+deadline=$((SECONDS + seconds_in_all))
+# check NAME SECONDS COMMAND...: runs COMMAND with its output in DIR/NAME.log, notes PASS or FAIL; SKIP once
+# the whole script's time (--seconds) is spent.
 check() {
   local name=$1 seconds=$2; shift 2
   local start=$SECONDS
+  if [ "$SECONDS" -ge "$deadline" ]; then note "SKIP $name (--seconds $seconds_in_all spent)"; return 0; fi
+  [ $((deadline - SECONDS)) -lt "$seconds" ] && seconds=$((deadline - SECONDS))
   if timeout "$seconds" "$@" > "$out/$name.log" 2>&1; then
     note "PASS $name ($((SECONDS - start)) s)"
   else
@@ -46,6 +52,7 @@ check() {
 
 note "== machine"
 note "$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1)"
+note "loom bundle of $(cat "$(dirname "$loom")/COMMIT" 2>/dev/null || echo "an unknown commit"), source tree at $(git describe --always --dirty=+ 2>/dev/null || echo "?")"
 note "torch $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1)"
 python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' || { note "FAIL no GPU visible to torch"; exit 1; }
 if ! "$loom" config configs/gpt2-124m.yaml --get model.d_model > "$out/loom-starts.log" 2>&1; then
@@ -81,7 +88,7 @@ for log in sorted(glob.glob(os.path.join(sys.argv[1], "*.log"))):
 for r in rows:
     extra = (f"MFU {100 * r['mfu']:5.1f}% of {r['gemm_peak_gflops'] / 1e3:.1f} TFLOP/s, peak {r['peak_memory_mb']:.0f} MB"
              if "mfu" in r else "")
-    print(f"{r['name']:16} {r['tokens_per_s']:10.0f} tokens/s  step {r['step_ms_median']:7.1f} ms  {extra}")
+    print(f"{r['name']:24} {r['tokens_per_s']:10.0f} tokens/s  step {r['step_ms_median']:7.1f} ms  {extra}")
 by_name = {r["name"]: r for r in rows}
 for dtype in ("bf16", "fp32"):
     if f"loom-{dtype}" in by_name and f"pytorch-{dtype}" in by_name:
@@ -103,7 +110,7 @@ note "  $(cat "$out/parity.log")"
 if [ "$skip_tests" -eq 0 ]; then
   note "== end-to-end tests, tiny GPT on the GPU"
   for t in exact_resume grad_accumulation fp16_loss_scaling nonfinite_steps generate train_loss_falls; do
-    check "e2e-$t" 150 env LOOM="$loom" KJV_DATA="$kjv" LOOM_E2E_DEVICE=cuda bash "tests/e2e/test_$t.sh"
+    check "e2e-$t" 120 env LOOM="$loom" KJV_DATA="$kjv" LOOM_E2E_DEVICE=cuda bash "tests/e2e/test_$t.sh"
   done
 fi
 note "== $failures failed"
