@@ -4,16 +4,16 @@
 # (scripts/prepare_kjv.sh), then on the GPU machine:
 #   scripts/gpu_check.sh [--loom bundle/loom] [--kjv datasets/kjv] [--out DIR] [--skip-tests] [--seconds 480]
 # 1. the machine: GPU, driver, torch;
-# 2. speed: `loom bench` of GPT-2 124M (configs/gpt2-124m.yaml, 16 x 1024 tokens per step) in bf16 and fp32,
-#    with full activation checkpointing, bf16 weights, and the fused head + loss in larger chunks or unfused:
-#    tokens/s and MFU against the matmul ceiling measured in the same process; then the PyTorch eager twin
-#    (scripts/bench_pytorch.py) of the same model on the same GPU;
+# 2. speed: `loom bench` of GPT-2 124M (configs/gpt2-124m.yaml, 16 x 1024 tokens per step) in bf16 and fp32;
+#    in bf16 also with 32 x 1024 tokens per micro-batch, full activation checkpointing, bf16 weights, and the
+#    fused head + loss in larger chunks or unfused: tokens/s and MFU against the matmul ceiling measured in
+#    the same process; then the PyTorch eager twin (scripts/bench_pytorch.py) of the same model on the GPU;
 # 3. CPU against CUDA: a small GPT's loss after 5 fp32 steps from the same init on the same tokens agrees;
 # 4. end-to-end tests with the tiny GPT trained on the GPU (LOOM_E2E_DEVICE=cuda): exact resume, gradient
 #    accumulation, fp16 loss scaling, non-finite steps, generation, loss falls.
 # Every step runs under a time limit, steps left when --seconds have passed are skipped, and a failure does
-# not stop the later ones. DIR (default $OUT when set,
-# else gpu-check/) gets summary.txt (also printed) and every step's log (a bench's ends in its JSON line).
+# not stop the later ones. DIR (default $OUT when set, else gpu-check/) gets summary.txt (also printed) and
+# every step's log (a bench's ends in its JSON line).
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 cd "$SRC"
@@ -71,6 +71,7 @@ twin() {
 }
 bench bf16 --set precision.dtype=bf16
 twin bf16 --set precision.dtype=bf16
+bench bf16-micro32 --set precision.dtype=bf16 --set train.batch_size=32 --set train.micro_batch_size=32
 bench bf16-full --set precision.dtype=bf16 --set train.activation_checkpointing=full
 bench bf16-params --set precision.dtype=bf16 --set precision.param_dtype=bf16
 bench bf16-loss-chunk8192 --set precision.dtype=bf16 --set train.loss_chunk_tokens=8192
