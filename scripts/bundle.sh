@@ -43,16 +43,23 @@ git -C "$SRC" describe --always --dirty=+ > "$out/COMMIT" 2>/dev/null || echo un
 
 cat > "$out/loom" <<'LAUNCHER'
 #!/usr/bin/env bash
-# Runs the packed loom with this machine's torch wheel (see scripts/bundle.sh).
+# Runs the packed loom with this machine's torch wheel (see scripts/bundle.sh). Where torch lives is asked of
+# python3 once per machine (importing torch takes seconds) and kept in a file under /tmp.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-read -r torch_version torch_lib nvidia_libs < <(python3 -c '
+built=$(cat "$here/TORCH_VERSION")
+where=${TMPDIR:-/tmp}/loom-bundle-torch.$(id -u)
+known() { [ -s "$where" ] && read -r torch_version torch_lib nvidia_libs < "$where" && [ -d "$torch_lib" ]; }
+if ! { known && [ "$torch_version" = "$built" ]; }; then  # anything else is asked again
+  python3 -c '
 import glob, os, torch
 site = os.path.dirname(os.path.dirname(torch.__file__))
 print(torch.__version__, os.path.join(os.path.dirname(torch.__file__), "lib"),
-      ":".join(sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib")))) or "-")') ||
-  { echo "loom bundle: python3 cannot import torch; install torch $(cat "$here/TORCH_VERSION")" >&2; exit 2; }
-built=$(cat "$here/TORCH_VERSION")
+      ":".join(sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib")))) or "-")' > "$where.$$" ||
+    { rm -f "$where.$$"; echo "loom bundle: python3 cannot import torch; install torch $built" >&2; exit 2; }
+  mv "$where.$$" "$where"
+  read -r torch_version torch_lib nvidia_libs < "$where"
+fi
 [ "$torch_version" = "$built" ] ||
   { echo "loom bundle: built against torch $built, but python3 here has torch $torch_version; build loom here instead" >&2; exit 2; }
 [ "$nvidia_libs" = "-" ] && nvidia_libs=
