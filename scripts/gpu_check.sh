@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # loom's checks on one NVIDIA GPU, as one short script for a GPU machine that has PyTorch but nothing else of
-# loom's (no compiler needed): pack loom where it was built (scripts/bundle.sh) and bring the KJV data
-# (scripts/prepare_kjv.sh), then on the GPU machine:
-#   scripts/gpu_check.sh [--loom bundle/loom] [--kjv datasets/kjv] [--out DIR] [--skip-tests] [--seconds 480]
+# loom's (no compiler needed): pack loom where it was built (scripts/bundle.sh) and bring the end-to-end
+# tests' KJV data (1024-token vocabulary: ctest's kjv_data fixture writes it to build/test-data/kjv, or
+# `scripts/prepare_kjv.sh --out build/test-data/kjv --vocab 1024`), then on the GPU machine:
+#   scripts/gpu_check.sh [--loom bundle/loom] [--kjv build/test-data/kjv] [--out DIR] [--skip-tests] [--seconds 480]
 # 1. the machine: GPU, driver, torch;
 # 2. speed: `loom bench` of GPT-2 124M (configs/gpt2-124m.yaml, 16 x 1024 tokens per step) in bf16 and fp32;
 #    in bf16 also with 32 x 1024 tokens per micro-batch, full activation checkpointing, bf16 weights, and the
@@ -17,7 +18,7 @@
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 cd "$SRC"
-loom=$SRC/bundle/loom kjv=$SRC/datasets/kjv out=${OUT:-$SRC/gpu-check} skip_tests=0 seconds_in_all=480
+loom=$SRC/bundle/loom kjv=$SRC/build/test-data/kjv out=${OUT:-$SRC/gpu-check} skip_tests=0 seconds_in_all=480
 while [ $# -gt 0 ]; do
   case $1 in
     --loom) loom=$(realpath "$2"); shift 2 ;;
@@ -55,6 +56,7 @@ note "$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --
 note "loom bundle of $(cat "$(dirname "$loom")/COMMIT" 2>/dev/null || echo "an unknown commit"), source tree at $(git describe --always --dirty=+ 2>/dev/null || echo "?")"
 note "torch $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1)"
 python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' || { note "FAIL no GPU visible to torch"; exit 1; }
+[ "$skip_tests" -eq 1 ] || [ -s "$kjv/tokenizer.model" ] || { note "FAIL no KJV data in $kjv (--kjv, --skip-tests)"; exit 1; }
 if ! "$loom" config configs/gpt2-124m.yaml --get model.d_model > "$out/loom-starts.log" 2>&1; then
   note "FAIL loom does not start: $(tail -5 "$out/loom-starts.log" | tr '\n' ' ')"
   note "missing libraries: $(LD_LIBRARY_PATH=$(dirname "$loom")/lib ldd "$(dirname "$loom")/bin/loom" 2>&1 | grep 'not found' | tr '\n' ' ')"
