@@ -69,16 +69,18 @@ void print_text(const BenchResult& r) {
               r.flops_per_token, r.precision.dtype.c_str(), r.gemm_peak_gflops, r.ranks.size() > 1 ? " on rank 0, summed over ranks" : "");
   std::printf("peak memory    %.1f MB\n", r.peak_memory_mb);
   if (r.peak_allocated_mb >= 0) std::printf("peak in tensors %.1f MB\n", r.peak_allocated_mb);
-  // Each rank's peak in tensors against `loom info`'s estimate, and its resident set's peak above what the
-  // process held before the model was built.
-  std::printf("memory by rank (peak in tensors vs loom info's estimate; resident peak above the process's base)\n");
+  // Each rank's peak in tensors against `loom info`'s estimate and, on the CPU, its resident set's peak above what
+  // the process held before the model was built (on a GPU both peaks are the allocator's, so one is shown).
+  const bool gpu = r.device.rfind("cuda", 0) == 0;
+  std::printf("memory by rank (peak in tensors vs loom info's estimate%s)\n",
+              gpu ? "" : "; resident peak above the process's base");
   for (const auto& m : r.ranks) {
     const std::string tensors = m.tensors_mb < 0 ? "not counted (runtime.cpu_allocator: system)"
                                                  : fmt::format("{:.1f} MB vs {:.1f} MB estimated, ratio {:.2f}",
                                                                m.tensors_mb, m.estimate_mb, m.tensors_mb / m.estimate_mb);
-    std::printf("  rank %ld (dp %ld, tp %ld, pp %ld)  %s;  resident %.1f MB above base %.0f MB\n", static_cast<long>(m.rank),
-                static_cast<long>(m.dp), static_cast<long>(m.tp), static_cast<long>(m.pp), tensors.c_str(), m.peak_mb,
-                m.base_mb);
+    const std::string resident = gpu ? "" : fmt::format(";  resident {:.1f} MB above base {:.0f} MB", m.peak_mb, m.base_mb);
+    std::printf("  rank %ld (dp %ld, tp %ld, pp %ld)  %s%s\n", static_cast<long>(m.rank), static_cast<long>(m.dp),
+                static_cast<long>(m.tp), static_cast<long>(m.pp), tensors.c_str(), resident.c_str());
   }
   const StepPhases& p = r.phases_mean;
   const double total = p.total_s();
