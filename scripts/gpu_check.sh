@@ -13,12 +13,12 @@
 # 4. end-to-end tests with the tiny GPT trained on the GPU (LOOM_E2E_DEVICE=cuda): exact resume, gradient
 #    accumulation, fp16 loss scaling, non-finite steps, generation, loss falls.
 # Every step runs under a time limit, steps left when --seconds have passed are skipped, and a failure does
-# not stop the later ones. DIR (default $OUT when set, else gpu-check/) gets summary.txt (also printed) and
-# every step's log (a bench's ends in its JSON line).
+# not stop the later ones. DIR (default gpu-check/) gets summary.txt (also printed) and every step's log (a
+# bench's ends in its JSON line); with $OUT set (the device tool) the summary and an archive of DIR go there.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 cd "$SRC"
-loom=$SRC/bundle/loom kjv=$SRC/build/test-data/kjv out=${OUT:-$SRC/gpu-check} skip_tests=0 seconds_in_all=480
+loom=$SRC/bundle/loom kjv=$SRC/build/test-data/kjv out=$SRC/gpu-check skip_tests=0 seconds_in_all=480
 while [ $# -gt 0 ]; do
   case $1 in
     --loom) loom=$(realpath "$2"); shift 2 ;;
@@ -33,6 +33,10 @@ done
 mkdir -p "$out"
 summary=$out/summary.txt
 : > "$summary"
+# Under the device tool ($OUT set), which hands back only a few files: the summary and one archive of the logs.
+if [ -n "${OUT:-}" ]; then
+  trap 'cp "$summary" "$OUT/" 2>/dev/null; tar czf "$OUT/gpu-check-logs.tar.gz" -C "$out" . 2>/dev/null' EXIT
+fi
 note() { echo "$*" | tee -a "$summary"; }
 failures=0
 deadline=$((SECONDS + seconds_in_all))
@@ -108,7 +112,7 @@ import json, sys
 cpu, cuda = (json.loads([l for l in open(f'$out/parity-{d}.log') if l.startswith('{')][-1])['final_loss'] for d in ('cpu', 'cuda'))
 print(f'loss after 5 steps: cpu {cpu:.6f}, cuda {cuda:.6f}')
 sys.exit(abs(cpu - cuda) > 1e-4 * abs(cpu))"
-note "  $(cat "$out/parity.log")"
+[ -s "$out/parity.log" ] && note "  $(cat "$out/parity.log")"
 
 if [ "$skip_tests" -eq 0 ]; then
   note "== end-to-end tests, tiny GPT on the GPU"
