@@ -116,7 +116,8 @@ struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAt
       auto dqi = dq.narrow(1, s, n);  // (BH, n, D)
       at::bmm_out(dqi, ds, ki);
       // A product then a sum, not baddbmm_ into the narrowed prefix: ATen's CPU baddbmm_ multiplies an output
-      // whose batch stride is not e x D one matrix at a time (fp32 T=256: 45 against ~150 GFLOP/s).
+      // whose batch stride is not e x D one matrix at a time (fp32 B=8 H=8 T=256 D=64, fwd+bwd per layer under
+      // the profiler: 41.7 ms with it, 36.6 ms without).
       dv.narrow(1, 0, e).add_(at::bmm(p.transpose(1, 2), doi));  // (BH, e, D)
       dk.narrow(1, 0, e).add_(at::bmm(ds.transpose(1, 2), qi));
     }

@@ -19,11 +19,9 @@ struct Result {
 template <typename Attend>
 Result run(const Attend& attend, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
            const torch::Tensor& g) {
-  auto qq = q.detach().clone().requires_grad_(), kk = k.detach().clone().requires_grad_(),
-       vv = v.detach().clone().requires_grad_();
-  auto out = attend(qq, kk, vv);
-  out.backward(g);
-  return {out.detach(), qq.grad(), kk.grad(), vv.grad()};
+  const auto r = loom::test::output_and_gradients([&](const auto& in) { return attend(in[0], in[1], in[2]); },
+                                                  {q, k, v}, g);
+  return {r[0], r[1], r[2], r[3]};
 }
 
 const auto sdpa = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {

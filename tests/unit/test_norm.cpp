@@ -23,21 +23,15 @@ struct Grads {
 template <typename Norm>
 Grads run(const Norm& norm, const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
           const torch::Tensor& g) {
-  auto xx = x.detach().clone().requires_grad_(), ww = w.detach().clone().requires_grad_();
-  auto bb = b.defined() ? b.detach().clone().requires_grad_() : b;
-  auto y = norm(xx, ww, bb);
-  y.backward(g.to(y.scalar_type()));
-  return {y.detach(), xx.grad(), ww.grad(), bb.defined() ? bb.grad() : torch::Tensor()};
+  const auto r = loom::test::output_and_gradients([&](const auto& in) { return norm(in[0], in[1], in[2]); },
+                                                  {x, w, b}, g);
+  return {r[0], r[1], r[2], r[3]};
 }
 
 // The norms in fp64 through ATen's autograd: the reference.
 torch::Tensor reference(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, bool rms) {
   if (!rms) return torch::layer_norm(x, {x.size(-1)}, w, b, 1e-5);
   return w * (x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5));
-}
-
-double max_abs(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
 // fused_norm's output and gradients next to the fp64 reference's, at the same inputs; b may be undefined.
@@ -69,10 +63,10 @@ TEST_CASE("fused_norm: LayerNorm and RMSNorm against fp64, fp32 output, both ker
         const auto [ours, exact] = ours_and_exact(x, w, b, g, rms, torch::kFloat, portable);
         REQUIRE(ours.y.scalar_type() == torch::kFloat);
         REQUIRE(ours.y.sizes() == x.sizes());
-        CHECK(max_abs(ours.y, exact.y) < 1e-5);
-        CHECK(max_abs(ours.dx, exact.dx) < 1e-5 * std::max<int64_t>(1, C / 64));
-        CHECK(max_abs(ours.dw, exact.dw) < 1e-4);
-        if (!rms) CHECK(max_abs(ours.db, exact.db) < 1e-4);
+        CHECK(loom::test::max_abs_diff(ours.y, exact.y) < 1e-5);
+        CHECK(loom::test::max_abs_diff(ours.dx, exact.dx) < 1e-5 * std::max<int64_t>(1, C / 64));
+        CHECK(loom::test::max_abs_diff(ours.dw, exact.dw) < 1e-4);
+        if (!rms) CHECK(loom::test::max_abs_diff(ours.db, exact.db) < 1e-4);
       }
     }
   }
@@ -97,9 +91,9 @@ TEST_CASE("fused_norm: bf16 output is the fp64 value rounded once; bf16 gradient
                 .all()
                 .item<bool>());
       REQUIRE(ours.dx.scalar_type() == torch::kFloat);
-      CHECK(max_abs(ours.dx, exact.dx) < 1e-4);
-      CHECK(max_abs(ours.dw, exact.dw) < 1e-3);
-      if (!rms) CHECK(max_abs(ours.db, exact.db) < 1e-3);
+      CHECK(loom::test::max_abs_diff(ours.dx, exact.dx) < 1e-4);
+      CHECK(loom::test::max_abs_diff(ours.dw, exact.dw) < 1e-3);
+      if (!rms) CHECK(loom::test::max_abs_diff(ours.db, exact.db) < 1e-3);
     }
   }
 }
@@ -135,10 +129,10 @@ TEST_CASE("Norm: forward_into_matmul under bf16 autocast gives forward()'s value
     REQUIRE(h_aten.scalar_type() == torch::kFloat);
     const auto rounded = h_aten.to(torch::kBFloat16);
     CHECK(h_ours.eq(rounded).to(torch::kDouble).mean().item<double>() > 0.999);
-    CHECK(max_abs(h_ours, rounded) <= rounded.abs().max().item<double>() * std::ldexp(1.0, -8));
+    CHECK(loom::test::max_abs_diff(h_ours, rounded) <= rounded.abs().max().item<double>() * std::ldexp(1.0, -8));
     for (size_t i = 0; i < ours.size(); ++i) {
       CAPTURE(i);
-      CHECK(max_abs(ours[i], aten[i]) <= 1e-4 * std::max(1.0, aten[i].abs().max().item<double>()));
+      CHECK(loom::test::max_abs_diff(ours[i], aten[i]) <= 1e-4 * std::max(1.0, aten[i].abs().max().item<double>()));
     }
     // Without autocast it is forward() itself.
     CHECK(torch::equal(norm->forward_into_matmul(x), norm->forward(x)));

@@ -113,4 +113,18 @@ inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
+// fn(inputs) and the gradient of each input against upstream gradient g (cast to the output's dtype), in
+// that order. fn gets fresh leaf copies of the inputs; an undefined input stays undefined and so does its gradient.
+template <typename Fn>
+std::vector<torch::Tensor> output_and_gradients(const Fn& fn, const std::vector<torch::Tensor>& inputs,
+                                                const torch::Tensor& g) {
+  std::vector<torch::Tensor> leaves;
+  for (const auto& t : inputs) leaves.push_back(t.defined() ? t.detach().clone().requires_grad_() : t);
+  auto y = fn(leaves);
+  y.backward(g.to(y.scalar_type()));
+  std::vector<torch::Tensor> out = {y.detach()};
+  for (const auto& t : leaves) out.push_back(t.defined() ? t.grad() : torch::Tensor());
+  return out;
+}
+
 }  // namespace loom::test
