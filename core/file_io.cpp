@@ -1,6 +1,8 @@
 #include "core/file_io.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -56,6 +58,29 @@ std::string read_file(const std::filesystem::path& path) {
   std::stringstream out;
   out << in.rdbuf();
   return out.str();
+}
+
+MappedFile::MappedFile(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(os_error("cannot open", path));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string why = os_error("cannot stat", path);
+    ::close(fd);
+    throw Error(why);
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const std::string why = map_ == MAP_FAILED ? os_error("cannot map", path) : "";
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw Error(why);
+  }
+}
+
+MappedFile::~MappedFile() {
+  if (map_ != nullptr) ::munmap(map_, size_);
 }
 
 void fsync_path(const std::filesystem::path& path) {

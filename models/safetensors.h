@@ -2,6 +2,8 @@
 // N bytes of JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}},
 // then the raw little-endian tensor bytes, offsets relative to the end of the header. Reads and writes
 // F64, F32, F16, BF16, I64, I32, I16, I8, U8 and BOOL; any problem with a file is a loom::Error naming it.
+// Files come from the internet: every header field is checked against the file (overflow-safe) before
+// anything is allocated, so a crafted header can make loom allocate no more than the file holds.
 // It knows nothing of model names: models/hf_weights.h maps those. Assumes a little-endian host.
 #pragma once
 #include <torch/torch.h>
