@@ -3,7 +3,18 @@
 #include "core/error.h"
 #include "core/parse_number.h"
 
+#include <cstdio>
+
 namespace loom::cli {
+namespace {
+
+std::string format_number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+}  // namespace
 
 std::optional<std::string> Args::option(const std::string& name) const {
   auto it = options.find(name);
@@ -29,6 +40,22 @@ double Args::double_option(const std::string& name, double fallback) const {
   const auto value = parse_double(*text);
   if (!value) throw ConfigError("--" + name + ": expected a number, got '" + *text + "'");
   return *value;
+}
+
+int64_t Args::int_option(const std::string& name, int64_t fallback, int64_t min, int64_t max) const {
+  const int64_t value = int_option(name, fallback);
+  if (value < min || value > max)
+    throw ConfigError("--" + name + " " + std::to_string(value) + " must be in [" + std::to_string(min) + ", " +
+                      std::to_string(max) + "]");
+  return value;
+}
+
+double Args::double_option(const std::string& name, double fallback, double min, double max) const {
+  const double value = double_option(name, fallback);
+  if (!(value >= min && value <= max))
+    throw ConfigError("--" + name + " " + option_or(name, "") + " must be in [" + format_number(min) + ", " +
+                      format_number(max) + "]");
+  return value;
 }
 
 Args parse_args(const std::vector<std::string>& argv, const std::set<std::string>& value_options,

@@ -19,6 +19,10 @@ struct Args {
   std::string option_or(const std::string& name, const std::string& fallback) const;
   int64_t int_option(const std::string& name, int64_t fallback) const;
   double double_option(const std::string& name, double fallback) const;
+  // The same, refused (naming the option, the value and the range) outside [min, max]: options that size
+  // a resource (steps, tokens, buffers) are bounded so that a typo cannot exhaust the machine.
+  int64_t int_option(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
+  double double_option(const std::string& name, double fallback, double min, double max) const;
   bool flag(const std::string& name) const { return flags.count(name) > 0; }
 };
 

@@ -110,13 +110,10 @@ int bench_command(const Argv& argv, const ProcessGroup& processes) {
                                "[--profile-steps N] [--json]");
   const Config config = load_config(args.positional[0], args.sets);
   BenchOptions options;
-  options.steps = args.int_option("steps", options.steps);
-  options.warmup = args.int_option("warmup", options.warmup);
-  options.profile_steps = args.int_option("profile-steps", options.profile_steps);  // 0: no matmul share
-  if (options.steps < 1) throw ConfigError("--steps: " + std::to_string(options.steps) + " must be at least 1");
-  if (options.profile_steps < 0)
-    throw ConfigError("--profile-steps: " + std::to_string(options.profile_steps) + " must not be negative");
-  if (options.warmup < 0) throw ConfigError("--warmup: " + std::to_string(options.warmup) + " must not be negative");
+  constexpr int64_t kMaxSteps = 100000;
+  options.steps = args.int_option("steps", options.steps, 1, kMaxSteps);
+  options.warmup = args.int_option("warmup", options.warmup, 0, kMaxSteps);
+  options.profile_steps = args.int_option("profile-steps", options.profile_steps, 0, kMaxSteps);  // 0: no matmul share
   const BenchResult result = run_bench(config, processes, options);
   if (processes.info().rank != 0) return 0;
   if (args.flag("json")) {

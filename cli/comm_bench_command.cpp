@@ -16,17 +16,20 @@
 namespace loom::cli {
 
 int comm_bench_command(const Argv& argv, const ProcessGroup& processes) {
+  constexpr int kMaxMb = 16 * 1024;  // per all-reduce: the buffers are allocated twice
   const auto args = parse_args(argv, {"mb", "bucket-mb", "iterations"}, {"json"}, 0,
                                "mpirun -np N loom comm-bench [--mb 1,4,16,64] [--bucket-mb 25] [--iterations 20] [--json]");
   std::vector<double> sizes;
   std::stringstream list(args.option_or("mb", "1,4,16,64"));
   for (std::string item; std::getline(list, item, ',');) {
     const auto mb = parse_double(item);
-    if (!mb || *mb <= 0) throw ConfigError("--mb: expected sizes in MB such as 1,4,16, got '" + item + "'");
+    if (!mb || *mb <= 0 || *mb > kMaxMb)
+      throw ConfigError("--mb: expected sizes in MB from 1e-6 to " + std::to_string(kMaxMb) + " such as 1,4,16, got '" +
+                        item + "'");
     sizes.push_back(*mb);
   }
-  const double bucket_mb = args.double_option("bucket-mb", 25.0);
-  const auto iterations = static_cast<int>(args.int_option("iterations", 20));
+  const double bucket_mb = args.double_option("bucket-mb", 25.0, 1e-6, kMaxMb);
+  const auto iterations = static_cast<int>(args.int_option("iterations", 20, 1, 100000));
   auto world = processes.world(/*timeout_s=*/300);
   const int64_t ranks = processes.info().world_size;
 

@@ -57,6 +57,9 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
   const std::string split = args.option_or("split", "valid");
   if (split != "valid" && split != "test") throw ConfigError("--split: '" + split + "' is not valid or test");
   const std::filesystem::path target = args.positional[0];
+  // --beam N is decode.beam=N, validated (and bounded) with the other keys.
+  auto sets = args.sets;
+  if (const auto beam = args.option("beam")) sets.push_back("decode.beam=" + *beam);
 
   Config config;
   std::optional<LoadedModel> loaded;
@@ -67,15 +70,13 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
     std::optional<int64_t> step;
     if (args.option("step")) step = args.int_option("step", 0);
     loaded = load_trained_model(target, step);
-    config = parse_config(to_yaml(loaded->config), (target / "config.yaml").string(), args.sets);
+    config = parse_config(to_yaml(loaded->config), (target / "config.yaml").string(), sets);
     weights = "checkpoint step " + std::to_string(loaded->step);
   } else {
     if (args.option("step")) throw ConfigError("--step applies to a run dir, not a config file");
-    config = load_config(target.string(), args.sets);
+    config = load_config(target.string(), sets);
     configure_cpu(config.runtime);
   }
-  if (args.option("beam")) config.decode.beam = args.int_option("beam", 1);
-  if (config.decode.beam < 1) throw ConfigError("--beam must be >= 1 (1: greedy)");
   if (split == "test") {
     if (!config.data.synthetic.empty())
       throw ConfigError("--split test: synthetic pairs have one evaluation set; use --split valid");

@@ -46,11 +46,12 @@ int translate_command(const Argv& argv, const ProcessGroup&) {
   auto loaded = load_trained_model(args.positional[0], step);
   LOOM_CHECK(loaded.translator, args.positional[0], " is a model.arch=", loaded.config.model.arch,
              " run; loom translate needs a model.arch=transformer run (loom generate samples a GPT)");
-  const Config config = parse_config(to_yaml(loaded.config), args.positional[0] + "/config.yaml", args.sets);
+  // --beam N is decode.beam=N, validated (and bounded) with the other keys.
+  auto sets = args.sets;
+  if (const auto beam = args.option("beam")) sets.push_back("decode.beam=" + *beam);
+  const Config config = parse_config(to_yaml(loaded.config), args.positional[0] + "/config.yaml", sets);
   BeamOptions options = beam_options(config.decode);
-  options.decode.beam = args.int_option("beam", options.decode.beam);
   options.use_cache = !args.flag("no-cache");
-  if (options.decode.beam < 1) throw ConfigError("--beam must be >= 1 (1: greedy)");
 
   std::unique_ptr<Tokenizer> tokenizer;
   if (!config.tokenizer.model.empty()) tokenizer = std::make_unique<Tokenizer>(config.tokenizer.model);

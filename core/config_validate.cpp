@@ -5,6 +5,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/system.h"
 
 namespace loom {
 namespace {
@@ -51,6 +52,42 @@ void check_batch_split(Checker& check, const Config& c, int64_t dp) {
 }
 
 bool one_of(const std::string& value, const std::set<std::string>& choices) { return choices.count(value) > 0; }
+
+// Every key that sizes a resource (threads, memory, time) has a bound, so that no value, however it was
+// mistyped, can exhaust the machine: the bounds sit far above any real run and far below what would hurt.
+// What a model's weights and a batch's activations need in memory is checked against the memory there is
+// when a run starts (train/memory_check.h).
+constexpr int64_t kMaxSequences = int64_t{1} << 24;  // per batch, micro-batch or evaluation
+constexpr int64_t kMaxTokens = int64_t{1} << 30;     // per batch or loss chunk
+constexpr double kMaxBucketMb = 64 * 1024.0;
+constexpr double kMaxTimeoutS = 7 * 24 * 3600.0;
+constexpr int64_t kMaxBeamHypotheses = int64_t{1} << 16;  // decode.beam * decode.batch_size in flight
+
+void check_resource_bounds(Checker& check, const Config& c) {
+  const auto at_most = [&](const char* key, auto value, auto limit, const char* what) {
+    check.require(value <= limit, key, value, " is beyond loom's limit of ", limit, " ", what);
+  };
+  const int64_t cores = usable_cpu_cores();
+  check.require(c.runtime.threads <= cores, "runtime.threads", c.runtime.threads, " exceeds the ", cores,
+                " CPU cores this process can use (0: all of them, shared among the node's ranks)");
+  const auto& t = c.train;
+  at_most("train.batch_size", t.batch_size, kMaxSequences, "sequences per step");
+  at_most("train.micro_batch_size", t.micro_batch_size, kMaxSequences, "sequences per micro-batch");
+  at_most("train.batch_tokens", t.batch_tokens, kMaxTokens, "tokens per step");
+  at_most("train.loss_chunk_tokens", t.loss_chunk_tokens, kMaxTokens, "tokens per chunk");
+  at_most("train.eval_batches", t.eval_batches, kMaxSequences, "batches per evaluation");
+  at_most("parallel.microbatches", c.parallel.microbatches, kMaxSequences, "micro-batches per step");
+  at_most("parallel.bucket_mb", c.parallel.bucket_mb, kMaxBucketMb, "MB per gradient bucket");
+  at_most("parallel.timeout_s", c.parallel.timeout_s, kMaxTimeoutS, "seconds (a week)");
+  at_most("data.synthetic_valid_size", c.data.synthetic_valid_size, kMaxSequences, "pairs");
+  at_most("data.pad_to_multiple", c.data.pad_to_multiple, c.model.max_seq_len, "(model.max_seq_len)");
+  at_most("decode.max_len_a", c.decode.max_len_a, 1024.0, "(translations are cut at model.max_seq_len anyway)");
+  at_most("decode.max_len_b", c.decode.max_len_b, kMaxTokens, "tokens (translations are cut at model.max_seq_len anyway)");
+  if (c.decode.beam >= 1 && c.decode.batch_size >= 1)
+    check.require(c.decode.beam * c.decode.batch_size <= kMaxBeamHypotheses, "decode.beam", c.decode.beam,
+                  " hypotheses for each of decode.batch_size=", c.decode.batch_size, " sentences are beyond loom's limit of ",
+                  kMaxBeamHypotheses, " in flight: lower either");
+}
 
 }  // namespace
 
@@ -258,6 +295,7 @@ void validate(const Config& c) {
                 c.runtime.cpu_allocator, "' is not one of caching, system");
   check.require(one_of(c.runtime.device, {"cpu", "cuda"}), "runtime.device", "'", c.runtime.device,
                 "' is not one of cpu, cuda");
+  check_resource_bounds(check, c);
   check.finish();
 }
 

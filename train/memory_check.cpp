@@ -55,15 +55,25 @@ std::optional<int64_t> available_memory(torch::Device device, int64_t local_rank
 
 std::optional<std::string> memory_shortfall(const Config& config, int64_t available) {
   const MemoryEstimate memory = estimate_memory(config);
-  const int64_t needed = memory.weights + memory.gradients + memory.optimizer;
-  if (needed <= available) return std::nullopt;
+  const int64_t model = memory.weights + memory.gradients + memory.optimizer;
   const auto& p = config.parallel;
-  return fmt::format(
-      "the model does not fit: each rank needs {} for weights, gradients and AdamW state (plus about {} of "
-      "activations; `loom info` shows the estimate) at dp {} x tp {} x pp {}{}, but {} is available to it. Train a "
-      "smaller model (model.d_model, model.n_layers), or spread it over more ranks (parallel.tp, parallel.pp, "
-      "parallel.zero: 1 with more dp ranks)",
-      gib(needed), gib(memory.activations), p.dp, p.tp, p.pp, p.zero == 1 ? " with ZeRO-1" : "", gib(available));
+  const std::string layout = fmt::format("dp {} x tp {} x pp {}{}", p.dp, p.tp, p.pp, p.zero == 1 ? " with ZeRO-1" : "");
+  if (model > available)
+    return fmt::format(
+        "the model does not fit: each rank needs {} for weights, gradients and AdamW state (plus about {} of "
+        "activations; `loom info` shows the estimate) at {}, but {} is available to it. Train a smaller model "
+        "(model.d_model, model.n_layers), or spread it over more ranks (parallel.tp, parallel.pp, parallel.zero: 1 "
+        "with more dp ranks)",
+        gib(model), gib(memory.activations), layout, gib(available));
+  if (memory.total() > available)
+    return fmt::format(
+        "the batch does not fit: besides the model's {}, each rank needs about {} for the activations of "
+        "train.micro_batch_size={} sequences of data.seq_len={} tokens (`loom info` shows the estimate) at {}, but {} "
+        "is available to it. Lower train.micro_batch_size (gradient accumulation keeps train.batch_size), or set "
+        "train.activation_checkpointing",
+        gib(model), gib(memory.activations + memory.pipeline_sends), config.micro_batch_size(p.dp), config.data.seq_len,
+        layout, gib(available));
+  return std::nullopt;
 }
 
 void check_memory_fits(const Config& config, int64_t dp, torch::Device device, int64_t local_ranks) {

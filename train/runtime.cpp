@@ -11,12 +11,19 @@
 
 #include "core/cpu_allocator.h"
 #include "core/error.h"
+#include "core/system.h"
 
 namespace loom {
 
 int64_t configure_cpu(const RuntimeConfig& runtime, int64_t local_ranks) {
   int64_t threads = runtime.threads;
-  if (threads == 0) threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / std::max<int64_t>(1, local_ranks));
+  if (threads == 0) {
+    // A rank that mpirun or a job's cgroup bound to some cores uses those; one that sees the whole machine
+    // shares it with the node's other ranks.
+    const int64_t cores = usable_cpu_cores();
+    const bool bound = cores < static_cast<int64_t>(std::thread::hardware_concurrency());
+    threads = std::max<int64_t>(1, bound ? cores : cores / std::max<int64_t>(1, local_ranks));
+  }
   torch::set_num_threads(static_cast<int>(threads));
   use_cpu_allocator(runtime.cpu_allocator);
   return threads;

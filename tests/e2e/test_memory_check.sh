@@ -2,7 +2,8 @@
 # A model too big for this machine is refused before it is built (train/memory_check.h): `loom train`
 # exits 1 within seconds, naming the per-rank estimate of weights + gradients + AdamW state (the very
 # numbers `loom info` prints) and the memory available (/proc/meminfo MemAvailable, shared by the node's
-# ranks), instead of being OOM-killed. The same under mpirun with ZeRO-1 over 2 ranks.
+# ranks), instead of being OOM-killed. The same under mpirun with ZeRO-1 over 2 ranks. A small model with a
+# micro-batch whose activations cannot fit is refused too, naming the keys that shrink it.
 source "$(dirname "$0")/common.sh"
 huge=(--set model.d_model=16384 --set model.n_layers=48 --set model.vocab_size=1024)
 check_refusal() {  # check_refusal LOG INFO_JSON RANKS
@@ -45,4 +46,13 @@ set -e
   --set train.micro_batch_size=0 --json > "$WORK/info2.json"
 check_refusal "$WORK/huge2.log" "$WORK/info2.json" 2 || fail "two-rank refusal"
 grep -q "with ZeRO-1" "$WORK/huge2.log" || fail "the ZeRO-1 layout is not named"
+
+start=$SECONDS
+set +e
+tiny_train "$WORK/batch" --set train.batch_size=1048576 --set train.micro_batch_size=1048576 > "$WORK/batch.log" 2>&1
+code=$?
+set -e
+[ $code -eq 1 ] && grep -q "the batch does not fit: .* train.micro_batch_size=1048576 sequences of data.seq_len=32 tokens" \
+  "$WORK/batch.log" || fail "a micro-batch too big: exit $code, $(tail -3 "$WORK/batch.log")"
+[ $((SECONDS - start)) -lt 60 ] || fail "the refusal took $((SECONDS - start)) s"
 echo PASS

@@ -3,11 +3,13 @@
 
 #include <fstream>
 #include <set>
+#include <tuple>
 
 #include "core/config.h"
 #include "core/config_fields.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/system.h"
 #include "parallel/mesh.h"
 #include "test_util.h"
 
@@ -109,6 +111,38 @@ TEST_CASE("config: a validation error names file, line, key and the constraint",
   CHECK(config_error("train:\n  batch_tokens: -1\n") == "x.yaml:2: train.batch_tokens: -1 must be >= 0 (0: off)");
   CHECK(starts_with(config_error("train:\n  batch_tokens: 4096\n"),
                     "x.yaml:2: train.batch_tokens: token-based batching is for encoder-decoder runs"));
+}
+
+TEST_CASE("config: every key that sizes a resource is bounded, naming the key, the value and the limit", "[config]") {
+  const std::string cores = std::to_string(loom::usable_cpu_cores());
+  CHECK(config_error("", {"runtime.threads=" + cores}).empty());
+  const auto threads = config_error("runtime:\n  threads: 100000\n");
+  CHECK(starts_with(threads, "x.yaml:2: runtime.threads: 100000 exceeds the " + cores + " CPU cores this process can use"));
+  CHECK(starts_with(config_error("", {"runtime.threads=100000"}),
+                    "--set runtime.threads=100000: runtime.threads: 100000 exceeds the " + cores));
+  // Each bound: at the limit accepted, one past it refused with the limit in the message.
+  const std::vector<std::tuple<std::string, std::string, std::string, std::vector<std::string>>> bounds = {
+      {"train.batch_size", "16777216", "16777217", {"train.micro_batch_size=16777216"}},
+      {"train.micro_batch_size", "16777216", "16777217", {"train.batch_size=16777216"}},
+      {"train.loss_chunk_tokens", "1073741824", "1073741825", {}},
+      {"train.eval_batches", "16777216", "16777217", {}},
+      {"parallel.bucket_mb", "65536", "65537", {}},
+      {"parallel.timeout_s", "604800", "604801", {}},
+      {"data.synthetic_valid_size", "16777216", "16777217", {"model.arch=transformer", "model.norm_position=post",
+                                                              "model.position=sinusoidal", "data.synthetic=copy"}},
+      {"decode.max_len_b", "1073741824", "1073741825", {}},
+      {"decode.beam", "2048", "2049", {"decode.batch_size=32"}},
+  };
+  for (const auto& [key, limit, beyond, others] : bounds) {
+    INFO(key);
+    auto sets = others;
+    sets.push_back(key + "=" + limit);
+    CHECK(config_error("", sets).empty());
+    sets.back() = key + "=" + beyond;
+    const auto message = config_error("", sets);
+    CHECK_THAT(message, Catch::Contains("--set " + key + "=" + beyond + ": " + key + ": " + beyond) &&
+                            Catch::Contains("limit of "));
+  }
 }
 
 TEST_CASE("config: unknown keys and sections are rejected with the known keys", "[config]") {

@@ -132,15 +132,24 @@ TEST_CASE("memory check: MemAvailable, the estimate, and the refusal", "[reliabi
   config.model.n_layers = 2;
   config.model.n_heads = 2;
   const int64_t params = loom::count_parameters(config.model);
-  CHECK_FALSE(loom::memory_shortfall(config, 16 * params).has_value());  // 4 weights + 4 gradients + 8 AdamW
+  const int64_t activations = loom::estimate_memory(config).activations;
+  REQUIRE(activations > 0);
+  CHECK_FALSE(loom::memory_shortfall(config, 16 * params + activations).has_value());  // 4 weights + 4 gradients + 8 AdamW
   const auto refused = loom::memory_shortfall(config, 16 * params - 1);
   REQUIRE(refused.has_value());
   CHECK_THAT(*refused, Catch::StartsWith("the model does not fit: each rank needs"));
   CHECK_THAT(*refused, Catch::Contains("at dp 1 x tp 1 x pp 1, but"));
-  // The same model over 4 ranks with ZeRO-1 keeps a quarter of the AdamW state per rank.
+  // The model fits, a micro-batch's activations on top do not: the message names the keys that shrink them.
+  const auto batch = loom::memory_shortfall(config, 16 * params + activations - 1);
+  REQUIRE(batch.has_value());
+  CHECK_THAT(*batch, Catch::StartsWith("the batch does not fit:") && Catch::Contains("train.micro_batch_size=32 ") &&
+                         Catch::Contains("data.seq_len=128 "));
+  // The same model over 4 ranks with ZeRO-1 keeps a quarter of the AdamW state per rank (and of the batch).
   config.parallel.dp = 4;
   config.parallel.zero = 1;
-  CHECK_FALSE(loom::memory_shortfall(config, 8 * params + 2 * params + 8).has_value());
+  const int64_t quarter = loom::estimate_memory(config).activations;
+  CHECK(quarter < activations);
+  CHECK_FALSE(loom::memory_shortfall(config, 8 * params + 2 * params + 8 + quarter).has_value());
 
   // The machine's own figure is what /proc/meminfo says, shared by the ranks of the node.
   const auto alone = loom::available_memory(torch::kCPU, 1);
