@@ -3,6 +3,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/signals.h"
+#include "train/run_dir_lock.h"
 #include "train/trainer.h"
 
 namespace loom::cli {
@@ -10,6 +11,8 @@ namespace loom::cli {
 int train_command(const Argv& argv, const ProcessGroup& processes) {
   const auto args = parse_args(argv, {}, {}, 1, "loom train CONFIG [--set key.path=value ...]");
   Config config = load_config(args.positional[0], args.sets);
+  // One writer per run.dir, checked before any rank reads or writes it; held until training ends.
+  const RunDirLock lock(config.run.dir, *processes.world(config.parallel.timeout_s));
   install_stop_signal_handlers();
   Trainer trainer(std::move(config), processes);
   const auto state = trainer.run();

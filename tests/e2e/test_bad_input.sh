@@ -88,7 +88,7 @@ echo "tokenizer models: $(ls "$WORK"/tokenizers | wc -l) damaged copies, $loaded
   > "$WORK/long.txt" || fail "a prompt longer than model.max_seq_len"
 grep -q "and the earth" "$WORK/long.txt" || fail "the long prompt is not echoed"
 cases=$((cases + 3))
-expect_error 2 "--max-new-tokens must be >= 0" "$LOOM" generate "$WORK/run" --prompt x --max-new-tokens -1
+expect_error 2 "--max-new-tokens -1 must be in \[0, 1048576\]" "$LOOM" generate "$WORK/run" --prompt x --max-new-tokens -1
 
 # A translation run (synthetic: lines are token ids) for translate's input.
 "$LOOM" train "$SRC/configs/reverse-synthetic.yaml" --set run.dir="$WORK/mt" --set train.max_steps=2 \
@@ -126,7 +126,7 @@ expect_error 1 "$WORK/file-checkpoints/checkpoints is not a directory" "$LOOM" g
 expect_error 1 "$WORK/file-checkpoints/checkpoints is not a directory" "$LOOM" status "$WORK/file-checkpoints"
 # train: run.dir a file; a run dir whose checkpoints/ is a file; a checkpoint of another model.
 # shellcheck disable=SC2046
-expect_error 1 "run.dir $WORK/a-file is a file, not a directory" "$LOOM" train $(tiny "$WORK/a-file")
+expect_error 2 "run.dir $WORK/a-file is a file, not a directory" "$LOOM" train $(tiny "$WORK/a-file")
 # shellcheck disable=SC2046
 expect_error 1 "$WORK/file-checkpoints/checkpoints is not a directory" "$LOOM" train $(tiny "$WORK/file-checkpoints")
 # shellcheck disable=SC2046
