@@ -18,7 +18,9 @@ const char* kUsage = R"(usage: loom <command> [args]
 commands:
   train CONFIG [--set key.path=value ...]     train (or resume) the run in the config's run.dir
   generate RUN_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]
-                   [--seed S] [--step S] [--no-cache]
+                   [--seed S] [--step S] [--no-cache] [--ignore-eos] [--json]
+                                              sample a continuation, printed as it is sampled; ends at
+                                              the tokenizer's end of sequence unless --ignore-eos
   info CONFIG [--set ...] [--json]            parameters and training FLOPs per token
   tokenize --tokenizer MODEL --out FILE TEXT  text file (one line per document) -> token file
            [--target TARGET_TEXT]             ... or line-aligned source/target files -> pair file

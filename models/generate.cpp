@@ -28,40 +28,52 @@ int64_t pick(torch::Tensor logits, const SamplingOptions& o, at::Generator& gene
 
 }  // namespace
 
-std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
-                              const SamplingOptions& options, int64_t stop_token) {
+void generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens, const SamplingOptions& options,
+              const std::function<bool(int64_t)>& on_token, int64_t stop_token) {
   LOOM_CHECK(!prompt.empty(), "generation needs at least one prompt token");
   torch::NoGradGuard no_grad;
   model->eval();
-  const int64_t context = model->config().max_seq_len;
+  const size_t context = static_cast<size_t>(model->config().max_seq_len);
   const auto device = model->parameters().front().device();
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
 
-  std::vector<int64_t> sequence = prompt;
-  std::vector<int64_t> out;
+  // The model sees `window`: all tokens while they fit the context and the cache holds their keys and
+  // values, then the last max_seq_len tokens afresh each step.
+  std::vector<int64_t> window = prompt;
+  bool cached = options.use_cache;
   std::vector<KVCache> caches;
-  int64_t fed = 0;  // tokens of `sequence` already in the caches
-  auto as_tensor = [&](int64_t from) {
-    std::vector<int64_t> window(sequence.begin() + from, sequence.end());
-    return torch::tensor(window, torch::kLong).unsqueeze(0).to(device);
+  size_t fed = 0;  // tokens of `window` already in the caches
+  auto as_tensor = [&](size_t from) {
+    const std::vector<int64_t> ids(window.begin() + static_cast<std::ptrdiff_t>(from), window.end());
+    return torch::tensor(ids, torch::kLong).unsqueeze(0).to(device);
   };
   for (int64_t i = 0; i < max_new_tokens; ++i) {
+    if (cached && window.size() > context) {
+      cached = false;
+      caches.clear();
+    }
     torch::Tensor logits;
-    const int64_t n = static_cast<int64_t>(sequence.size());
-    if (options.use_cache && n <= context) {
+    if (cached) {
       if (caches.empty()) caches.resize(model->n_blocks());
       logits = model->forward(as_tensor(fed), &caches);
+      fed = window.size();
     } else {
-      // Beyond the context (or without a cache) the model sees the last max_seq_len tokens afresh.
-      caches.clear();
-      logits = model->forward(as_tensor(std::max<int64_t>(0, n - context)));
+      if (window.size() > context) window.erase(window.begin(), window.end() - static_cast<std::ptrdiff_t>(context));
+      logits = model->forward(as_tensor(0));
     }
-    fed = n;
     const int64_t next = pick(logits[0][-1].to(torch::kFloat).cpu(), options, generator);
-    out.push_back(next);
-    sequence.push_back(next);
-    if (next == stop_token) break;
+    window.push_back(next);
+    if (!on_token(next) || next == stop_token) break;
   }
+}
+
+std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
+                              const SamplingOptions& options, int64_t stop_token) {
+  std::vector<int64_t> out;
+  generate(model, prompt, max_new_tokens, options, [&](int64_t id) {
+    out.push_back(id);
+    return true;
+  }, stop_token);
   return out;
 }
 

@@ -2,6 +2,7 @@
 // with its own seeded generator, with or without a KV cache (both give the same tokens).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "models/gpt.h"
@@ -16,7 +17,13 @@ struct SamplingOptions {
   bool use_cache = true;
 };
 
-// Returns the new tokens only. Stops after max_new_tokens, or at stop_token if one is given (>= 0).
+// Hands each new token to on_token as soon as it is sampled. Stops after max_new_tokens, at stop_token if
+// one is given (>= 0; it is handed on first), or when on_token returns false. Memory stays within the
+// context (model.max_seq_len tokens) however many tokens are generated.
+void generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens, const SamplingOptions& options,
+              const std::function<bool(int64_t)>& on_token, int64_t stop_token = -1);
+
+// The same, returning the new tokens only.
 std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                               const SamplingOptions& options, int64_t stop_token = -1);
 
