@@ -2,7 +2,8 @@
 // DIR/model.safetensors under Hugging Face's names for the model's family (GPT-2 or LLaMA; other variants
 // keep loom's names) and DIR/config.json (GPT2Config / LlamaConfig fields), so that transformers'
 // from_pretrained(DIR) loads it and `model.init_from: DIR/model.safetensors` starts a loom run from it.
-// It writes no tokenizer: the run's SentencePiece model stays where tokenizer.model points.
+// config.json's bos/eos/pad ids are those of the run's tokenizer (null without one). It writes no tokenizer:
+// the run's SentencePiece model stays where tokenizer.model points.
 #include <spdlog/spdlog.h>
 
 #include <iostream>
@@ -11,10 +12,21 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "data/tokenizer.h"
 #include "models/hf_weights.h"
 #include "train/inference.h"
 
 namespace loom::cli {
+namespace {
+
+SpecialTokenIds special_token_ids(const Config& config) {
+  if (config.tokenizer.model.empty()) return {};
+  const Tokenizer tokenizer(config.tokenizer.model);
+  const auto id = [](int32_t t) { return t >= 0 ? std::optional<int64_t>(t) : std::nullopt; };
+  return {id(tokenizer.bos_id()), id(tokenizer.eos_id()), id(tokenizer.pad_id())};
+}
+
+}  // namespace
 
 int export_command(const Argv& argv, const ProcessGroup&) {
   const auto args = parse_args(argv, {"format", "out", "step"}, {}, 1,
@@ -36,7 +48,7 @@ int export_command(const Argv& argv, const ProcessGroup&) {
   std::filesystem::create_directories(dir);
   write_safetensors(dir / "model.safetensors", weights,
                     {{"format", "pt"}, {"loom_names", names}, {"loom_step", std::to_string(loaded.step)}});
-  write_file_atomic(dir / "config.json", hf_config_json(model).dump(2) + "\n");
+  write_file_atomic(dir / "config.json", hf_config_json(model, special_token_ids(loaded.config)).dump(2) + "\n");
   spdlog::info("exported step {} of {}: {} tensors under {} names to {}", loaded.step, args.positional[0],
                weights.size(), names, (dir / "model.safetensors").string());
   return 0;

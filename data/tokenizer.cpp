@@ -51,5 +51,6 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 int64_t Tokenizer::vocab_size() const { return processor_->GetPieceSize(); }
 int32_t Tokenizer::eos_id() const { return processor_->eos_id(); }
 int32_t Tokenizer::bos_id() const { return processor_->bos_id(); }
+int32_t Tokenizer::pad_id() const { return processor_->pad_id(); }
 
 }  // namespace loom

@@ -21,8 +21,9 @@ class Tokenizer {
   std::vector<int32_t> encode(const std::string& text) const;
   std::string decode(const std::vector<int32_t>& ids) const;
   int64_t vocab_size() const;
-  int32_t eos_id() const;
-  int32_t bos_id() const;
+  int32_t eos_id() const;  // -1: none
+  int32_t bos_id() const;  // -1: none
+  int32_t pad_id() const;  // -1: none
   uint32_t checksum() const { return checksum_; }
 
  private:

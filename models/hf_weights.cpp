@@ -202,7 +202,8 @@ void load_weights_file(GptImpl& model, const std::filesystem::path& path) {
   import_weights(model, read_safetensors(path), path.string());
 }
 
-nlohmann::ordered_json hf_config_json(const ModelConfig& c) {
+nlohmann::ordered_json hf_config_json(const ModelConfig& c, const SpecialTokenIds& tokens) {
+  const auto id = [](const std::optional<int64_t>& t) { return t ? nlohmann::ordered_json(*t) : nlohmann::ordered_json(); };
   nlohmann::ordered_json j;
   switch (weight_names(c)) {
     case WeightNames::kGpt2:
@@ -211,6 +212,7 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c) {
            {"n_head", c.n_heads}, {"n_inner", c.ffn_dim()}, {"activation_function", "gelu_new"},
            {"layer_norm_epsilon", c.norm_eps}, {"resid_pdrop", c.dropout}, {"embd_pdrop", c.dropout},
            {"attn_pdrop", c.dropout}, {"initializer_range", c.init_std}, {"tie_word_embeddings", c.tie_embeddings},
+           {"bos_token_id", id(tokens.bos)}, {"eos_token_id", id(tokens.eos)}, {"pad_token_id", id(tokens.pad)},
            {"dtype", "float32"}};
       break;
     case WeightNames::kLlama: {
@@ -222,6 +224,7 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c) {
            {"max_position_embeddings", c.max_seq_len}, {"rms_norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta},
            {"rope_parameters", rope}, {"attention_bias", c.bias}, {"mlp_bias", c.bias}, {"hidden_act", "silu"},
            {"attention_dropout", c.dropout}, {"initializer_range", c.init_std}, {"tie_word_embeddings", c.tie_embeddings},
+           {"bos_token_id", id(tokens.bos)}, {"eos_token_id", id(tokens.eos)}, {"pad_token_id", id(tokens.pad)},
            {"dtype", "float32"}};
       break;
     }
@@ -232,7 +235,8 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c) {
       visit_fields(config, [&](const std::string& path, auto& member, const char*) {
         if (path.rfind("model.", 0) == 0 && path != "model.init_from") model[path.substr(6)] = member;
       });
-      j = {{"model_type", "loom"}, {"loom_model", model}};
+      j = {{"model_type", "loom"}, {"loom_model", model}, {"bos_token_id", id(tokens.bos)},
+           {"eos_token_id", id(tokens.eos)}, {"pad_token_id", id(tokens.pad)}};
       break;
     }
   }

@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,7 +44,14 @@ std::vector<std::pair<std::string, torch::Tensor>> export_weights(GptImpl& model
 void import_weights(GptImpl& model, const SafetensorsFile& file, const std::string& source);
 void load_weights_file(GptImpl& model, const std::filesystem::path& path);
 
-// config.json for the family (GPT2Config / LlamaConfig fields); for loom names, the model.* keys.
-nlohmann::ordered_json hf_config_json(const ModelConfig& config);
+// The special token ids a config.json names; nullopt writes null (transformers' GPT2Config would otherwise
+// assume GPT-2's 50256, outside a smaller vocabulary).
+struct SpecialTokenIds {
+  std::optional<int64_t> bos, eos, pad;
+};
+
+// config.json for the family (GPT2Config / LlamaConfig fields, with the run's tokenizer's special ids); for
+// loom names, the model.* keys.
+nlohmann::ordered_json hf_config_json(const ModelConfig& config, const SpecialTokenIds& tokens);
 
 }  // namespace loom

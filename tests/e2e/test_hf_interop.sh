@@ -35,6 +35,20 @@ with safe_open(f"{sys.argv[1]}/model.safetensors", "pt") as f:
     assert "model.layers.1.self_attn.k_proj.weight" in f.keys() and "lm_head.weight" in f.keys()
 PY
 
+# config.json's special tokens are the run's SentencePiece ids (spm_train's defaults: bos 1, eos 2, no pad),
+# for LLaMA and for GPT-2 names, whose GPT2Config would otherwise assume GPT-2's 50256.
+tiny_train "$WORK/gpt2" --set train.max_steps=2 >"$WORK/gpt2.log" 2>&1 || { cat "$WORK/gpt2.log"; fail "training failed"; }
+"$LOOM" export "$WORK/gpt2" --format safetensors --out "$WORK/hf-gpt2" || fail "GPT-2 export failed"
+python3 - "$WORK/hf" "$WORK/hf-gpt2" <<'PY' || fail "config.json's special token ids are not the tokenizer's"
+import json, sys
+from transformers import AutoConfig
+for path in sys.argv[1:]:
+    config = AutoConfig.from_pretrained(path)
+    assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (1, 2, None), (path, config)
+    assert config.eos_token_id < config.vocab_size, (path, config.vocab_size)
+    print(f"{config.model_type}: bos {config.bos_token_id}, eos {config.eos_token_id}, pad {config.pad_token_id}")
+PY
+
 # The run's validation loss in loom, in transformers from the export, and in loom from the export.
 ours=$("$LOOM" eval "$run" "${fp32[@]}" --json | json_get loss)
 theirs=$(golden loss "$WORK/hf" "$KJV_DATA/valid.bin" "${windows[@]}" | json_get loss)

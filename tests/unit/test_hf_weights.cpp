@@ -321,7 +321,7 @@ TEST_CASE("hf weights: loom's export loads in transformers' from_pretrained with
     const auto dir = loom::test::scratch_dir("hf-export-" + std::to_string(i)) / "export";
     std::filesystem::create_directories(dir);
     loom::write_safetensors(dir / "model.safetensors", loom::export_weights(*model), {{"format", "pt"}});
-    std::ofstream(dir / "config.json") << loom::hf_config_json(config).dump(2);
+    std::ofstream(dir / "config.json") << loom::hf_config_json(config, {}).dump(2);
     const auto expected = golden("read", hf_case(family, config, tokens, 0), dir);
     torch::NoGradGuard no_grad;
     const double diff = (model->forward(tokens) - expected).abs().max().item<double>();
