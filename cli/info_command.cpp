@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "data/data_files.h"
 #include "models/estimates.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -56,12 +57,9 @@ std::string describe_variant(const ModelConfig& m) {
 
 int info_command(const Argv& argv, const ProcessGroup&) {
   const auto args = parse_args(argv, {}, {"json"}, 1, "loom info CONFIG [--set key.path=value ...] [--json]");
-  const Config config = load_config(args.positional[0], args.sets);
+  Config config = load_config(args.positional[0], args.sets);
+  config.model.vocab_size = planned_vocab_size(config);
   const ModelConfig& m = config.model;
-  if (m.vocab_size == 0)
-    throw ConfigError(config.where("model.vocab_size") +
-                      ": model.vocab_size: 0 (from the tokenizer) is only known at training time; pass --set "
-                      "model.vocab_size=N to plan");
   const int64_t parameters = count_parameters(m);
   const double flops = training_flops_per_token(m, config.data.seq_len);
   const auto& p = config.parallel;

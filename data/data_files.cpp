@@ -41,4 +41,18 @@ void resolve_vocab(Config& config, int64_t data_vocab, const std::string& data_n
                       " (" + std::to_string(data_vocab) + ")");
 }
 
+int64_t planned_vocab_size(const Config& config) {
+  if (config.model.vocab_size > 0) return config.model.vocab_size;
+  const auto& tokenizer = config.tokenizer.model;
+  if (!tokenizer.empty() && std::filesystem::exists(tokenizer)) return Tokenizer(tokenizer).vocab_size();
+  const auto& train = config.data.train;
+  if (!train.empty() && std::filesystem::exists(train)) return TokenFile(train).vocab_size();
+  std::string why;
+  if (!tokenizer.empty()) why = " tokenizer.model=" + tokenizer + " does not exist yet";
+  if (!train.empty()) why += std::string(why.empty() ? "" : " and") + " data.train=" + train + " does not exist yet";
+  throw ConfigError(config.where("model.vocab_size") + ": model.vocab_size: 0 takes the tokenizer's size, but" +
+                    (why.empty() ? " the config names no tokenizer.model or data.train" : why) +
+                    ": prepare the data first (scripts/prepare_kjv.sh for the KJV) or pass --set model.vocab_size=N");
+}
+
 }  // namespace loom

@@ -24,4 +24,8 @@ void check_tokenizer(const Config& config, const TokenFile& data, const TokenFil
 // `data_name` names the data in the message.
 void resolve_vocab(Config& config, int64_t data_vocab, const std::string& data_name);
 
+// The vocabulary a run of this config will have, found without training (for `loom info`): model.vocab_size,
+// else the size of tokenizer.model, else data.train's. A ConfigError naming the keys when none is known.
+int64_t planned_vocab_size(const Config& config);
+
 }  // namespace loom

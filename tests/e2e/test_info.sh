@@ -63,10 +63,18 @@ assert abs((tp_only - with_sp) - expected) <= 2, (tp_only, with_sp, expected)
 print(f"gpt2-124m activations per rank at tp=4: {tp_only / 2**30:.2f} GiB, {with_sp / 2**30:.2f} GiB with sequence parallelism")
 PY
 
+# model.vocab_size: 0 takes the size of tokenizer.model (the KJV's 1024 pieces), and without the file says how
+# to get one.
+"$LOOM" info "$SRC/configs/llama-tiny.yaml" --set tokenizer.model="$KJV_DATA/tokenizer.model" \
+  | grep -q "^parameters     3,295,488$" || fail "llama-tiny: the vocabulary of tokenizer.model was not used"
+"$LOOM" info "$SRC/configs/gpt-kjv.yaml" --set tokenizer.model="$KJV_DATA/tokenizer.model" --json \
+  | python3 -c "import json, sys; assert json.load(sys.stdin)['parameters'] == 1024 * 256 + 128 * 256 + 4 * 789760 + 512" \
+  || fail "gpt-kjv: the vocabulary of tokenizer.model was not used"
 set +e
-out=$("$LOOM" info "$SRC/configs/llama-tiny.yaml" 2>&1); code=$?
+out=$("$LOOM" info "$SRC/configs/llama-tiny.yaml" --set tokenizer.model="$WORK/absent.model" 2>&1); code=$?
 set -e
-[ $code -eq 2 ] && grep -q "model.vocab_size=N" <<<"$out" || fail "vocab from the tokenizer: exit $code, '$out'"
+[ $code -eq 2 ] && grep -q "tokenizer.model=$WORK/absent.model does not exist yet" <<<"$out" \
+  && grep -q "model.vocab_size=N" <<<"$out" || fail "vocab without a tokenizer: exit $code, '$out'"
 set +e
 out=$("$LOOM" info "$SRC/configs/llama3-8b.yaml" --set model.n_kv_heads=5 2>&1); code=$?
 set -e
