@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Plots a run's metrics.jsonl: train and valid loss, learning rate, gradient norm and tokens/s against
 the step, in RUN_DIR/plots.png. Several run dirs overlay in one figure (written into the first, or to
---out) for comparison. Uses Debian's python3-matplotlib (scripts/setup.sh installs it).
+--out) for comparison. Uses Debian's python3-matplotlib (scripts/setup.sh installs it): run as
+`scripts/plot_run.py` or with any `python3`, which hands over to Debian's when it lacks matplotlib.
 
   scripts/plot_run.py RUN_DIR [RUN_DIR ...] [--out FILE]
 """
@@ -10,7 +11,17 @@ import json
 import os
 import sys
 
-import matplotlib
+DEBIAN_PYTHON = "/usr/bin/python3"
+try:
+    import matplotlib
+except ImportError:
+    # `python3 scripts/plot_run.py` with a python3 on the PATH (pyenv's, a venv's) that lacks matplotlib: run
+    # again under Debian's, which has python3-matplotlib.
+    if os.path.realpath(sys.executable) != os.path.realpath(DEBIAN_PYTHON) and os.access(DEBIAN_PYTHON, os.X_OK):
+        os.execv(DEBIAN_PYTHON, [DEBIAN_PYTHON, os.path.abspath(__file__), *sys.argv[1:]])
+    sys.exit(f"plot_run.py: {sys.executable} has no matplotlib: run scripts/plot_run.py itself (Debian's "
+             f"{DEBIAN_PYTHON} with python3-matplotlib, which scripts/setup.sh installs), or install matplotlib "
+             f"for {sys.executable}")
 
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# scripts/plot_run.py draws a run's metrics (and several runs overlaid) into a 1200x800 PNG, and refuses a
-# directory that is not a run.
+# scripts/plot_run.py draws a run's metrics (and several runs overlaid) into a 1200x800 PNG, run by its
+# shebang or by whichever python3 is on the PATH (pyenv's has no matplotlib), and refuses a directory that is
+# not a run.
 source "$(dirname "$0")/common.sh"
 tiny_train "$WORK/a" >/dev/null 2>&1 || fail "training failed"
 tiny_train "$WORK/b" --set optim.lr=1e-3 >/dev/null 2>&1 || fail "training failed"
 "$SRC/scripts/plot_run.py" "$WORK/a" >/dev/null || fail "plot of one run failed"
 "$SRC/scripts/plot_run.py" "$WORK/a" "$WORK/b" --out "$WORK/both.png" >/dev/null || fail "overlay failed"
-python3 - "$WORK/a/plots.png" "$WORK/both.png" <<'PY' || fail "not the expected images"
+python3 "$SRC/scripts/plot_run.py" "$WORK/b" >/dev/null || fail "python3 scripts/plot_run.py ($(command -v python3)) failed"
+python3 - "$WORK/a/plots.png" "$WORK/both.png" "$WORK/b/plots.png" <<'PY' || fail "not the expected images"
 import struct, sys
 for path in sys.argv[1:]:
     data = open(path, "rb").read()
