@@ -7,11 +7,17 @@
 // OpenMP (cmake/dependencies.cmake).
 #pragma once
 
+#include <ATen/Version.h>
+
 namespace loom {
 
+// Whether loom's AVX-512 build runs: the CPU has the instructions it is compiled for, and ATen runs its own AVX-512
+// kernels. The second half is ATen's rule: ATEN_CPU_CAPABILITY=avx2 or =default lowers ATen's choice, and loom's
+// kernels follow, so that a run restricted that way (scripts/test_isa.sh) takes the path of a CPU without AVX-512.
 inline bool cpu_has_avx512() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                          at::get_cpu_capability() == "AVX512";
   return yes;
 }
 
