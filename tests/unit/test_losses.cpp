@@ -5,8 +5,10 @@
 #include "optim/optimizer.h"
 #include "test_util.h"
 
+using loom::test::close_to;
 using loom::test::json_tensor;
-using loom::test::max_abs_diff;
+using loom::test::kFloatEps;
+using loom::test::tensor_close_to;
 
 TEST_CASE("cross_entropy: loss and gradient equal torch.nn.functional.cross_entropy", "[losses][golden]") {
   const auto golden = loom::test::python_golden("cross_entropy.py");
@@ -19,10 +21,12 @@ TEST_CASE("cross_entropy: loss and gradient equal torch.nn.functional.cross_entr
                                           c["ignore_index"].get<int64_t>());
     CHECK(loss.dim() == 0);
     CHECK(loss.scalar_type() == torch::kFloat);
-    const double expected = c["loss"].get<double>();
-    CHECK(std::abs(loss.item<double>() - expected) <= 1e-6 * std::max(1.0, std::abs(expected)));
+    // The loss is mean(logsumexp(z) - z_target): its rounding is that of the largest logit (up to 30 randn: ~100),
+    // not of the loss. The gradient's entries (softmax - one-hot) / N are at most 1: a few ulps of 1.
+    const double logit_scale = std::max(1.0, logits.detach().abs().max().item<double>());
+    CHECK_THAT(loss.item<double>(), close_to(c["loss"].get<double>(), 0.0, 8 * kFloatEps * logit_scale));
     loss.backward();
-    CHECK(max_abs_diff(logits.grad(), json_tensor(c["grad"])) <= 1e-6);
+    CHECK_THAT(logits.grad(), tensor_close_to(json_tensor(c["grad"]), 0.0, 8 * kFloatEps));
   }
 }
 
@@ -132,7 +136,9 @@ TEST_CASE("make_adamw: decay on matrices only, steps equal torch.optim.AdamW", "
     model.w.mutable_grad() = json_tensor(golden["grads_w"][i]);
     model.b.mutable_grad() = json_tensor(golden["grads_b"][i]);
     optimizer->step();
-    CHECK(max_abs_diff(model.w, json_tensor(golden["w_after"][i])) <= 1e-6);
-    CHECK(max_abs_diff(model.b, json_tensor(golden["b_after"][i])) <= 1e-6);
+    // torch.optim.AdamW's fp32 step, computed in another order (loom's fused update, libtorch's): a few ulps of
+    // the parameters (randn, so up to ~3) and of the step itself (at most lr).
+    CHECK_THAT(model.w, tensor_close_to(json_tensor(golden["w_after"][i]), 8 * kFloatEps, 8 * kFloatEps));
+    CHECK_THAT(model.b, tensor_close_to(json_tensor(golden["b_after"][i]), 8 * kFloatEps, 8 * kFloatEps));
   }
 }

@@ -1,11 +1,15 @@
-// Helpers shared by the unit tests: a scratch directory per test and golden values from PyTorch.
+// Helpers shared by the unit tests: a scratch directory per test, golden values from PyTorch, and comparisons
+// within tolerances derived from the magnitude and dtype compared.
 #pragma once
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -113,6 +117,103 @@ inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
+// Tolerances (DESIGN.md section 4). One unit in the last place of x is about eps * |x|: fp32 eps is 2^-23, bf16's
+// 2^-7. Two computations of one value that sum in another order (another batch shape, a split over ranks, another
+// kernel build, another ISA's GEMM blocking: scripts/test_isa.sh) agree to a few eps of the largest magnitude summed,
+// so a bound is eps * magnitude * a small count of the reorderable steps; a bare absolute bound below the
+// magnitude's ulp demands bitwise equality and holds on one CPU only.
+constexpr double kFloatEps = 0x1p-23;
+constexpr double kBf16Eps = 0x1p-7;
+
+// CHECK_THAT(actual, close_to(expected, rel, abs)): |actual - expected| <= rel * |expected| + abs; a failure shows
+// both values, the difference and the bound.
+class CloseTo : public Catch::MatcherBase<double> {
+ public:
+  CloseTo(double expected, double rel, double abs) : expected_(expected), rel_(rel), abs_(abs) {}
+  double bound() const { return rel_ * std::abs(expected_) + abs_; }
+  bool match(const double& actual) const override {
+    diff_ = std::abs(actual - expected_);
+    return diff_ <= bound();  // false for NaN
+  }
+  std::string describe() const override {
+    std::ostringstream out;
+    out.precision(12);
+    out << "is within " << bound() << " (rel " << rel_ << " x |expected| + abs " << abs_ << ") of " << expected_
+        << "; |difference| " << diff_;
+    return out.str();
+  }
+
+ private:
+  double expected_, rel_, abs_;
+  mutable double diff_ = 0;
+};
+inline CloseTo close_to(double expected, double rel, double abs = 0.0) { return {expected, rel, abs}; }
+
+// CHECK_THAT(actual, tensor_close_to(expected, rel, abs)): max |actual - expected| <= rel * max |expected| + abs,
+// normwise: a reduction's error scales with the magnitudes it sums, which the largest element stands for, not with
+// each element (which may be near 0). A failure shows the bound and the worst element of both.
+class TensorCloseTo : public Catch::MatcherBase<torch::Tensor> {
+ public:
+  TensorCloseTo(torch::Tensor expected, double rel, double abs)
+      : expected_(expected.detach().to(torch::kDouble)), rel_(rel), abs_(abs) {
+    scale_ = expected_.numel() == 0 ? 0.0 : expected_.abs().max().item<double>();
+  }
+  bool match(const torch::Tensor& actual) const override {
+    if (actual.sizes() != expected_.sizes()) {
+      what_ = "shape " + shape(actual) + " instead of " + shape(expected_);
+      return false;
+    }
+    if (actual.numel() == 0) return true;
+    const auto diff = (actual.detach().to(torch::kDouble) - expected_).abs().flatten();
+    const auto worst = diff.nan_to_num(std::numeric_limits<double>::infinity()).argmax().item<int64_t>();
+    const double d = diff[worst].item<double>(), bound = rel_ * scale_ + abs_;
+    std::ostringstream out;
+    out.precision(12);
+    out << "max |difference| " << d << " at flat index " << worst << " (got "
+        << actual.detach().flatten()[worst].item<double>() << ", expected " << expected_.flatten()[worst].item<double>()
+        << ")";
+    what_ = out.str();
+    return d <= bound;  // false for NaN
+  }
+  std::string describe() const override {
+    std::ostringstream out;
+    out.precision(12);
+    out << "is within " << rel_ * scale_ + abs_ << " (rel " << rel_ << " x max |expected| " << scale_ << " + abs "
+        << abs_ << ") of the expected tensor; " << what_;
+    return out.str();
+  }
+
+ private:
+  static std::string shape(const torch::Tensor& t) {
+    std::ostringstream out;
+    out << t.sizes();
+    return out.str();
+  }
+  torch::Tensor expected_;
+  double rel_, abs_, scale_;
+  mutable std::string what_;
+};
+inline TensorCloseTo tensor_close_to(const torch::Tensor& expected, double rel, double abs = 0.0) {
+  return {expected, rel, abs};
+}
+
+// Logits of one small test model's fp32 forward (a few layers, width <= 64) computed in another shape: batched or
+// alone, padded, from a KV cache, in pipeline stages. Each matrix product and softmax then blocks or reduces in
+// another order, which moves a value by a few ulps of the magnitudes it sums, layer after layer: the largest logit
+// stands for them, and 1 for the normalized hidden states. 16 eps x (max |logit| + 1); measured at most 8.4 under
+// every setting of scripts/test_isa.sh.
+inline TensorCloseTo same_forward_as(const torch::Tensor& expected) {
+  return tensor_close_to(expected, 16 * kFloatEps, 16 * kFloatEps);
+}
+
+// Logits of loom's fp32 forward against another implementation of the same model: an independent float64 PyTorch
+// forward, Hugging Face transformers in fp32. The operations themselves differ (fused or split projections, other
+// formulas for GELU, RoPE and attention), each a few ulps off, through every layer: 84 eps (1e-5) x (max |logit| +
+// 1); measured at most 20 under every setting of scripts/test_isa.sh.
+inline TensorCloseTo reference_logits(const torch::Tensor& expected) {
+  return tensor_close_to(expected, 1e-5, 1e-5);
+}
+
 // fn(inputs) and the gradient of each input against upstream gradient g (cast to the output's dtype), in
 // that order. fn gets fresh leaf copies of the inputs; an undefined input stays undefined and so does its gradient.
 template <typename Fn>
@@ -128,3 +229,16 @@ std::vector<torch::Tensor> output_and_gradients(const Fn& fn, const std::vector<
 }
 
 }  // namespace loom::test
+
+// A tensor in a Catch message: its dtype and shape, not every element.
+namespace Catch {
+template <>
+struct StringMaker<torch::Tensor> {
+  static std::string convert(const torch::Tensor& t) {
+    if (!t.defined()) return "undefined tensor";
+    std::ostringstream out;
+    out << t.scalar_type() << " tensor " << t.sizes();
+    return out.str();
+  }
+};
+}  // namespace Catch
