@@ -23,6 +23,17 @@ refused() {
     || fail "no holder in the message: $(tail -3 "$log")"
 }
 
+# A 2-rank job started on RUN, its output in LOG, must be refused.
+job_refused() {
+  local run=$1 log=$2 code
+  set +e
+  # shellcheck disable=SC2046
+  timeout 120 "${MPIRUN[@]}" -np 2 "$LOOM" train $(train_args "$run") --set parallel.dp=2 >"$log" 2>&1
+  code=$?
+  set -e
+  refused $code "$log" "$run"
+}
+
 # A single process holds the run, stalled in step 12 (after its step-10 checkpoint).
 run=$WORK/run
 LOOM_FAULT_INJECTION=stall@12 tiny_train_bg "$run" >"$run.log" 2>&1
@@ -55,12 +66,7 @@ LOOM_FAULT_INJECTION=stall@12 "${MPIRUN[@]}" -x LOOM_FAULT_INJECTION -np 2 "$LOO
   --set parallel.dp=2 >"$mpi.log" 2>&1 &
 job=$!
 wait_for_step "$mpi" 11
-set +e
-# shellcheck disable=SC2046
-timeout 120 "${MPIRUN[@]}" -np 2 "$LOOM" train $(train_args "$mpi") --set parallel.dp=2 > "$WORK/second-job.log" 2>&1
-code=$?
-set -e
-refused $code "$WORK/second-job.log" "$mpi"
+job_refused "$mpi" "$WORK/second-job.log"
 [ "$(grep -c "is in use by loom pid" "$WORK/second-job.log")" -ge 2 ] || fail "not every rank of the second job was told"
 set +e
 tiny_train "$mpi" > "$WORK/single.log" 2>&1
@@ -73,12 +79,7 @@ wait $job 2>/dev/null || true
 held=$WORK/held
 LOOM_FAULT_INJECTION=stall@12 tiny_train_bg "$held" >"$held.log" 2>&1
 wait_for_step "$held" 11
-set +e
-# shellcheck disable=SC2046
-timeout 120 "${MPIRUN[@]}" -np 2 "$LOOM" train $(train_args "$held") --set parallel.dp=2 > "$WORK/job.log" 2>&1
-code=$?
-set -e
-refused $code "$WORK/job.log" "$held"
+job_refused "$held" "$WORK/job.log"
 grep -q "pid $pid " "$WORK/job.log" || fail "the job's message names another pid than the holder's $pid"
 echo "2-rank jobs: refused by a job and a process holding the run, and refusing both"
 echo PASS
