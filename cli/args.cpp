@@ -89,9 +89,9 @@ Args parse_args(const std::vector<std::string>& argv, const std::set<std::string
       args.options[name] = value;
     }
   }
-  if (args.positional.size() != positional_count)
-    throw ConfigError("expected " + std::to_string(positional_count) + " argument(s), got " +
-                      std::to_string(args.positional.size()) + "\nusage: " + usage);
+  if (positional_count == kOneOrMore ? args.positional.empty() : args.positional.size() != positional_count)
+    throw ConfigError("expected " + (positional_count == kOneOrMore ? "at least 1" : std::to_string(positional_count)) +
+                      " argument(s), got " + std::to_string(args.positional.size()) + "\nusage: " + usage);
   return args;
 }
 

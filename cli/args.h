@@ -26,6 +26,9 @@ struct Args {
   bool flag(const std::string& name) const { return flags.count(name) > 0; }
 };
 
+// positional_count: how many positionals a command takes (exactly), or kOneOrMore.
+constexpr size_t kOneOrMore = static_cast<size_t>(-1);
+
 // value_options take a value (`--top-k 5`); flag_options do not. `--set` is always accepted.
 Args parse_args(const std::vector<std::string>& argv, const std::set<std::string>& value_options,
                 const std::set<std::string>& flag_options, size_t positional_count, const std::string& usage);

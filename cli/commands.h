@@ -15,6 +15,7 @@ int train_command(const Argv& argv, const ProcessGroup& processes);
 int generate_command(const Argv& argv, const ProcessGroup& processes);
 int info_command(const Argv& argv, const ProcessGroup& processes);
 int tokenize_command(const Argv& argv, const ProcessGroup& processes);
+int prepare_command(const Argv& argv, const ProcessGroup& processes);
 int config_command(const Argv& argv, const ProcessGroup& processes);
 int eval_command(const Argv& argv, const ProcessGroup& processes);
 int export_command(const Argv& argv, const ProcessGroup& processes);

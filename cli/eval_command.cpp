@@ -83,6 +83,9 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
     if (config.data.test.empty())
       throw ConfigError(config.where("data.test") + ": data.test: no test file for --split test (set it, or pass "
                         "--set data.test=FILE)");
+    if (std::filesystem::is_directory(config.data.test))
+      throw ConfigError(config.where("data.test") + ": data.test: " + config.data.test + " is a directory: a prepared "
+                        "directory holds a train and a valid split; data.test takes a token file");
     config.data.valid = config.data.test;
   }
   LOOM_CHECK(config.train.eval_batches > 0, "train.eval_batches is 0: nothing to evaluate");

@@ -22,6 +22,11 @@ commands:
                                               sample a continuation, printed as it is sampled; ends at
                                               the tokenizer's end of sequence unless --ignore-eos
   info CONFIG [--set ...] [--json]            parameters and training FLOPs per token
+  prepare INPUT... --tokenizer MODEL --out DIR [--field KEY] [--valid-fraction F] [--threads N]
+          [--doc-per-file | --blank-line-docs] [--on-error fail|skip] [--shard-tokens N]
+          [--train-tokenizer sentencepiece --vocab N]
+                                              text / JSONL corpora (.gz, .zst; files, directories,
+                                              globs) -> a directory data.train / data.valid read
   tokenize --tokenizer MODEL --out FILE TEXT  text file (one line per document) -> token file
            [--target TARGET_TEXT]             ... or line-aligned source/target files -> pair file
   config CONFIG [--set ...] [--get KEY]        print the resolved config (or one key)
@@ -46,6 +51,7 @@ int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes
   const std::map<std::string, Command> commands = {
       {"train", loom::cli::train_command},       {"generate", loom::cli::generate_command},
       {"info", loom::cli::info_command},         {"tokenize", loom::cli::tokenize_command},
+      {"prepare", loom::cli::prepare_command},
       {"config", loom::cli::config_command},     {"eval", loom::cli::eval_command},
       {"export", loom::cli::export_command},     {"comm-bench", loom::cli::comm_bench_command},
       {"status", loom::cli::status_command},

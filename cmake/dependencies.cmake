@@ -20,6 +20,10 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+# `loom prepare`: gzip (zlib) and zstd corpora, JSON Lines through simdjson.
+find_package(ZLIB REQUIRED)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+find_package(simdjson REQUIRED)
 
 # OpenMP: ATen's at::parallel_for (ATen/ParallelOpenMP.h) only runs in parallel in code compiled with it; without
 # it loom's own kernels would each run on one thread. LibTorch's libgomp.so.1 is the one loaded at run time.
@@ -29,7 +33,8 @@ add_library(loom_deps INTERFACE)
 # libstdc++ comes first among the shared libraries: the torch wheel's libtorch.so exports its own copy
 # of std::filesystem (built with an older GCC) and, found first, it crashes (remove_all) in our code.
 target_link_libraries(loom_deps INTERFACE
-  stdc++ ${TORCH_LIBRARIES} OpenMP::OpenMP_CXX MPI::MPI_C yaml-cpp spdlog::spdlog nlohmann_json::nlohmann_json PkgConfig::SENTENCEPIECE)
+  stdc++ ${TORCH_LIBRARIES} OpenMP::OpenMP_CXX MPI::MPI_C yaml-cpp spdlog::spdlog nlohmann_json::nlohmann_json PkgConfig::SENTENCEPIECE
+  ZLIB::ZLIB PkgConfig::ZSTD simdjson::simdjson)
 # LibTorch's include dir carries its own (newer) fmt, which spdlog (built against Debian's fmt) cannot use.
 # A directory holding only a link to the system fmt goes first on the include path, so <fmt/...> is
 # Debian's everywhere; LibTorch's public headers that loom includes do not need fmt.

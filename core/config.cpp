@@ -77,6 +77,53 @@ void assign(const YAML::Node& node, std::vector<T>& out, const std::string& wher
   out = values;
 }
 
+// Where an item inside a key's value is: its own line of the same file ("configs/x.yaml:14"), or the
+// key's `where` when that is a --set (whose YAML has lines of its own) or the item has no position.
+std::string where_item(const std::string& where, const YAML::Node& item) {
+  const auto colon = where.rfind(':');
+  if (where.rfind("--set", 0) == 0 || colon == std::string::npos || item.Mark().is_null()) return where;
+  return where.substr(0, colon + 1) + std::to_string(item.Mark().line + 1);
+}
+
+// One data source of a list: a path (weight 1) or a {path, weight} mapping.
+DataSource data_source(const YAML::Node& item, const std::string& where, const std::string& key) {
+  DataSource source;
+  if (item.IsScalar()) {
+    assign(item, source.path, where, key);
+    return source;
+  }
+  if (!item.IsMap()) type_error(where, key, "a path or a {path, weight} mapping", item);
+  bool has_path = false;
+  for (const auto& entry : item) {
+    const std::string name = entry.first.Scalar();
+    const std::string entry_where = where_item(where, entry.first);
+    if (name == "path") {
+      assign(entry.second, source.path, entry_where, key + ".path");
+      has_path = true;
+    } else if (name == "weight") {
+      assign(entry.second, source.weight, entry_where, key + ".weight");
+    } else {
+      throw ConfigError(entry_where + ": " + key + "." + name + ": unknown key (a data source has path and weight)");
+    }
+  }
+  if (!has_path) throw ConfigError(where + ": " + key + ": a data source needs a path");
+  return source;
+}
+
+// data.train: one path (weight 1), nothing (none), or a list of sources mixed by weight.
+void assign(const YAML::Node& node, std::vector<DataSource>& out, const std::string& where, const std::string& key) {
+  std::vector<DataSource> sources;
+  if (node.IsScalar()) {
+    if (!node.Scalar().empty()) sources.push_back({node.Scalar(), 1.0});
+  } else if (node.IsSequence()) {
+    for (const auto& item : node)
+      sources.push_back(data_source(item, where_item(where, item), key + "[" + std::to_string(sources.size()) + "]"));
+  } else if (!node.IsNull()) {
+    type_error(where, key, "a path or a list of {path, weight} sources", node);
+  }
+  out = sources;
+}
+
 YAML::Node to_node(int64_t v) { return YAML::Node(v); }
 // The shortest text that reads back as exactly v (0.1, not 0.10000000000000001).
 YAML::Node to_node(double v) {
@@ -93,6 +140,21 @@ template <class T>
 YAML::Node to_node(const std::vector<T>& v) {
   YAML::Node seq(YAML::NodeType::Sequence);
   for (const T& x : v) seq.push_back(to_node(x));
+  seq.SetStyle(YAML::EmitterStyle::Flow);
+  return seq;
+}
+
+// A single unweighted source stays a plain path, so config.yaml reads as it always did.
+YAML::Node to_node(const std::vector<DataSource>& sources) {
+  if (sources.empty()) return YAML::Node(std::string());
+  if (sources.size() == 1 && sources[0].weight == 1.0) return YAML::Node(sources[0].path);
+  YAML::Node seq(YAML::NodeType::Sequence);
+  for (const auto& s : sources) {
+    YAML::Node item(YAML::NodeType::Map);
+    item["path"] = s.path;
+    item["weight"] = to_node(s.weight);
+    seq.push_back(item);
+  }
   seq.SetStyle(YAML::EmitterStyle::Flow);
   return seq;
 }

@@ -52,8 +52,20 @@ struct ModelConfig {
   int64_t pipeline_layers() const { return encoder_decoder() ? encoder_layers() + n_layers : n_layers; }
 };
 
+// One source of training data: a prepared directory (`loom prepare`) or a token file, and its weight in
+// a mixture (the share of training sequences drawn from it is weight / the sum of the weights).
+struct DataSource {
+  std::string path;
+  double weight = 1.0;
+};
+// nlohmann::json's hook (found by ADL; a template, so config.h needs no JSON header): {"path", "weight"}.
+template <class Json>
+void to_json(Json& j, const DataSource& s) {
+  j = Json{{"path", s.path}, {"weight", s.weight}};
+}
+
 struct DataConfig {
-  std::string train;
+  std::vector<DataSource> train;  // YAML: a path, or a list of {path, weight}; empty: none
   std::string valid;
   std::string test;
   int64_t seq_len = 128;

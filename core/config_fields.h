@@ -35,8 +35,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.init_std", c.model.init_std, "Std of the normal weight init; residual projections use init_std / sqrt(2 * n_layers).");
   v("model.init_from", c.model.init_from, "A .safetensors file (Hugging Face GPT-2 or LLaMA names, or loom's; see `loom export`) whose weights a fresh run starts from instead of the random init; shapes must match the model.* keys. A resumed run uses its checkpoint.");
 
-  v("data.train", c.data.train, "Training token file (made by scripts/prepare_kjv.sh or `loom tokenize`).");
-  v("data.valid", c.data.valid, "Validation token file; empty disables evaluation.");
+  v("data.train", c.data.train, "Training data: a directory made by `loom prepare` (its train split), or a token file (scripts/prepare_kjv.sh, `loom tokenize`); or a list of sources mixed by weight, `[{path: DIR_A, weight: 0.7}, {path: DIR_B, weight: 0.3}]` (each sequence comes from source i with probability weight_i / sum of weights, exactly so over any run of steps; metrics.jsonl counts tokens_by_source). A single path is a source of weight 1.");
+  v("data.valid", c.data.valid, "Validation data: a directory made by `loom prepare` (its valid split) or a token file; empty disables evaluation.");
   v("data.test", c.data.test, "Test token file, read only by `loom eval --split test`.");
   v("data.seq_len", c.data.seq_len, "Tokens per training sequence (windows of seq_len + 1).");
   v("data.synthetic", c.data.synthetic, "transformer: train on generated pairs instead of files: `reverse` (target = source reversed) or `copy`; empty: none.");
@@ -46,7 +46,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("data.synthetic_valid_size", c.data.synthetic_valid_size, "Pairs in the fixed synthetic validation set.");
   v("data.pad_to_multiple", c.data.pad_to_multiple, "transformer: pad every pair batch's source and target length up to a multiple of this many positions (padding is masked and counts for nothing in the loss; 8 suits tensor cores). With parallel.sequence_parallel the batches are padded to lcm(this, parallel.tp); model.max_seq_len must be a multiple of that. 1: pad only to the longest pair.");
 
-  v("tokenizer.model", c.tokenizer.model, "SentencePiece model the token files were made with (checked by checksum).");
+  v("tokenizer.model", c.tokenizer.model, "SentencePiece model the token files or prepared directories were made with (checked by checksum; `loom prepare --train-tokenizer` writes DIR/tokenizer.model).");
 
   v("optim.lr", c.optim.lr, "Peak learning rate (for inverse_sqrt: the scale of the Noam formula).");
   v("optim.betas", c.optim.betas, "AdamW betas [beta1, beta2].");

@@ -147,6 +147,16 @@ void validate(const Config& c) {
     check.require(m.vocab_size == 0 || m.vocab_size >= d.synthetic_vocab, "model.vocab_size", m.vocab_size,
                   " is smaller than data.synthetic_vocab=", d.synthetic_vocab);
   }
+  for (size_t i = 0; i < d.train.size(); ++i) {
+    check.require(!d.train[i].path.empty(), "data.train", "source ", i, " has an empty path");
+    check.require(d.train[i].weight > 0, "data.train", "source ", i, " (", d.train[i].path, ") has weight ",
+                  d.train[i].weight, ": weights must be > 0");
+    for (size_t j = 0; j < i; ++j)
+      check.require(d.train[j].path != d.train[i].path, "data.train", "sources ", j, " and ", i, " are both ",
+                    d.train[i].path, ": list it once, with the sum of the weights");
+  }
+  if (m.encoder_decoder())
+    check.require(d.train.size() <= 1, "data.train", "model.arch=transformer trains on one pair file, not a mixture");
   const auto& dec = c.decode;
   check.require(dec.beam >= 1, "decode.beam", dec.beam, " must be >= 1 (1: greedy)");
   check.require(dec.length_penalty >= 0, "decode.length_penalty", dec.length_penalty, " must be >= 0");

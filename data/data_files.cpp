@@ -11,13 +11,41 @@ bool data_file_given(const std::string& path, const std::string& key, const Conf
   if (path.empty()) return false;
   if (!std::filesystem::exists(path))
     throw ConfigError(config.where(key) + ": " + key + ": " + path +
-                " does not exist (scripts/prepare_kjv.sh makes the KJV data, scripts/prepare_bible_mt.sh the "
+                " does not exist (loom prepare makes a directory of your own data; scripts/prepare_kjv.sh makes the KJV "
+                "data, scripts/prepare_bible_mt.sh the "
                 "English-Spanish pairs)");
   return true;
 }
 
 std::unique_ptr<TokenFile> open_token_file(const std::string& path, const std::string& key, const Config& config) {
   return data_file_given(path, key, config) ? std::make_unique<TokenFile>(path) : nullptr;
+}
+
+std::unique_ptr<TokenCorpus> open_token_corpus(const std::string& path, const std::string& key, const std::string& split,
+                                               const Config& config) {
+  if (!data_file_given(path, key, config)) return nullptr;
+  try {
+    return std::make_unique<TokenCorpus>(path, split);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(key + ": " + e.what());
+  }
+}
+
+void check_tokenizer(const Config& config, const std::vector<const TokenCorpus*>& corpora) {
+  if (corpora.empty()) return;
+  if (config.tokenizer.model.empty()) {
+    for (const TokenCorpus* c : corpora)
+      if (c->tokenizer_crc() != corpora.front()->tokenizer_crc())
+        throw Error(corpora.front()->name() + " and " + c->name() + " were made with different tokenizers");
+    return;
+  }
+  const Tokenizer tokenizer(config.tokenizer.model);
+  for (const TokenCorpus* c : corpora)
+    if (tokenizer.checksum() != c->tokenizer_crc())
+      throw Error(c->name() + " was not made with tokenizer.model=" + config.tokenizer.model +
+                  " (checksum mismatch): re-run the data preparation or point tokenizer.model at the right model");
 }
 
 void check_tokenizer(const Config& config, const TokenFile& data, const TokenFile* other) {
@@ -45,8 +73,9 @@ int64_t planned_vocab_size(const Config& config) {
   if (config.model.vocab_size > 0) return config.model.vocab_size;
   const auto& tokenizer = config.tokenizer.model;
   if (!tokenizer.empty() && std::filesystem::exists(tokenizer)) return Tokenizer(tokenizer).vocab_size();
-  const auto& train = config.data.train;
-  if (!train.empty() && std::filesystem::exists(train)) return TokenFile(train).vocab_size();
+  // A mixture's sources share one tokenizer (check_tokenizer): the first one's vocabulary is the run's.
+  const std::string train = config.data.train.empty() ? std::string() : config.data.train.front().path;
+  if (!train.empty() && std::filesystem::exists(train)) return TokenCorpus(train, "train").vocab_size();
   std::string why;
   if (!tokenizer.empty()) why = " tokenizer.model=" + tokenizer + " does not exist yet";
   if (!train.empty()) why += std::string(why.empty() ? "" : " and") + " data.train=" + train + " does not exist yet";

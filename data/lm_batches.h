@@ -1,15 +1,16 @@
-// Where the Trainer's language-model batches come from: a token file through the deterministic
-// LmSampler (training), or synthetic uniform random tokens (`loom bench`, which needs no data and must
-// measure exactly the step `loom train` runs). Both are pure functions of (seed, step, sequence index),
-// so the Trainer never cares which one it has.
+// Where the Trainer's language-model batches come from: token files or prepared directories, one or a
+// weighted mixture, through the deterministic LmSampler (data/lm_mixture.h), or synthetic uniform random
+// tokens (`loom bench`, which needs no data and must measure exactly the step `loom train` runs). Both are
+// pure functions of (seed, step, sequence index), so the Trainer never cares which one it has.
 #pragma once
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "data/lm_sampler.h"
-#include "data/token_file.h"
 
 namespace loom {
 
@@ -18,19 +19,10 @@ class LmBatches {
   virtual ~LmBatches() = default;
   // Sequences [first, first + count) of the global batch of `step`.
   virtual LmBatch train_batch(int64_t step, int64_t first, int64_t count) const = 0;
-};
-
-// Windows of a token file, placed by the LmSampler.
-class TokenFileBatches : public LmBatches {
- public:
-  TokenFileBatches(const TokenFile& file, LmSampler sampler) : file_(file), sampler_(sampler) {}
-  LmBatch train_batch(int64_t step, int64_t first, int64_t count) const override {
-    return sampler_.train_batch(file_, step, first, count);
-  }
-
- private:
-  const TokenFile& file_;
-  LmSampler sampler_;
+  // A mixture's sources (empty when the data is one source), and per source the tokens of the whole
+  // global batch of `step` (metrics.jsonl's tokens_by_source).
+  virtual std::vector<std::string> source_names() const { return {}; }
+  virtual std::vector<int64_t> source_tokens(int64_t) const { return {}; }
 };
 
 // Uniform random tokens in [0, vocab_size): sequence i of step s depends only on (seed, s, i).

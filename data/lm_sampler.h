@@ -5,8 +5,9 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
-#include "data/token_file.h"
+#include "data/token_corpus.h"
 
 namespace loom {
 
@@ -19,20 +20,22 @@ class LmSampler {
  public:
   LmSampler(uint64_t seed, int64_t seq_len) : seed_(seed), seq_len_(seq_len) {}
 
-  // Start of sequence `index` of the global batch of `step`.
-  int64_t window_start(const TokenFile& file, int64_t step, int64_t index) const;
+  // The window (TokenCorpus::window's number) of sequence `index` of the global batch of `step`.
+  int64_t window_start(const TokenCorpus& corpus, int64_t step, int64_t index) const;
 
   // Sequences [first, first + count) of the global batch of `step`.
-  LmBatch train_batch(const TokenFile& file, int64_t step, int64_t first, int64_t count) const;
+  LmBatch train_batch(const TokenCorpus& corpus, int64_t step, int64_t first, int64_t count) const;
 
   // Evaluation: consecutive non-overlapping windows; sequences [first, first + count) (wrapping around).
-  LmBatch eval_batch(const TokenFile& file, int64_t first, int64_t count) const;
+  LmBatch eval_batch(const TokenCorpus& corpus, int64_t first, int64_t count) const;
+
+  // Windows (seq_len + 1 tokens each) as a batch.
+  LmBatch batch_of(const std::vector<torch::Tensor>& windows) const;
 
   int64_t seq_len() const { return seq_len_; }
+  uint64_t seed() const { return seed_; }
 
  private:
-  LmBatch gather(const TokenFile& file, const std::vector<int64_t>& starts) const;
-
   uint64_t seed_;
   int64_t seq_len_;
 };

@@ -71,7 +71,7 @@ std::unique_ptr<Seq2SeqSource> make_seq2seq_source(const Config& config, bool tr
     if (config.train.batch_tokens <= 0)
       throw ConfigError(config.where("train.batch_tokens") + ": train.batch_tokens: translation pairs are batched "
                         "by tokens; set it (for example 4096)");
-    train = open_pairs(d.train, "data.train");
+    train = open_pairs(d.train.front().path, "data.train");  // one source: config validation refuses a mixture
   }
   valid = open_pairs(d.valid, "data.valid");
   if (!train && !valid)

@@ -98,24 +98,33 @@ torch::Tensor TokenFile::slice(int64_t start, int64_t length) const {
   return out;
 }
 
-void write_token_file(const std::filesystem::path& path, const std::vector<int32_t>& tokens, int64_t vocab_size,
-                      uint32_t tokenizer_crc, TokenLayout layout) {
+uint32_t token_bytes_for(int64_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
+
+TokenFileHeader make_token_file_header(uint64_t count, int64_t vocab_size, uint32_t tokenizer_crc, uint32_t data_crc,
+                                       TokenLayout layout) {
   TokenFileHeader header{};
   std::memcpy(header.magic, kMagic, sizeof kMagic);
   header.version = kVersion;
-  header.token_bytes = vocab_size <= 65536 ? 2 : 4;
-  header.count = tokens.size();
+  header.token_bytes = token_bytes_for(vocab_size);
+  header.count = count;
   header.vocab_size = static_cast<uint64_t>(vocab_size);
   header.tokenizer_crc = tokenizer_crc;
+  header.data_crc = data_crc;
   header.layout = static_cast<uint32_t>(layout);
+  return header;
+}
 
-  std::string data(tokens.size() * header.token_bytes, '\0');
+void write_token_file(const std::filesystem::path& path, const std::vector<int32_t>& tokens, int64_t vocab_size,
+                      uint32_t tokenizer_crc, TokenLayout layout) {
+  const uint32_t width = token_bytes_for(vocab_size);
+  std::string data(tokens.size() * width, '\0');
   for (size_t i = 0; i < tokens.size(); ++i) {
     LOOM_CHECK(tokens[i] >= 0 && tokens[i] < vocab_size, "token id ", tokens[i], " outside vocabulary of ", vocab_size);
     const uint32_t v = static_cast<uint32_t>(tokens[i]);
-    std::memcpy(&data[i * header.token_bytes], &v, header.token_bytes);  // little-endian host
+    std::memcpy(&data[i * width], &v, width);  // little-endian host
   }
-  header.data_crc = crc32(data.data(), data.size());
+  const TokenFileHeader header =
+      make_token_file_header(tokens.size(), vocab_size, tokenizer_crc, crc32(data.data(), data.size()), layout);
   std::string bytes(reinterpret_cast<const char*>(&header), sizeof header);
   write_file_atomic(path, bytes + data);
 }

@@ -40,6 +40,7 @@ class TokenFile {
   int64_t size() const { return static_cast<int64_t>(header_.count); }
   int64_t vocab_size() const { return static_cast<int64_t>(header_.vocab_size); }
   uint32_t tokenizer_crc() const { return header_.tokenizer_crc; }
+  uint32_t data_crc() const { return header_.data_crc; }
   TokenLayout layout() const { return static_cast<TokenLayout>(header_.layout); }
   const std::filesystem::path& path() const { return path_; }
 
@@ -54,6 +55,14 @@ class TokenFile {
   void* map_ = nullptr;
   size_t map_size_ = 0;
 };
+
+// Token width of a file for this vocabulary: 2 bytes up to 65536 ids, else 4.
+uint32_t token_bytes_for(int64_t vocab_size);
+
+// The header of a file of `count` tokens whose data (count * token_bytes_for(vocab_size) bytes) has CRC-32
+// data_crc: what a writer that streams the data (data/shard_writer.h) puts in front of it once it is done.
+TokenFileHeader make_token_file_header(uint64_t count, int64_t vocab_size, uint32_t tokenizer_crc, uint32_t data_crc,
+                                       TokenLayout layout = TokenLayout::kStream);
 
 void write_token_file(const std::filesystem::path& path, const std::vector<int32_t>& tokens, int64_t vocab_size,
                       uint32_t tokenizer_crc, TokenLayout layout = TokenLayout::kStream);

@@ -144,6 +144,8 @@ void write_shard(const fs::path& path, const CheckpointParts& parts, const Train
   shard.write("state.elapsed_s", torch::tensor({state.elapsed_s}, torch::kDouble));
   shard.write("state.skipped_steps", scalar(state.skipped_steps));
   shard.write("state.bad_streak", scalar(state.bad_streak));
+  if (!state.tokens_by_source.empty())
+    shard.write("state.tokens_by_source", torch::tensor(state.tokens_by_source, torch::kLong));
   // Serialised in memory and written by loom's own checked I/O: LibTorch's file writer aborts the
   // process when the disk fills up, instead of reporting it.
   std::string bytes;
@@ -353,6 +355,10 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   // Checkpoints written before steps could be skipped for non-finite values hold no counts: none.
   if (torch::Tensor t; shard.try_read("state.skipped_steps", t)) state.skipped_steps = t.item<int64_t>();
   if (torch::Tensor t; shard.try_read("state.bad_streak", t)) state.bad_streak = t.item<int64_t>();
+  if (torch::Tensor t; shard.try_read("state.tokens_by_source", t)) {
+    const auto counts = t.to(torch::kLong).contiguous();
+    state.tokens_by_source.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+  }
   // A checkpoint of a run without loss scaling (bf16, fp32) resumed in fp16 starts from the initial scale.
   if (torch::Tensor scaler; parts.loss_scaler != nullptr && shard.try_read("loss_scaler", scaler))
     parts.loss_scaler->load_state(scaler);

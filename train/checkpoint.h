@@ -25,6 +25,7 @@ struct TrainState {
   double elapsed_s = 0;
   int64_t skipped_steps = 0;  // steps without an update (non-finite loss or gradients, fp16 overflow)
   int64_t bad_streak = 0;     // bad steps in a row up to now (train/nonfinite_guard.h)
+  std::vector<int64_t> tokens_by_source = {};  // a mixture's training tokens per source (Task::source_tokens)
 };
 
 struct CheckpointParts {

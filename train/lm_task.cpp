@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "data/data_files.h"
+#include "data/lm_mixture.h"
 #include "models/hf_weights.h"
 #include "optim/cross_entropy.h"
 #include "optim/linear_cross_entropy.h"
@@ -9,10 +10,9 @@
 namespace loom {
 namespace fs = std::filesystem;
 
-LmTask::LmTask(Gpt model, std::unique_ptr<TokenFile> train, std::unique_ptr<LmBatches> batches,
-               std::unique_ptr<TokenFile> valid, const Config& config, std::unique_ptr<TensorParallelRng> tp_rng)
+LmTask::LmTask(Gpt model, std::unique_ptr<LmBatches> batches, std::unique_ptr<TokenCorpus> valid, const Config& config,
+               std::unique_ptr<TensorParallelRng> tp_rng)
     : model_(std::move(model)),
-      train_(std::move(train)),
       batches_(std::move(batches)),
       valid_(std::move(valid)),
       sampler_(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
@@ -63,23 +63,28 @@ void LmTask::load_weights(const fs::path& file) { load_weights_file(*model_, fil
 
 std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskData data, Gpt trained,
                                      Communicator* tp, std::unique_ptr<LmBatches> train_batches, int64_t pp_stage) {
-  std::unique_ptr<TokenFile> train, valid;
+  std::vector<LmSource> sources;
   if (data == TaskData::kTraining && !train_batches) {
     if (config.data.train.empty())
-      throw ConfigError(config.where("data.train") + ": data.train: no training token file given");
-    train = open_token_file(config.data.train, "data.train", config);
+      throw ConfigError(config.where("data.train") + ": data.train: no training data given (a token file, a "
+                        "directory made by loom prepare, or a list of {path, weight})");
+    for (const auto& source : config.data.train)
+      sources.push_back({source.path, source.weight, open_token_corpus(source.path, "data.train", "train", config)});
   }
-  valid = open_token_file(config.data.valid, "data.valid", config);
+  auto valid = open_token_corpus(config.data.valid, "data.valid", "valid", config);
   if (data == TaskData::kEvaluation && !valid)
     throw ConfigError(config.where("data.valid") + ": data.valid: no evaluation token file (pass --set data.valid=FILE)");
-  if (train || valid) {
-    const TokenFile& first = train ? *train : *valid;
-    check_tokenizer(config, first, train ? valid.get() : nullptr);
-    resolve_vocab(config, first.vocab_size(), first.path().string());
+  std::vector<const TokenCorpus*> corpora;
+  for (const auto& s : sources) corpora.push_back(s.corpus.get());
+  if (valid) corpora.push_back(valid.get());
+  if (!corpora.empty()) {
+    check_tokenizer(config, corpora);
+    for (const TokenCorpus* c : corpora) resolve_vocab(config, c->vocab_size(), c->name());
   }
-  if (train)
-    train_batches = std::make_unique<TokenFileBatches>(
-        *train, LmSampler(static_cast<uint64_t>(config.run.seed), config.data.seq_len));
+  if (!sources.empty())
+    train_batches = std::make_unique<LmMixture>(
+        std::move(sources), LmSampler(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
+        config.train.batch_size);
   std::unique_ptr<TensorParallelRng> tp_rng;
   if (!trained) {
     // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
@@ -91,8 +96,7 @@ std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskD
     trained->set_activation_checkpointing(activation_checkpointing_kind(config.train.activation_checkpointing));
     seed_stage_dropout(config, pp_stage);
   }
-  return std::make_unique<LmTask>(trained, std::move(train), std::move(train_batches), std::move(valid), config,
-                                  std::move(tp_rng));
+  return std::make_unique<LmTask>(trained, std::move(train_batches), std::move(valid), config, std::move(tp_rng));
 }
 
 }  // namespace loom

@@ -1,10 +1,10 @@
-// The language-model task: the GPT trained on windows of a token file (data/lm_sampler.h), loss the
-// next-token cross-entropy.
+// The language-model task: the GPT trained on windows of token files or prepared directories, one or a
+// weighted mixture (data/lm_mixture.h), loss the next-token cross-entropy.
 #pragma once
 #include <memory>
 
 #include "data/lm_batches.h"
-#include "data/token_file.h"
+#include "data/token_corpus.h"
 #include "models/gpt.h"
 #include "train/task.h"
 
@@ -12,16 +12,19 @@ namespace loom {
 
 class LmTask : public Task {
  public:
-  // batches: where training batches come from (null: evaluation only); train: the token file they read,
-  // if any; valid may be null (no evaluation).
-  LmTask(Gpt model, std::unique_ptr<TokenFile> train, std::unique_ptr<LmBatches> batches,
-         std::unique_ptr<TokenFile> valid, const Config& config, std::unique_ptr<TensorParallelRng> tp_rng = nullptr);
+  // batches: where training batches come from (null: evaluation only); valid may be null (no evaluation).
+  LmTask(Gpt model, std::unique_ptr<LmBatches> batches, std::unique_ptr<TokenCorpus> valid, const Config& config,
+         std::unique_ptr<TensorParallelRng> tp_rng = nullptr);
 
   torch::nn::Module& model() override { return *model_; }
   TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
   int64_t train_batch_size(int64_t) const override { return batch_size_; }
   TaskBatch eval_batch(int64_t first, int64_t count) const override;
   bool can_evaluate() const override { return valid_ != nullptr; }
+  std::vector<std::string> source_names() const override { return batches_ ? batches_->source_names() : std::vector<std::string>{}; }
+  std::vector<int64_t> source_tokens(int64_t step) const override {
+    return batches_ ? batches_->source_tokens(step) : std::vector<int64_t>{};
+  }
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
   void load_weights(const std::filesystem::path& file) override;
   Communicator* tp_group() const override { return model_->tp_group(); }
@@ -32,16 +35,16 @@ class LmTask : public Task {
 
  private:
   Gpt model_;
-  std::unique_ptr<TokenFile> train_;
   std::unique_ptr<LmBatches> batches_;
-  std::unique_ptr<TokenFile> valid_;
+  std::unique_ptr<TokenCorpus> valid_;
   LmSampler sampler_;
   int64_t batch_size_;  // train.batch_size
   int64_t loss_chunk_tokens_;  // train.loss_chunk_tokens: the fused head + loss, 0 the plain logits
 };
 
-// Opens data.train / data.valid as `data` asks, checks them against tokenizer.model and fills
-// model.vocab_size from the training (else validation) file when it is 0. A fresh model is built with the
+// Opens data.train (each source: a token file or a prepared directory's train split) and data.valid (a
+// token file or a prepared directory's valid split) as `data` asks, checks them against tokenizer.model
+// and fills model.vocab_size from the training (else validation) data when it is 0. A fresh model is built with the
 // TP group `tp` (null: the whole model), its dropout stream, parallel.sequence_parallel, as pipeline
 // stage `pp_stage` of parallel.pp and with train.activation_checkpointing. train_batches, when given,
 // replace data.train (`loom bench`'s synthetic tokens; model.vocab_size must then be set).

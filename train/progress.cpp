@@ -127,7 +127,12 @@ void ProgressBar::update(int64_t step, int64_t max_steps, double loss, int64_t s
   state.tokens_per_s = seconds > 0 ? static_cast<double>(tokens) / seconds : 0;
   state.elapsed_s = elapsed_s;
   state.eta_s = eta_seconds(seconds, steps, max_steps - step);
-  screen().line = progress_line(state, terminal_columns());
+  show(progress_line(state, terminal_columns()));
+}
+
+void ProgressBar::show(const std::string& line) {
+  if (!enabled_) return;
+  screen().line = line.substr(0, static_cast<size_t>(std::max(terminal_columns(), 0)));
   screen().draw();
 }
 

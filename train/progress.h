@@ -43,6 +43,8 @@ class ProgressBar {
 
   // After a step: `steps` steps and `tokens` tokens so far in this session, elapsed_s of the whole run.
   void update(int64_t step, int64_t max_steps, double loss, int64_t steps, int64_t tokens, double elapsed_s);
+  // Any other line in the same place (`loom prepare`'s bytes, MB/s and ETA).
+  void show(const std::string& line);
   bool enabled() const { return enabled_; }
 
  private:

@@ -43,6 +43,11 @@ class Task {
   // covers at most once; 0: windows of a token stream, taken as train.eval_batches asks.
   virtual int64_t eval_size() const { return 0; }
 
+  // A mixture of training sources (data/lm_mixture.h): their names, and per source the tokens of the whole
+  // global batch of `step`, for metrics.jsonl's tokens_by_source. Empty: one source.
+  virtual std::vector<std::string> source_names() const { return {}; }
+  virtual std::vector<int64_t> source_tokens(int64_t) const { return {}; }
+
   // Forward pass: the mean loss over the batch's batch_tokens() (a scalar with gradient).
   virtual torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) = 0;
 

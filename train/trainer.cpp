@@ -209,9 +209,23 @@ StepResult Trainer::step() {
   // The next step reuses this one's CPU blocks; the cache lets go of the ones it did not need.
   if (CachingCpuAllocator* allocator = caching_cpu_allocator()) allocator->trim();
   clock.lap(&StepPhases::optimizer_s);
+  count_source_tokens();
   state_.step += 1;
   state_.tokens += step_tokens_;
   return result;
+}
+
+void Trainer::count_source_tokens() {
+  // Every rank counts the whole global batch (a pure function of the step), so every shard's state agrees.
+  const auto tokens = task_->source_tokens(state_.step);
+  if (tokens.empty()) return;
+  if (state_.tokens_by_source.size() != tokens.size()) {
+    if (!state_.tokens_by_source.empty())
+      spdlog::warn("data.train has {} sources, the checkpoint counted {}: tokens_by_source counts from zero",
+                   tokens.size(), state_.tokens_by_source.size());
+    state_.tokens_by_source.assign(tokens.size(), 0);
+  }
+  for (size_t s = 0; s < tokens.size(); ++s) state_.tokens_by_source[s] += tokens[s];
 }
 
 GradientNorm Trainer::global_gradient_norm() {
@@ -341,6 +355,11 @@ void Trainer::log_step(double loss, double lr, double grad_norm) {
                         {"lr", lr},              {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s},
                         {"elapsed_s", state_.elapsed_s}, {"skipped_steps", state_.skipped_steps}};
   row["grad_norm"] = finite_or_null(grad_norm);
+  const auto names = task_->source_names();
+  if (!names.empty() && names.size() == state_.tokens_by_source.size()) {
+    auto& by_source = row["tokens_by_source"] = nlohmann::json::object();
+    for (size_t s = 0; s < names.size(); ++s) by_source[names[s]] = state_.tokens_by_source[s];
+  }
   if (loss_scaler_.enabled()) row["loss_scale"] = loss_scaler_.scale();
   metrics_->write(row);
   interval_start_ = std::chrono::steady_clock::now();

@@ -66,6 +66,7 @@ class Trainer {
                                           double weight_per_token);
   Communicator& pp_group() const { return nccl_pp_group_ ? *nccl_pp_group_ : mesh_.pp_group(); }
   bool any_rank_stopping();
+  void count_source_tokens();  // a mixture's tokens per source of this step's global batch
   void log_step(double loss, double lr, double grad_norm);
   void maybe_evaluate(bool final_step);
   void checkpoint();

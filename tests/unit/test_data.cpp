@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/lm_sampler.h"
+#include "data/token_corpus.h"
 #include "data/token_file.h"
 #include "test_util.h"
 
@@ -141,7 +142,7 @@ fs::path counting_file(const std::string& name, int64_t n) {
 
 TEST_CASE("lm_sampler: windows are contiguous and targets are inputs shifted by one", "[data]") {
   const int64_t n = 3000, T = 16;
-  const loom::TokenFile file(counting_file("sampler", n));
+  const loom::TokenCorpus file(counting_file("sampler", n), "train");
   const loom::LmSampler sampler(42, T);
   const auto batch = sampler.train_batch(file, 5, 0, 64);
   REQUIRE(batch.inputs.sizes() == std::vector<int64_t>({64, T}));
@@ -159,7 +160,7 @@ TEST_CASE("lm_sampler: windows are contiguous and targets are inputs shifted by 
 }
 
 TEST_CASE("lm_sampler: batches are a pure function of (seed, step, index)", "[data]") {
-  const loom::TokenFile file(counting_file("sampler-det", 5000));
+  const loom::TokenCorpus file(counting_file("sampler-det", 5000), "train");
   const loom::LmSampler sampler(7, 12);
   const auto a = sampler.train_batch(file, 3, 0, 8);
   CHECK(a.inputs.equal(loom::LmSampler(7, 12).train_batch(file, 3, 0, 8).inputs));
@@ -177,7 +178,7 @@ TEST_CASE("lm_sampler: batches are a pure function of (seed, step, index)", "[da
 
 TEST_CASE("lm_sampler: evaluation windows are consecutive and wrap around", "[data]") {
   const int64_t n = 101, T = 10;  // (101 - 1) / 10 = 10 windows starting at 0, 10, ..., 90
-  const loom::TokenFile file(counting_file("sampler-eval", n));
+  const loom::TokenCorpus file(counting_file("sampler-eval", n), "train");
   const loom::LmSampler sampler(1, T);
   for (int64_t index : {0, 1, 2, 3}) {
     const auto batch = sampler.eval_batch(file, index * 4, 4);
@@ -188,12 +189,12 @@ TEST_CASE("lm_sampler: evaluation windows are consecutive and wrap around", "[da
     }
   }
   // Too few tokens for one window is an error naming the file, not a crash.
-  const loom::TokenFile small(counting_file("sampler-small", 10));
+  const loom::TokenCorpus small(counting_file("sampler-small", 10), "train");
   try {
     loom::LmSampler(1, T).train_batch(small, 0, 0, 1);
     FAIL("expected loom::Error");
   } catch (const loom::Error& e) {
-    CHECK(std::string(e.what()).find(small.path().string()) != std::string::npos);
+    CHECK(std::string(e.what()).find(small.name()) != std::string::npos);
   }
   CHECK_THROWS_AS(loom::LmSampler(1, T).eval_batch(small, 0, 1), loom::Error);
 }

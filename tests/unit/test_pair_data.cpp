@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "data/batch_slices.h"
 #include "data/lm_sampler.h"
+#include "data/token_corpus.h"
 #include "data/pair_file.h"
 #include "data/pair_sampler.h"
 #include "test_util.h"
@@ -93,8 +94,7 @@ TEST_CASE("pair_file: streams, broken pair structure and empty sides are refused
                     Catch::Contains("pair 0 holds EOS"));
   // A language model refuses a pair file.
   loom::write_pair_file(dir / "pairs.bin", {{5, 6}, {7}}, {{8}, {9, 10}}, kVocab, 0);
-  const loom::TokenFile pairs(dir / "pairs.bin");
-  CHECK_THROWS_WITH(loom::LmSampler(1, 2).train_batch(pairs, 0, 0, 1), Catch::Contains("holds translation pairs"));
+  CHECK_THROWS_WITH(loom::TokenCorpus(dir / "pairs.bin", "train"), Catch::Contains("holds translation pairs"));
 }
 
 TEST_CASE("pair_sampler: batches are laid out as seq2seq_batch.h says", "[data][pairs]") {

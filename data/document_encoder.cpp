@@ -1,0 +1,104 @@
+#include "data/document_encoder.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "data/text_hash.h"
+
+namespace loom {
+namespace {
+
+bool whitespace_only(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+  });
+}
+
+}  // namespace
+
+const char* split_name(int split) { return split == kValidSplit ? "valid" : "train"; }
+
+const char* skip_reason_key(SkipReason reason) {
+  switch (reason) {
+    case SkipReason::kMalformedJson: return "malformed_json";
+    case SkipReason::kMissingField: return "missing_field";
+    case SkipReason::kNotAString: return "not_a_string";
+    case SkipReason::kInvalidUtf8: return "invalid_utf8";
+    case SkipReason::kTooLong: return "too_long";
+    case SkipReason::kEmpty: return "empty";
+    case SkipReason::kCount: break;
+  }
+  return "unknown";
+}
+
+void DocumentBatch::add(std::string_view document_text, uint32_t file, int64_t line, bool too_long) {
+  documents.push_back({text.size(), document_text.size(), file, line, too_long});
+  text.append(document_text);
+  text += '\n';
+}
+
+void DocumentBatch::pad() { text.append(JsonFieldReader::kJsonPadding, ' '); }
+
+int document_split(std::string_view text, double valid_fraction) {
+  if (valid_fraction <= 0) return kTrainSplit;
+  return text_draw(text) < valid_fraction ? kValidSplit : kTrainSplit;
+}
+
+DocumentEncoder::DocumentEncoder(const Tokenizer& tokenizer, const std::vector<InputFile>& inputs,
+                                 EncodeOptions options, size_t workers)
+    : tokenizer_(tokenizer), inputs_(inputs), options_(std::move(options)) {
+  LOOM_CHECK(tokenizer_.eos_id() >= 0, "the tokenizer has no end-of-sequence token: loom separates documents by it");
+  for (size_t w = 0; w < workers; ++w) json_.push_back(std::make_unique<JsonFieldReader>(options_.field));
+}
+
+DocumentEncoder::~DocumentEncoder() = default;
+
+EncodedBatch DocumentEncoder::encode(const DocumentBatch& batch, size_t worker) const {
+  EncodedBatch out;
+  JsonFieldReader& json = *json_.at(worker);
+  const int32_t eos = tokenizer_.eos_id();
+  for (const auto& doc : batch.documents) {
+    auto skip = [&](SkipReason reason, std::string detail) {
+      out.skipped[static_cast<size_t>(reason)] += 1;
+      if (reason != SkipReason::kEmpty) out.problems.push_back({doc.file, doc.line, reason, std::move(detail)});
+    };
+    if (doc.too_long) {
+      skip(SkipReason::kTooLong, "");
+    } else {
+      std::string_view text(batch.text.data() + doc.offset, doc.size);
+      bool ok = true;
+      if (inputs_.at(doc.file).format == InputFormat::kJsonl) {
+        if (whitespace_only(text)) {
+          skip(SkipReason::kEmpty, "");
+          continue;
+        }
+        const FieldResult field = json.read(text);
+        switch (field.status) {
+          case FieldStatus::kOk: text = field.text; break;
+          case FieldStatus::kMalformed: skip(SkipReason::kMalformedJson, field.detail), ok = false; break;
+          case FieldStatus::kInvalidUtf8: skip(SkipReason::kInvalidUtf8, field.detail), ok = false; break;
+          case FieldStatus::kMissing: skip(SkipReason::kMissingField, field.detail), ok = false; break;
+          case FieldStatus::kNotString: skip(SkipReason::kNotAString, field.detail), ok = false; break;
+        }
+      } else if (!valid_utf8(text)) {
+        skip(SkipReason::kInvalidUtf8, "invalid UTF-8");
+        ok = false;
+      }
+      if (ok && whitespace_only(text)) {
+        skip(SkipReason::kEmpty, "");
+      } else if (ok) {
+        const int split = document_split(text, options_.valid_fraction);
+        const std::vector<int32_t> ids = tokenizer_.encode(std::string(text));
+        auto& tokens = out.tokens[static_cast<size_t>(split)];
+        tokens.insert(tokens.end(), ids.begin(), ids.end());
+        tokens.push_back(eos);
+        out.lengths[static_cast<size_t>(split)].push_back(static_cast<uint32_t>(ids.size() + 1));
+        out.text_bytes[static_cast<size_t>(split)] += static_cast<int64_t>(text.size());
+      }
+    }
+    if (options_.stop_at_problem && !out.problems.empty()) break;
+  }
+  return out;
+}
+
+}  // namespace loom
