@@ -1,7 +1,11 @@
 // `loom prepare`'s reading side: input lists from files, directories and globs; gzip and zstd streams
 // (concatenated members and frames, truncation, corruption); documents cut from lines, blank-line
 // paragraphs and whole files; a JSONL field by dotted path through simdjson; the split by text hash.
+// The hidden [.bench] case times simdjson against nlohmann-json on a JSONL corpus.
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -177,4 +181,40 @@ TEST_CASE("prepare split: by a hash of the text alone, at the asked fraction", "
   // Binomial(20000, 0.1): standard deviation 42; 5 sigma either way.
   CHECK(std::abs(valid - n / 10) < 5 * 43);
   CHECK(loom::document_split("anything", 0.0) == loom::kTrainSplit);
+}
+
+// Why simdjson: the field of every record of a JSONL corpus through JsonFieldReader (simdjson's DOM parser,
+// the record parsed whole) against nlohmann::json::parse + at(field), on ~64 MB of records shaped like a
+// Hugging Face dataset's ({"id", "text", "meta": {...}}). Both must find the same texts.
+TEST_CASE("prepare JSONL: simdjson against nlohmann-json on one corpus", "[.bench]") {
+  std::string corpus;
+  std::vector<size_t> starts;
+  for (uint64_t i = 0; corpus.size() < (64u << 20); ++i) {
+    std::string text;
+    for (uint64_t s = 0; s < 8; ++s) text += loom::test::sentence(i * 8 + s) + (s % 3 == 2 ? "\\n" : " ");
+    starts.push_back(corpus.size());
+    corpus += R"({"id": )" + std::to_string(i) + R"(, "text": ")" + text +
+              R"(", "meta": {"source": "bench", "score": 0.75, "tags": ["a", "b"]}})" + "\n";
+  }
+  starts.push_back(corpus.size());
+  corpus.append(loom::JsonFieldReader::kJsonPadding, ' ');
+  auto line = [&](size_t k) { return std::string_view(corpus.data() + starts[k], starts[k + 1] - starts[k] - 1); };
+  const size_t records = starts.size() - 1;
+  const double mb = static_cast<double>(starts.back()) / 1e6;
+
+  for (int round = 0; round < 3; ++round) {
+    loom::JsonFieldReader reader("text");
+    uint64_t simd_bytes = 0, nlohmann_bytes = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    for (size_t k = 0; k < records; ++k) simd_bytes += reader.read(line(k)).text.size();
+    auto t1 = std::chrono::steady_clock::now();
+    for (size_t k = 0; k < records; ++k)
+      nlohmann_bytes += nlohmann::json::parse(line(k)).at("text").get_ref<const std::string&>().size();
+    auto t2 = std::chrono::steady_clock::now();
+    CHECK(simd_bytes == nlohmann_bytes);
+    const double simd_s = std::chrono::duration<double>(t1 - t0).count();
+    const double nlohmann_s = std::chrono::duration<double>(t2 - t1).count();
+    WARN("round " << round << ": " << records << " records, " << mb << " MB: simdjson " << mb / simd_s
+                  << " MB/s, nlohmann-json " << mb / nlohmann_s << " MB/s (" << nlohmann_s / simd_s << "x)");
+  }
 }
