@@ -49,22 +49,24 @@ void AtomicFileWriter::append(const void* data, size_t size) {
   const auto* bytes = static_cast<const char*>(data);
   size_ += size;
   if (buffer_.size() + size > kBufferBytes) flush_buffer();
-  if (size >= kBufferBytes) {  // large pieces skip the buffer
-    buffer_.assign(bytes, size);
-    flush_buffer();
-    return;
-  }
-  buffer_.append(bytes, size);
+  if (size >= kBufferBytes)
+    write_all(bytes, size);  // large pieces (a whole checkpoint) go straight from the caller's memory
+  else
+    buffer_.append(bytes, size);
 }
 
-void AtomicFileWriter::flush_buffer() {
+void AtomicFileWriter::write_all(const char* bytes, size_t size) {
   size_t done = 0;
-  while (done < buffer_.size()) {
-    const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+  while (done < size) {
+    const ssize_t n = ::write(fd_, bytes + done, size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail("cannot write " + tmp_.string() + ": " + reason(errno));
     done += static_cast<size_t>(n);
   }
+}
+
+void AtomicFileWriter::flush_buffer() {
+  write_all(buffer_.data(), buffer_.size());
   buffer_.clear();
 }
 

@@ -2,7 +2,7 @@
 // commit() fsyncs it, renames it over NAME and fsyncs the directory. A writer destroyed (or abandon()ed)
 // before commit() removes NAME.tmp, so an interrupted or failed write leaves no file under NAME; a killed
 // process may leave NAME.tmp, which no reader takes for the real file. write_file_atomic (core/file_io.h)
-// is the one-shot form of the same idea, for bytes already in memory.
+// is this writer for bytes already in memory (checkpoints, manifests).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -29,6 +29,7 @@ class AtomicFileWriter {
   const std::filesystem::path& path() const { return path_; }
 
  private:
+  void write_all(const char* bytes, size_t size);
   void flush_buffer();
   [[noreturn]] void fail(const std::string& what);
 

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <array>
 #include <cerrno>
@@ -11,20 +12,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/atomic_writer.h"
 #include "core/error.h"
 
 namespace loom {
 namespace {
-
-std::array<uint32_t, 256> make_crc_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
 
 std::string os_error(const std::string& what, const std::filesystem::path& path) {
   return what + " " + path.string() + ": " + std::strerror(errno);
@@ -33,11 +25,7 @@ std::string os_error(const std::string& what, const std::filesystem::path& path)
 }  // namespace
 
 uint32_t crc32(const void* data, size_t size, uint32_t crc) {
-  static const auto table = make_crc_table();
-  const auto* bytes = static_cast<const uint8_t*>(data);
-  crc = ~crc;
-  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ bytes[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
+  return static_cast<uint32_t>(::crc32_z(crc, static_cast<const Bytef*>(data), size));
 }
 
 uint32_t crc32_file(const std::filesystem::path& path) {
@@ -92,29 +80,9 @@ void fsync_path(const std::filesystem::path& path) {
 }
 
 void write_file_atomic(const std::filesystem::path& path, const std::string& bytes) {
-  const auto tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  LOOM_CHECK(fd >= 0, os_error("cannot create", tmp));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string message = os_error("cannot write", tmp);
-      ::close(fd);
-      std::filesystem::remove(tmp);
-      throw Error(message);
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced) {
-    std::filesystem::remove(tmp);
-    throw Error(os_error("cannot fsync", tmp));
-  }
-  std::filesystem::rename(tmp, path);
-  fsync_path(path.parent_path().empty() ? "." : path.parent_path());
+  AtomicFileWriter file(path);
+  file.append(bytes.data(), bytes.size());
+  file.commit();
 }
 
 }  // namespace loom

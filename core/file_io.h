@@ -7,6 +7,7 @@
 
 namespace loom {
 
+// CRC-32 (zlib's: several GB/s), continued from `crc` over more bytes.
 uint32_t crc32(const void* data, size_t size, uint32_t crc = 0);
 uint32_t crc32_file(const std::filesystem::path& path);
 
@@ -30,7 +31,8 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// Writes `bytes` to path.tmp, fsyncs, renames over path and fsyncs the directory.
+// Writes `bytes` to path.tmp, fsyncs, renames over path and fsyncs the directory (core/atomic_writer.h in one
+// piece: a failed write throws naming the file and leaves no path.tmp).
 void write_file_atomic(const std::filesystem::path& path, const std::string& bytes);
 
 void fsync_path(const std::filesystem::path& path);

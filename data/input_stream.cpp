@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/fast_crc32.h"
+#include "core/file_io.h"
 
 namespace loom {
 namespace {
@@ -122,7 +122,7 @@ size_t InputStream::read_file(char* out, size_t capacity) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail(std::string("cannot read: ") + std::strerror(errno));
     file_bytes_read_ += static_cast<uint64_t>(n);
-    file_crc_ = fast_crc32(out, static_cast<size_t>(n), file_crc_);
+    file_crc_ = crc32(out, static_cast<size_t>(n), file_crc_);
     return static_cast<size_t>(n);
   }
 }
@@ -135,14 +135,6 @@ std::unique_ptr<InputStream> InputStream::open(const InputFile& input) {
     case Compression::kNone: break;
   }
   return std::make_unique<PlainStream>(name);
-}
-
-uint32_t file_checksum(const std::string& path) {
-  PlainStream file(path);
-  std::vector<char> buffer(kFileChunk);
-  while (file.read(buffer.data(), buffer.size()) > 0) {
-  }
-  return file.file_crc();
 }
 
 }  // namespace loom

@@ -38,7 +38,4 @@ class InputStream {
   uint32_t file_crc_ = 0;
 };
 
-// The whole file's size and CRC-32 in one read (the no-op check of a re-run).
-uint32_t file_checksum(const std::string& path);
-
 }  // namespace loom

@@ -67,7 +67,7 @@ std::optional<std::string> stale_because(const fs::path& dir, const PreparedMani
         return shard.tokens_file + " or its index is missing or damaged";
     }
   for (size_t i = 0; i < inputs.size(); ++i)  // last: it reads every input
-    if (file_checksum(inputs[i].path) != old.inputs[i].crc32) return inputs[i].path + " changed (checksum)";
+    if (crc32_file(inputs[i].path) != old.inputs[i].crc32) return inputs[i].path + " changed (checksum)";
   return std::nullopt;
 }
 
@@ -76,12 +76,14 @@ bool written_by_prepare(const std::string& name) {
   return std::regex_match(name, pattern);
 }
 
-// Removes the shards (and leftovers of an interrupted run) that a prepare wrote into dir.
+// Removes the shards (and leftovers of an interrupted run) that a prepare wrote into dir. Never throws (it
+// also cleans up after a failure): a file it cannot remove is one no manifest describes.
 void remove_prepared_files(const fs::path& dir) {
-  std::vector<fs::path> doomed;
-  for (const auto& entry : fs::directory_iterator(dir))
+  std::error_code ignored;
+  std::vector<fs::path> doomed;  // collected first: removing while iterating skips entries
+  for (const auto& entry : fs::directory_iterator(dir, ignored))
     if (written_by_prepare(entry.path().filename().string())) doomed.push_back(entry.path());
-  for (const auto& path : doomed) fs::remove(path);
+  for (const auto& path : doomed) fs::remove(path, ignored);
 }
 
 // Until dismissed, removes this run's shards when it fails (the manifest is written last, so no manifest
@@ -90,11 +92,7 @@ class RemoveOnFailure {
  public:
   explicit RemoveOnFailure(fs::path dir) : dir_(std::move(dir)) {}
   ~RemoveOnFailure() {
-    if (armed_) {
-      std::error_code ignored;
-      for (const auto& entry : fs::directory_iterator(dir_, ignored))
-        if (written_by_prepare(entry.path().filename().string())) fs::remove(entry.path(), ignored);
-    }
+    if (armed_) remove_prepared_files(dir_);
   }
   void dismiss() { armed_ = false; }
 

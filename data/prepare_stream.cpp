@@ -99,18 +99,20 @@ StreamOutcome tokenize_corpus(const std::vector<InputFile>& inputs, const Tokeni
   StreamProgress shown;
   for (const auto& input : inputs) shown.bytes_total += input.bytes;
 
+  auto report = [&] {
+    if (!progress) return;
+    shown.bytes_read = corpus.bytes_read();
+    shown.documents = sink.documents();
+    shown.tokens = sink.tokens();
+    progress(shown);
+  };
   DocumentBatch batch;
   auto submit = [&] {
     batch.pad();
     pool.submit([&encoder, b = std::move(batch)](size_t worker) { return encoder.encode(b, worker); });
     batch = DocumentBatch{};
     while (pool.in_flight() > 2 * threads + 2) sink.take(pool.next());
-    if (progress) {
-      shown.bytes_read = corpus.bytes_read();
-      shown.documents = sink.documents();
-      shown.tokens = sink.tokens();
-      progress(shown);
-    }
+    report();
   };
   RawDocument document;
   uint32_t file = 0;
@@ -122,12 +124,7 @@ StreamOutcome tokenize_corpus(const std::vector<InputFile>& inputs, const Tokeni
   while (pool.in_flight() > 0) sink.take(pool.next());
   StreamOutcome outcome = sink.finish();
   for (size_t i = 0; i < inputs.size(); ++i) outcome.input_crcs.push_back(corpus.file_crc(i));
-  if (progress) {
-    shown.bytes_read = corpus.bytes_read();
-    shown.documents = sink.documents();
-    shown.tokens = sink.tokens();
-    progress(shown);
-  }
+  report();
   return outcome;
 }
 

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "data/fast_crc32.h"
+#include "core/file_io.h"
 #include "data/token_file.h"
 
 namespace loom {
@@ -61,7 +61,7 @@ void ShardWriter::add_document(const int32_t* tokens, size_t count) {
   }
   index_->add(static_cast<uint64_t>(current_.tokens));
   tokens_->append(packed_.data(), packed_.size());
-  current_.data_crc = fast_crc32(packed_.data(), packed_.size(), current_.data_crc);
+  current_.data_crc = crc32(packed_.data(), packed_.size(), current_.data_crc);
   current_.tokens += static_cast<int64_t>(count);
   current_.documents += 1;
 }

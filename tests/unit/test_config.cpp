@@ -303,6 +303,11 @@ TEST_CASE("file_io: write_file_atomic replaces the file and leaves no temporary"
   loom::write_file_atomic(path, "first version, longer than the second");
   loom::write_file_atomic(path, std::string("second\0binary", 13));
   CHECK(loom::read_file(path) == std::string("second\0binary", 13));
+  // Larger than the writer's 1 MiB buffer (a checkpoint): written straight from the caller's bytes, all of them.
+  std::string big(3 * (1 << 20) + 17, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 11);
+  loom::write_file_atomic(path, big);
+  CHECK(loom::read_file(path) == big);
   int entries = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     CHECK(entry.path().filename() == "out.txt");

@@ -13,6 +13,7 @@
 
 namespace {
 
+using loom::test::message_of;
 using Named = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // A small model: vocab 50, d_model 32, 2 layers, 4 heads, d_ff 48, context 16, no dropout, plus `sets`.
@@ -37,15 +38,6 @@ bool same_parameters(loom::Gpt& a, loom::Gpt& b) {
   for (const auto& p : pa)
     if (!torch::equal(p.value(), pb[p.key()])) return false;
   return true;
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const loom::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/error.h"
 #include "parallel/mpi_communicator.h"
 
 namespace loom::test {
@@ -108,6 +109,16 @@ inline nlohmann::json tensor_json(const torch::Tensor& t) {
     return out;
   };
   return build(0, 0);
+}
+
+// What f throws as a loom::Error, or "(no error)": for CHECK_THAT(message_of(...), Contains(...)).
+inline std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const loom::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 // Largest absolute difference of two tensors, in float64.
