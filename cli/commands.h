@@ -16,6 +16,8 @@ int generate_command(const Argv& argv, const ProcessGroup& processes);
 int info_command(const Argv& argv, const ProcessGroup& processes);
 int tokenize_command(const Argv& argv, const ProcessGroup& processes);
 int prepare_command(const Argv& argv, const ProcessGroup& processes);
+int encode_command(const Argv& argv, const ProcessGroup& processes);
+int decode_command(const Argv& argv, const ProcessGroup& processes);
 int config_command(const Argv& argv, const ProcessGroup& processes);
 int eval_command(const Argv& argv, const ProcessGroup& processes);
 int export_command(const Argv& argv, const ProcessGroup& processes);

@@ -123,7 +123,7 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
               " sentences (beam " + std::to_string(config.decode.beam) + ")";
     std::unique_ptr<Tokenizer> tokenizer;
     if (!config.tokenizer.model.empty()) {
-      tokenizer = std::make_unique<Tokenizer>(config.tokenizer.model);
+      tokenizer = load_tokenizer(config.tokenizer);
       const BleuScore bleu = corpus_bleu(scores, *tokenizer);
       out["bleu"] = bleu.score;
       quality += " | " + bleu.format();

@@ -3,7 +3,7 @@
 // keep loom's names) and DIR/config.json (GPT2Config / LlamaConfig fields), so that transformers'
 // from_pretrained(DIR) loads it and `model.init_from: DIR/model.safetensors` starts a loom run from it.
 // config.json's bos/eos/pad ids are those of the run's tokenizer (null without one). It writes no tokenizer:
-// the run's SentencePiece model stays where tokenizer.model points.
+// the run's tokenizer file stays where tokenizer.model points.
 #include <spdlog/spdlog.h>
 
 #include <iostream>
@@ -21,9 +21,9 @@ namespace {
 
 SpecialTokenIds special_token_ids(const Config& config) {
   if (config.tokenizer.model.empty()) return {};
-  const Tokenizer tokenizer(config.tokenizer.model);
-  const auto id = [](int32_t t) { return t >= 0 ? std::optional<int64_t>(t) : std::nullopt; };
-  return {id(tokenizer.bos_id()), id(tokenizer.eos_id()), id(tokenizer.pad_id())};
+  const auto tokenizer = load_tokenizer(config.tokenizer);
+  const auto id = [](std::optional<int32_t> t) { return t ? std::optional<int64_t>(*t) : std::nullopt; };
+  return {id(tokenizer->bos_id()), id(tokenizer->eos_id()), id(tokenizer->pad_id())};
 }
 
 }  // namespace

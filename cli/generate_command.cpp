@@ -44,19 +44,20 @@ int generate_command(const Argv& argv, const ProcessGroup&) {
   LOOM_CHECK(loaded.model, args.positional[0], " is a model.arch=", loaded.config.model.arch,
              " run: loom translate decodes it");
   LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn the prompt into tokens");
-  const Tokenizer tokenizer(loaded.config.tokenizer.model);
+  const auto tokenizer = load_tokenizer(loaded.config.tokenizer);
   const std::string prompt_text = args.option_or("prompt", "");
-  const auto ids = tokenizer.encode(prompt_text);
+  const auto ids = tokenizer->encode(prompt_text);
   // An empty prompt starts a fresh line, as after the end of a verse.
   std::vector<int64_t> prompt(ids.begin(), ids.end());
-  if (prompt.empty()) prompt.push_back(tokenizer.eos_id());
-  const int64_t stop = args.flag("ignore-eos") ? -1 : tokenizer.eos_id();
+  if (prompt.empty()) prompt.push_back(tokenizer->require_eos());
+  const auto eos = tokenizer->eos_id();
+  const int64_t stop = args.flag("ignore-eos") || !eos ? -1 : *eos;
 
   const bool json = args.flag("json");
   const std::vector<int32_t> context(prompt.begin(), prompt.end());
-  IncrementalDecoder text(tokenizer, context);
+  IncrementalDecoder text(*tokenizer, context);
   std::vector<int32_t> generated;
-  if (!json) std::cout << tokenizer.decode(context) << std::flush;
+  if (!json) std::cout << decode_lines(*tokenizer, context) << std::flush;
   generate(loaded.model, prompt, max_new, sampling, [&](int64_t id) {
     generated.push_back(static_cast<int32_t>(id));
     if (!json && id != stop) std::cout << text.add(static_cast<int32_t>(id)) << std::flush;
@@ -69,7 +70,7 @@ int generate_command(const Argv& argv, const ProcessGroup&) {
     all.insert(all.end(), generated.begin(), generated.end());
     std::cout << nlohmann::json{{"prompt", prompt_text},
                                 {"tokens", generated},
-                                {"text", tokenizer.decode(all)},
+                                {"text", decode_lines(*tokenizer, all)},
                                 {"stop", stopped ? "eos" : "length"}}
                      .dump()
               << std::endl;

@@ -22,13 +22,18 @@ commands:
                                               sample a continuation, printed as it is sampled; ends at
                                               the tokenizer's end of sequence unless --ignore-eos
   info CONFIG [--set ...] [--json]            parameters and training FLOPs per token
-  prepare INPUT... --tokenizer MODEL --out DIR [--field KEY] [--valid-fraction F] [--threads N]
+  prepare INPUT... --tokenizer FILE --out DIR [--field KEY] [--valid-fraction F] [--threads N]
           [--doc-per-file | --blank-line-docs] [--on-error fail|skip] [--shard-tokens N]
           [--train-tokenizer sentencepiece --vocab N]
                                               text / JSONL corpora (.gz, .zst; files, directories,
                                               globs) -> a directory data.train / data.valid read
-  tokenize --tokenizer MODEL --out FILE TEXT  text file (one line per document) -> token file
+  tokenize --tokenizer FILE --out FILE TEXT   text file (one line per document) -> token file
            [--target TARGET_TEXT]             ... or line-aligned source/target files -> pair file
+  encode --tokenizer FILE [--pattern P] [--add-special-tokens] [--info] < TEXT
+                                              text lines -> space-separated token ids per line
+  decode --tokenizer FILE [--pattern P] < IDS  token id lines -> text lines
+           (tokenizers: SentencePiece .model, Hugging Face tokenizer.json, .tiktoken with --pattern;
+            also --type T, --special-tokens PRESET_OR_MAP, as the tokenizer.* config keys)
   config CONFIG [--set ...] [--get KEY]        print the resolved config (or one key)
   config --reference                          every config key with its default and meaning
   eval CONFIG_OR_RUN_DIR [--set ...] [--split valid|test] [--step S] [--beam N] [--json]
@@ -51,6 +56,7 @@ int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes
   const std::map<std::string, Command> commands = {
       {"train", loom::cli::train_command},       {"generate", loom::cli::generate_command},
       {"info", loom::cli::info_command},         {"tokenize", loom::cli::tokenize_command},
+      {"encode", loom::cli::encode_command},     {"decode", loom::cli::decode_command},
       {"prepare", loom::cli::prepare_command},
       {"config", loom::cli::config_command},     {"eval", loom::cli::eval_command},
       {"export", loom::cli::export_command},     {"comm-bench", loom::cli::comm_bench_command},

@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/tokenizer_args.h"
 #include "core/error.h"
 #include "core/system.h"
 #include "data/prepare.h"
@@ -19,6 +20,7 @@ namespace {
 
 const char* kUsage =
     "loom prepare INPUT... (--tokenizer FILE | --train-tokenizer sentencepiece --vocab N) --out DIR\n"
+    "             [--type T] [--pattern NAME_OR_REGEX] [--special-tokens PRESET_OR_YAML_MAP]\n"
     "             [--field KEY] [--valid-fraction F] [--threads N] [--doc-per-file | --blank-line-docs]\n"
     "             [--on-error fail|skip] [--shard-tokens N] [--max-document-mb N] [--tokenizer-sample-mb N]";
 
@@ -46,16 +48,19 @@ PrepareOptions parse_options(const Args& args) {
   o.inputs = args.positional;
   o.out = args.option_or("out", "");
   if (o.out.empty()) throw ConfigError(std::string("--out DIR is missing\nusage: ") + kUsage);
-  o.tokenizer = args.option_or("tokenizer", "");
+  o.tokenizer = tokenizer_config_from_args(args);  // --tokenizer FILE, --type, --pattern, --special-tokens
   if (const auto type = args.option("train-tokenizer")) {
     if (*type != "sentencepiece")
       throw ConfigError("--train-tokenizer " + *type + ": loom trains sentencepiece tokenizers only");
-    if (!o.tokenizer.empty()) throw ConfigError("give either --tokenizer or --train-tokenizer, not both");
+    if (!o.tokenizer.model.empty()) throw ConfigError("give either --tokenizer or --train-tokenizer, not both");
+    for (const char* option : {"type", "pattern", "special-tokens"})
+      if (args.option(option))
+        throw ConfigError(std::string("--") + option + " goes with --tokenizer FILE, not --train-tokenizer");
     if (!args.option("vocab")) throw ConfigError("--train-tokenizer sentencepiece needs --vocab N");
     o.train_tokenizer = true;
     o.tokenizer_training.vocab_size = args.int_option("vocab", 0, 16, int64_t{1} << 24);
     o.tokenizer_training.sample_bytes = static_cast<uint64_t>(args.int_option("tokenizer-sample-mb", 64, 1, 1 << 20)) << 20;
-  } else if (o.tokenizer.empty()) {
+  } else if (o.tokenizer.model.empty()) {
     throw ConfigError(std::string("--tokenizer FILE (or --train-tokenizer sentencepiece --vocab N) is missing\nusage: ") +
                       kUsage);
   } else if (args.option("vocab") || args.option("tokenizer-sample-mb")) {
@@ -105,10 +110,10 @@ void report(const PrepareResult& result, const std::string& dir, double seconds)
 }  // namespace
 
 int prepare_command(const Argv& argv, const ProcessGroup&) {
-  const auto args = parse_args(argv, {"tokenizer", "out", "field", "valid-fraction", "threads", "on-error",
-                                      "train-tokenizer", "vocab", "shard-tokens", "max-document-mb",
-                                      "tokenizer-sample-mb"},
-                               {"doc-per-file", "blank-line-docs"}, kOneOrMore, kUsage);
+  auto option_names = tokenizer_options();
+  option_names.insert({"out", "field", "valid-fraction", "threads", "on-error", "train-tokenizer", "vocab",
+                       "shard-tokens", "max-document-mb", "tokenizer-sample-mb"});
+  const auto args = parse_args(argv, option_names, {"doc-per-file", "blank-line-docs"}, kOneOrMore, kUsage);
   if (!args.sets.empty()) throw ConfigError(std::string("loom prepare takes no --set\nusage: ") + kUsage);
   const PrepareOptions options = parse_options(args);
   const auto start = std::chrono::steady_clock::now();

@@ -6,11 +6,11 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/tokenizer_args.h"
 #include "core/error.h"
 #include "data/pair_file.h"
 #include "data/seq2seq_batch.h"
 #include "data/token_file.h"
-#include "data/tokenizer.h"
 
 namespace loom::cli {
 namespace {
@@ -26,9 +26,11 @@ std::vector<std::vector<int32_t>> encode_lines(const Tokenizer& tokenizer, const
 void write_pairs(const Tokenizer& tokenizer, const std::string& source_path, const std::string& target_path,
                  const std::string& out) {
   // The encoder-decoder starts every target with id 1 and ends it with id 2 (data/seq2seq_batch.h).
+  const auto id_text = [](std::optional<int32_t> id) { return id ? std::to_string(*id) : std::string("none"); };
   LOOM_CHECK(tokenizer.bos_id() == kBosId && tokenizer.eos_id() == kEosId, "the tokenizer has bos id ",
-             tokenizer.bos_id(), " and eos id ", tokenizer.eos_id(), "; translation pairs need sentencepiece's defaults ",
-             kBosId, " and ", kEosId, " (spm_train without --bos_id/--eos_id)");
+             id_text(tokenizer.bos_id()), " and eos id ", id_text(tokenizer.eos_id()),
+             "; translation pairs need sentencepiece's defaults ", kBosId, " and ", kEosId,
+             " (spm_train without --bos_id/--eos_id)");
   const auto sources = encode_lines(tokenizer, source_path);
   const auto targets = encode_lines(tokenizer, target_path);
   LOOM_CHECK(sources.size() == targets.size(), source_path, " has ", sources.size(), " lines but ", target_path,
@@ -46,22 +48,26 @@ void write_pairs(const Tokenizer& tokenizer, const std::string& source_path, con
 }  // namespace
 
 int tokenize_command(const Argv& argv, const ProcessGroup&) {
-  const char* usage = "loom tokenize --tokenizer MODEL --out FILE.bin [--target TARGET_TEXT] TEXT_FILE";
-  const auto args = parse_args(argv, {"tokenizer", "out", "target"}, {}, 1, usage);
-  const auto model = args.option("tokenizer");
+  const std::string usage =
+      std::string("loom tokenize ") + kTokenizerUsage + " --out FILE.bin [--target TARGET_TEXT] TEXT_FILE";
+  auto options = tokenizer_options();
+  options.insert({"out", "target"});
+  const auto args = parse_args(argv, options, {}, 1, usage);
   const auto out = args.option("out");
-  if (!model || !out) throw ConfigError(std::string("usage: ") + usage);
-  const Tokenizer tokenizer(*model);
+  if (!out) throw ConfigError("--out FILE.bin is required\nusage: " + usage);
+  const auto loaded = tokenizer_from_args(args, usage);
+  const Tokenizer& tokenizer = *loaded;
   if (const auto target = args.option("target")) {
     write_pairs(tokenizer, args.positional[0], *target, *out);
     return 0;
   }
   // One line per document (a verse); EOS ends each, so the model learns where a line stops.
+  const int32_t eos = tokenizer.require_eos();
   std::vector<int32_t> tokens;
   int64_t lines = 0;
   for (const auto& ids : encode_lines(tokenizer, args.positional[0])) {
     tokens.insert(tokens.end(), ids.begin(), ids.end());
-    tokens.push_back(tokenizer.eos_id());
+    tokens.push_back(eos);
     ++lines;
   }
   write_token_file(*out, tokens, tokenizer.vocab_size(), tokenizer.checksum());

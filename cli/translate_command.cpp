@@ -54,7 +54,7 @@ int translate_command(const Argv& argv, const ProcessGroup&) {
   options.use_cache = !args.flag("no-cache");
 
   std::unique_ptr<Tokenizer> tokenizer;
-  if (!config.tokenizer.model.empty()) tokenizer = std::make_unique<Tokenizer>(config.tokenizer.model);
+  if (!config.tokenizer.model.empty()) tokenizer = load_tokenizer(config.tokenizer);
   std::vector<std::vector<int64_t>> sources;
   for (std::string line; std::getline(std::cin, line);) {
     if (tokenizer) {

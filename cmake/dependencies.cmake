@@ -24,6 +24,9 @@ pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 find_package(ZLIB REQUIRED)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 find_package(simdjson REQUIRED)
+# The byte-level BPE tokenizers: split regexes (PCRE2, with JIT) and Unicode normalization (ICU).
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 
 # OpenMP: ATen's at::parallel_for (ATen/ParallelOpenMP.h) only runs in parallel in code compiled with it; without
 # it loom's own kernels would each run on one thread. LibTorch's libgomp.so.1 is the one loaded at run time.
@@ -34,7 +37,7 @@ add_library(loom_deps INTERFACE)
 # of std::filesystem (built with an older GCC) and, found first, it crashes (remove_all) in our code.
 target_link_libraries(loom_deps INTERFACE
   stdc++ ${TORCH_LIBRARIES} OpenMP::OpenMP_CXX MPI::MPI_C yaml-cpp spdlog::spdlog nlohmann_json::nlohmann_json PkgConfig::SENTENCEPIECE
-  ZLIB::ZLIB PkgConfig::ZSTD simdjson::simdjson)
+  ZLIB::ZLIB PkgConfig::ZSTD simdjson::simdjson PkgConfig::PCRE2 PkgConfig::ICU)
 # LibTorch's include dir carries its own (newer) fmt, which spdlog (built against Debian's fmt) cannot use.
 # A directory holding only a link to the system fmt goes first on the include path, so <fmt/...> is
 # Debian's everywhere; LibTorch's public headers that loom includes do not need fmt.

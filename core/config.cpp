@@ -124,6 +124,23 @@ void assign(const YAML::Node& node, std::vector<DataSource>& out, const std::str
   out = sources;
 }
 
+// tokenizer.special_tokens: a preset name, or a mapping of token text to id.
+void assign(const YAML::Node& node, SpecialTokensSetting& out, const std::string& where, const std::string& key) {
+  SpecialTokensSetting value;
+  if (node.IsScalar()) {
+    value.preset = node.Scalar();
+  } else if (node.IsMap()) {
+    for (const auto& entry : node) {
+      if (!entry.first.IsScalar()) type_error(where, key, "token text as keys", entry.first);
+      const std::string text = entry.first.Scalar();
+      assign(entry.second, value.ids[text], where, key + "[" + text + "]");
+    }
+  } else if (!node.IsNull()) {
+    type_error(where, key, "a preset name or a mapping of token text to id", node);
+  }
+  out = value;
+}
+
 YAML::Node to_node(int64_t v) { return YAML::Node(v); }
 // The shortest text that reads back as exactly v (0.1, not 0.10000000000000001).
 YAML::Node to_node(double v) {
@@ -136,6 +153,13 @@ YAML::Node to_node(double v) {
 }
 YAML::Node to_node(bool v) { return YAML::Node(v); }
 YAML::Node to_node(const std::string& v) { return YAML::Node(v); }
+YAML::Node to_node(const SpecialTokensSetting& v) {
+  if (v.ids.empty()) return YAML::Node(v.preset);
+  YAML::Node map(YAML::NodeType::Map);
+  for (const auto& [text, id] : v.ids) map[text] = id;
+  map.SetStyle(YAML::EmitterStyle::Flow);
+  return map;
+}
 template <class T>
 YAML::Node to_node(const std::vector<T>& v) {
   YAML::Node seq(YAML::NodeType::Sequence);

@@ -80,8 +80,19 @@ struct DataConfig {
   int64_t pad_to_multiple = 1;
 };
 
+// tokenizer.special_tokens: a named preset (`gpt2`, `cl100k_base`, `o200k_base`, `llama3`) or text -> id;
+// both empty: the preset of tokenizer.pattern when that is a name.
+struct SpecialTokensSetting {
+  std::string preset;
+  std::map<std::string, int64_t> ids;
+  bool empty() const { return preset.empty() && ids.empty(); }
+};
+
 struct TokenizerConfig {
-  std::string model;
+  std::string model;          // a SentencePiece .model, a Hugging Face tokenizer.json or a .tiktoken rank file
+  std::string type = "auto";  // auto (from the file's content) | sentencepiece | huggingface | tiktoken
+  std::string pattern;        // tiktoken: the split regex, or a name (data/tokenizer_presets.h)
+  SpecialTokensSetting special_tokens;  // tiktoken only
 };
 
 struct OptimConfig {

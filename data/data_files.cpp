@@ -41,9 +41,9 @@ void check_tokenizer(const Config& config, const std::vector<const TokenCorpus*>
         throw Error(corpora.front()->name() + " and " + c->name() + " were made with different tokenizers");
     return;
   }
-  const Tokenizer tokenizer(config.tokenizer.model);
+  const auto tokenizer = load_tokenizer(config.tokenizer);
   for (const TokenCorpus* c : corpora)
-    if (tokenizer.checksum() != c->tokenizer_crc())
+    if (tokenizer->checksum() != c->tokenizer_crc())
       throw Error(c->name() + " was not made with tokenizer.model=" + config.tokenizer.model +
                   " (checksum mismatch): re-run the data preparation or point tokenizer.model at the right model");
 }
@@ -54,9 +54,9 @@ void check_tokenizer(const Config& config, const TokenFile& data, const TokenFil
       throw Error(other->path().string() + " and " + data.path().string() + " were made with different tokenizers");
     return;
   }
-  const Tokenizer tokenizer(config.tokenizer.model);
+  const auto tokenizer = load_tokenizer(config.tokenizer);
   for (const TokenFile* file : {&data, other})
-    if (file && tokenizer.checksum() != file->tokenizer_crc())
+    if (file && tokenizer->checksum() != file->tokenizer_crc())
       throw Error(file->path().string() + " was not made with tokenizer.model=" + config.tokenizer.model +
                   " (checksum mismatch): re-run the data preparation or point tokenizer.model at the right model");
 }
@@ -72,7 +72,7 @@ void resolve_vocab(Config& config, int64_t data_vocab, const std::string& data_n
 int64_t planned_vocab_size(const Config& config) {
   if (config.model.vocab_size > 0) return config.model.vocab_size;
   const auto& tokenizer = config.tokenizer.model;
-  if (!tokenizer.empty() && std::filesystem::exists(tokenizer)) return Tokenizer(tokenizer).vocab_size();
+  if (!tokenizer.empty() && std::filesystem::exists(tokenizer)) return load_tokenizer(config.tokenizer)->vocab_size();
   // A mixture's sources share one tokenizer (check_tokenizer): the first one's vocabulary is the run's.
   const std::string train = config.data.train.empty() ? std::string() : config.data.train.front().path;
   if (!train.empty() && std::filesystem::exists(train)) return TokenCorpus(train, "train").vocab_size();

@@ -14,6 +14,9 @@ bool whitespace_only(std::string_view text) {
   });
 }
 
+// Documents are plain text (the header says why); nothing is added around them but the EOS after each.
+constexpr EncodeOptions kPlainText{/*special_in_text=*/false, /*add_special_tokens=*/false};
+
 }  // namespace
 
 const char* split_name(int split) { return split == kValidSplit ? "valid" : "train"; }
@@ -45,9 +48,8 @@ int document_split(std::string_view text, double valid_fraction) {
 }
 
 DocumentEncoder::DocumentEncoder(const Tokenizer& tokenizer, const std::vector<InputFile>& inputs,
-                                 EncodeOptions options, size_t workers)
-    : tokenizer_(tokenizer), inputs_(inputs), options_(std::move(options)) {
-  LOOM_CHECK(tokenizer_.eos_id() >= 0, "the tokenizer has no end-of-sequence token: loom separates documents by it");
+                                 DocumentEncodeOptions options, size_t workers)
+    : tokenizer_(tokenizer), inputs_(inputs), options_(std::move(options)), eos_(tokenizer.require_eos()) {
   for (size_t w = 0; w < workers; ++w) json_.push_back(std::make_unique<JsonFieldReader>(options_.field));
 }
 
@@ -56,7 +58,6 @@ DocumentEncoder::~DocumentEncoder() = default;
 EncodedBatch DocumentEncoder::encode(const DocumentBatch& batch, size_t worker) const {
   EncodedBatch out;
   JsonFieldReader& json = *json_.at(worker);
-  const int32_t eos = tokenizer_.eos_id();
   for (const auto& doc : batch.documents) {
     auto skip = [&](SkipReason reason, std::string detail) {
       out.skipped[static_cast<size_t>(reason)] += 1;
@@ -88,11 +89,11 @@ EncodedBatch DocumentEncoder::encode(const DocumentBatch& batch, size_t worker) 
         skip(SkipReason::kEmpty, "");
       } else if (ok) {
         const int split = document_split(text, options_.valid_fraction);
-        const std::vector<int32_t> ids = tokenizer_.encode(std::string(text));
         auto& tokens = out.tokens[static_cast<size_t>(split)];
-        tokens.insert(tokens.end(), ids.begin(), ids.end());
-        tokens.push_back(eos);
-        out.lengths[static_cast<size_t>(split)].push_back(static_cast<uint32_t>(ids.size() + 1));
+        const size_t start = tokens.size();
+        tokenizer_.encode_to(text, tokens, kPlainText);
+        tokens.push_back(eos_);
+        out.lengths[static_cast<size_t>(split)].push_back(static_cast<uint32_t>(tokens.size() - start));
         out.text_bytes[static_cast<size_t>(split)] += static_cast<int64_t>(text.size());
       }
     }

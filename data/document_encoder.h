@@ -4,6 +4,9 @@
 // the split, the tokens (+ EOS). What is wrong with a document is reported with its file and line as a
 // Problem; whether that stops the run (--on-error fail) or only counts (skip) is the caller's business,
 // which is why encoding stops at the first problem under fail: nothing after it would be written.
+// A document is encoded as plain text: a special token written in it ("<|endoftext|>") stays its
+// characters, not its id (tiktoken's encode_ordinary), so no document can end another or smuggle in a
+// control token; the only EOS is the one loom puts after each document.
 // A pure function of the batch (and tokenizer): the same batch gives the same tokens on any thread.
 #pragma once
 #include <array>
@@ -56,7 +59,7 @@ struct EncodedBatch {
   std::vector<Problem> problems;  // every skipped document but the empty ones, in input order
 };
 
-struct EncodeOptions {
+struct DocumentEncodeOptions {
   std::string field = "text";  // JSONL: dotted path of the text
   double valid_fraction = 0.0;
   bool stop_at_problem = true;  // --on-error fail
@@ -69,7 +72,8 @@ int document_split(std::string_view text, double valid_fraction);
 class DocumentEncoder {
  public:
   // inputs: the file list documents' `file` indexes; workers: threads that may call encode() at once.
-  DocumentEncoder(const Tokenizer& tokenizer, const std::vector<InputFile>& inputs, EncodeOptions options,
+  // Throws naming the tokenizer when it has no EOS.
+  DocumentEncoder(const Tokenizer& tokenizer, const std::vector<InputFile>& inputs, DocumentEncodeOptions options,
                   size_t workers);
   ~DocumentEncoder();
   // Thread-safe across different `worker` indexes.
@@ -78,7 +82,8 @@ class DocumentEncoder {
  private:
   const Tokenizer& tokenizer_;
   const std::vector<InputFile>& inputs_;
-  EncodeOptions options_;
+  DocumentEncodeOptions options_;
+  int32_t eos_;
   std::vector<std::unique_ptr<JsonFieldReader>> json_;  // one per worker
 };
 

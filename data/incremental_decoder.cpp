@@ -29,7 +29,7 @@ void IncrementalDecoder::push(int32_t id) {
   // An anchor decodes on its own to visible text, whole characters only: a decode that starts with it
   // renders it (and what follows) as a decode of everything before it would. A whitespace-only piece may
   // not be (SentencePiece drops leading spaces of a decode), nor a byte of a longer character.
-  const std::string alone = tokenizer_.decode({id});
+  const std::string alone = decode_lines(tokenizer_, std::vector<int32_t>{id});
   const bool visible = alone.find_first_not_of(" \t\n\r") != std::string::npos;
   ids_.push_back(id);
   anchor_.push_back(visible && alone.find(kReplacement) == std::string::npos);
@@ -56,8 +56,9 @@ std::string IncrementalDecoder::add(int32_t id) {
 std::string IncrementalDecoder::finish() { return shown_ == ids_.size() ? "" : take(/*force=*/true); }
 
 std::string IncrementalDecoder::take(bool force) {
-  const std::string before = tokenizer_.decode({ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(shown_)});
-  const std::string now = tokenizer_.decode(ids_);
+  const std::string before =
+      decode_lines(tokenizer_, std::vector<int32_t>(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(shown_)));
+  const std::string now = decode_lines(tokenizer_, ids_);
   const bool prefixed = now.size() >= before.size() && now.compare(0, before.size(), before) == 0;
   if (!force && (!prefixed || now.size() == before.size() || ends_with(now, kReplacement))) return "";
   shown_ = ids_.size();

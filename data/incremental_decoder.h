@@ -1,5 +1,6 @@
 // Text of a token stream as it grows, for printing tokens as they are sampled: each call returns only the
-// new text, and the concatenation of everything returned equals the tokenizer's decode of all the tokens.
+// new text, and the concatenation of everything returned equals decode_lines (data/tokenizer.h) of all the
+// tokens: the tokenizer's decode with EOS as a line break.
 // New tokens are decoded together with the shown tokens back to the last anchor (a token that decodes on
 // its own to visible, whole characters), so a tokenizer that drops spaces at the start of a decode
 // (SentencePiece) or splits a character over several byte tokens still adds up: text that ends in an

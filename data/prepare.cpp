@@ -103,30 +103,37 @@ class RemoveOnFailure {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> open_prepare_tokenizer(const fs::path& path) { return std::make_unique<Tokenizer>(path); }
+std::unique_ptr<Tokenizer> open_prepare_tokenizer(const TokenizerConfig& config) { return load_tokenizer(config); }
 
 PrepareResult prepare(const PrepareOptions& options, const std::function<void(const StreamProgress&)>& progress) {
   const fs::path& dir = options.out;
   LOOM_CHECK(!dir.empty(), "loom prepare: --out DIR is missing");
   LOOM_CHECK(!fs::exists(dir) || fs::is_directory(dir), dir.string(), " exists and is not a directory: --out names "
              "the directory the prepared data goes to");
-  LOOM_CHECK(options.train_tokenizer != !options.tokenizer.empty(), "loom prepare: give either --tokenizer FILE or "
+  LOOM_CHECK(options.train_tokenizer != !options.tokenizer.model.empty(), "loom prepare: give either --tokenizer FILE or "
              "--train-tokenizer sentencepiece --vocab N");
   const std::vector<InputFile> inputs = expand_inputs(options.inputs);
   PreparedManifest manifest;
   manifest.inputs = describe_inputs(inputs);
   manifest.options = output_options(options);
-  const fs::path tokenizer_path = options.train_tokenizer ? dir / kTrainedTokenizer : options.tokenizer;
+  TokenizerConfig tokenizer_config = options.tokenizer;
+  if (options.train_tokenizer) tokenizer_config = {(dir / kTrainedTokenizer).string(), "sentencepiece", "", {}};
+  const fs::path tokenizer_path = tokenizer_config.model;
   LOOM_CHECK(options.train_tokenizer || fs::is_regular_file(tokenizer_path), tokenizer_path.string(),
              ": no tokenizer there (--tokenizer FILE)");
+  // A given tokenizer is loaded first: its checksum (a tiktoken's covers the pattern and special tokens
+  // too) says whether DIR is up to date. One --train-tokenizer trained is loaded from DIR.
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!options.train_tokenizer) tokenizer = open_prepare_tokenizer(tokenizer_config);
 
   if (is_prepared_dir(dir)) {
     std::optional<std::string> why = "its manifest is damaged";
     try {
       const PreparedManifest old = read_prepared_manifest(dir);
-      const bool have_tokenizer = fs::is_regular_file(tokenizer_path);
-      why = have_tokenizer ? stale_because(dir, old, manifest.inputs, manifest.options, crc32_file(tokenizer_path))
-                           : std::optional<std::string>("its tokenizer is missing");
+      if (options.train_tokenizer && fs::is_regular_file(tokenizer_path))
+        tokenizer = open_prepare_tokenizer(tokenizer_config);
+      why = tokenizer ? stale_because(dir, old, manifest.inputs, manifest.options, tokenizer->checksum())
+                      : std::optional<std::string>("its tokenizer is missing");
       if (!why) {
         spdlog::info("{} is up to date (same inputs, options and tokenizer): nothing to do", dir.string());
         return {true, old};
@@ -147,11 +154,11 @@ PrepareResult prepare(const PrepareOptions& options, const std::function<void(co
     const auto sample = train_sentencepiece(inputs, options.tokenizer_training, tokenizer_path);
     spdlog::info("{}: trained on {} documents ({:.1f} MB)", tokenizer_path.string(), sample.documents,
                  static_cast<double>(sample.bytes) / 1e6);
+    tokenizer = open_prepare_tokenizer(tokenizer_config);
   }
-  const auto tokenizer = open_prepare_tokenizer(tokenizer_path);
   manifest.tokenizer = {options.train_tokenizer ? std::string(kTrainedTokenizer)
                                                 : fs::absolute(tokenizer_path).lexically_normal().string(),
-                        tokenizer->checksum(), tokenizer->vocab_size(), tokenizer->eos_id(), options.train_tokenizer};
+                        tokenizer->checksum(), tokenizer->vocab_size(), tokenizer->require_eos(), options.train_tokenizer};
   StreamOutcome outcome = tokenize_corpus(inputs, *tokenizer, options.stream, dir, progress);
   manifest.splits = std::move(outcome.splits);
   manifest.skipped = std::move(outcome.skipped);

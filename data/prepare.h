@@ -23,7 +23,7 @@ namespace loom {
 
 struct PrepareOptions {
   std::vector<std::string> inputs;  // files, directories, glob patterns
-  std::filesystem::path tokenizer;  // empty with train_tokenizer
+  TokenizerConfig tokenizer;  // --tokenizer FILE (.model empty with train_tokenizer), --type, --pattern, ...
   std::filesystem::path out;
   StreamOptions stream;
   bool train_tokenizer = false;  // --train-tokenizer sentencepiece
@@ -38,6 +38,6 @@ struct PrepareResult {
 PrepareResult prepare(const PrepareOptions& options, const std::function<void(const StreamProgress&)>& progress = {});
 
 // The tokenizer `loom prepare` encodes with: the one place that constructs it.
-std::unique_ptr<Tokenizer> open_prepare_tokenizer(const std::filesystem::path& path);
+std::unique_ptr<Tokenizer> open_prepare_tokenizer(const TokenizerConfig& config);
 
 }  // namespace loom

@@ -21,7 +21,7 @@
 namespace loom {
 
 struct StreamOptions {
-  EncodeOptions encode;
+  DocumentEncodeOptions encode;
   DocumentSplit text_split = DocumentSplit::kLines;
   size_t max_document_bytes = 64 << 20;
   int64_t shard_tokens = int64_t{1} << 28;

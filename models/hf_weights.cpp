@@ -233,7 +233,9 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, const SpecialTokenId
       config.model = c;
       nlohmann::ordered_json model;
       visit_fields(config, [&](const std::string& path, auto& member, const char*) {
-        if (path.rfind("model.", 0) == 0 && path != "model.init_from") model[path.substr(6)] = member;
+        // Only model.* keys are written; the check keeps other sections' types (a map of special tokens) out.
+        if constexpr (!std::is_same_v<std::decay_t<decltype(member)>, SpecialTokensSetting>)
+          if (path.rfind("model.", 0) == 0 && path != "model.init_from") model[path.substr(6)] = member;
       });
       j = {{"model_type", "loom"}, {"loom_model", model}, {"bos_token_id", id(tokens.bos)},
            {"eos_token_id", id(tokens.eos)}, {"pad_token_id", id(tokens.pad)}};

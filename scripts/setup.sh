@@ -2,12 +2,14 @@
 # Installs everything loom needs on a fresh Debian 12 machine and builds it (Release, ccache, shared PCH).
 # Idempotent: what is already installed or built is skipped. Needs root (or sudo) for apt-get.
 #   Debian: compiler, CMake, ccache, OpenMPI, yaml-cpp, spdlog, Catch2, nlohmann-json, sentencepiece,
-#           diatheke + the Bible modules (KJV, WEB, Reina-Valera 1909); for `loom prepare`: zlib and
-#           libzstd (compressed corpora), simdjson (JSONL)
+#           PCRE2 and ICU (the byte-level BPE tokenizers), diatheke + the Bible modules (KJV, WEB,
+#           Reina-Valera 1909); for `loom prepare`: zlib and libzstd (compressed corpora), simdjson (JSONL)
 #   PyPI:   the pinned torch wheel (its LibTorch is what loom links; tests also use it for golden values),
 #           transformers and safetensors (golden logits of Hugging Face's GPT-2 and LLaMA),
-#           sacrebleu (the reference `loom bleu` is tested against), tokenizers and sentencepiece (the
-#           references scripts/bench_prepare.sh measures `loom prepare` against)
+#           sacrebleu (the reference `loom bleu` is tested against), tokenizers and tiktoken (the references
+#           of loom's tokenizers), sentencepiece (with tokenizers, the references scripts/bench_prepare.sh
+#           measures `loom prepare` against), and GPT-2's rank file gpt2.tiktoken, taken once from the
+#           openai-whisper source package into $LOOM_CACHE (default ~/.cache/loom; never into the repository)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,12 +19,16 @@ SAFETENSORS_VERSION=0.8.0
 SACREBLEU_VERSION=2.5.1
 TOKENIZERS_VERSION=0.23.3
 SENTENCEPIECE_VERSION=0.2.3
+TIKTOKEN_VERSION=0.14.0
+WHISPER_VERSION=20250625
+GPT2_TIKTOKEN_SHA256=306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
+LOOM_CACHE=${LOOM_CACHE:-$HOME/.cache/loom}
 PYTHON=${PYTHON:-python3}
 BUILD_DIR=${BUILD_DIR:-build}
 packages=(build-essential cmake ccache pkg-config python3 python3-pip git
           libopenmpi-dev openmpi-bin libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
-          libsentencepiece-dev sentencepiece diatheke sword-text-kjv sword-text-web sword-text-sparv
-          python3-matplotlib zlib1g-dev libzstd-dev libsimdjson-dev zstd)
+          libsentencepiece-dev sentencepiece libpcre2-dev libicu-dev diatheke sword-text-kjv sword-text-web
+          sword-text-sparv python3-matplotlib zlib1g-dev libzstd-dev libsimdjson-dev zstd)
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -54,11 +60,28 @@ sys.exit(sacrebleu.__version__ != '$SACREBLEU_VERSION')" 2>/dev/null; then
 fi
 
 if ! "$PYTHON" -c "
-import sys, tokenizers, sentencepiece
-sys.exit((tokenizers.__version__, sentencepiece.__version__) != ('$TOKENIZERS_VERSION', '$SENTENCEPIECE_VERSION'))" 2>/dev/null; then
-  echo "setup: installing tokenizers==$TOKENIZERS_VERSION, sentencepiece==$SENTENCEPIECE_VERSION from PyPI"
+import sys, tokenizers, tiktoken, sentencepiece
+sys.exit((tokenizers.__version__, tiktoken.__version__, sentencepiece.__version__)
+         != ('$TOKENIZERS_VERSION', '$TIKTOKEN_VERSION', '$SENTENCEPIECE_VERSION'))" 2>/dev/null; then
+  echo "setup: installing tokenizers==$TOKENIZERS_VERSION, tiktoken==$TIKTOKEN_VERSION," \
+    "sentencepiece==$SENTENCEPIECE_VERSION from PyPI"
   "$PYTHON" -m pip install --quiet --break-system-packages "tokenizers==$TOKENIZERS_VERSION" \
-    "sentencepiece==$SENTENCEPIECE_VERSION"
+    "tiktoken==$TIKTOKEN_VERSION" "sentencepiece==$SENTENCEPIECE_VERSION"
+fi
+
+# GPT-2's ranks: the file only, from the source package that ships it (tiktoken cannot download here).
+gpt2_ranks="$LOOM_CACHE/gpt2.tiktoken"
+if ! echo "$GPT2_TIKTOKEN_SHA256  $gpt2_ranks" | sha256sum --check --status 2>/dev/null; then
+  echo "setup: fetching gpt2.tiktoken from openai-whisper==$WHISPER_VERSION (source package, PyPI) into $LOOM_CACHE"
+  mkdir -p "$LOOM_CACHE"
+  download=$(mktemp -d)
+  "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: "openai-whisper==$WHISPER_VERSION" -d "$download"
+  tar -xzf "$download"/openai_whisper-*.tar.gz -C "$download" --wildcards '*/whisper/assets/gpt2.tiktoken'
+  mv "$download"/openai_whisper-*/whisper/assets/gpt2.tiktoken "$gpt2_ranks.tmp"
+  rm -rf "$download"
+  echo "$GPT2_TIKTOKEN_SHA256  $gpt2_ranks.tmp" | sha256sum --check --status \
+    || { echo "setup: gpt2.tiktoken has the wrong checksum" >&2; exit 1; }
+  mv "$gpt2_ranks.tmp" "$gpt2_ranks"
 fi
 
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime

@@ -57,7 +57,7 @@ TranslationEval evaluate_translation(EncoderDecoder& model, const Seq2SeqSource&
 }
 
 std::string translation_text(const std::vector<int64_t>& ids, const Tokenizer* tokenizer) {
-  if (tokenizer) return tokenizer->decode(std::vector<int32_t>(ids.begin(), ids.end()));
+  if (tokenizer) return decode_lines(*tokenizer, ids);
   std::string out;
   for (int64_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
   return out;

@@ -53,7 +53,7 @@ Corpus mixed_corpus(const std::string& name, uint64_t n) {
 loom::PrepareOptions options_for(const Corpus& c, const fs::path& out, size_t threads = 2) {
   loom::PrepareOptions o;
   o.inputs = {(c.dir / "a.jsonl").string(), (c.dir / "b.txt.gz").string(), (c.dir / "c.jsonl.zst").string()};
-  o.tokenizer = loom::test::tiny_tokenizer();
+  o.tokenizer.model = loom::test::tiny_tokenizer().string();
   o.out = out;
   o.stream.threads = threads;
   o.stream.encode.valid_fraction = 0.2;
@@ -131,11 +131,11 @@ TEST_CASE("prepare: documents are the tokenizer's ids + EOS, in input order, spl
   const auto result = loom::prepare(options);
   CHECK_FALSE(result.up_to_date);
 
-  const loom::Tokenizer tokenizer(loom::test::tiny_tokenizer());
+  const auto tokenizer = loom::open_prepare_tokenizer({loom::test::tiny_tokenizer().string()});
   std::array<std::vector<std::vector<int32_t>>, 2> expected;
   for (const auto& text : corpus.texts) {
-    auto ids = tokenizer.encode(text);
-    ids.push_back(tokenizer.eos_id());
+    auto ids = tokenizer->encode(text);
+    ids.push_back(*tokenizer->eos_id());
     expected[static_cast<size_t>(loom::document_split(text, 0.2))].push_back(ids);
   }
   const auto& m = result.manifest;
@@ -157,7 +157,7 @@ TEST_CASE("prepare: documents are the tokenizer's ids + EOS, in input order, spl
   REQUIRE(m.inputs.size() == 3);
   CHECK(m.inputs[1].compression == "gzip");
   CHECK(m.inputs[2].crc32 == loom::crc32_file(corpus.dir / "c.jsonl.zst"));
-  CHECK(m.tokenizer.checksum == tokenizer.checksum());
+  CHECK(m.tokenizer.checksum == tokenizer->checksum());
   CHECK(m.tokenizer.vocab_size == 300);
   CHECK(m.skipped.at("empty") == 0);
   CHECK(loom::read_prepared_manifest(out).splits[0].tokens == m.splits[0].tokens);
@@ -225,7 +225,7 @@ TEST_CASE("prepare: bad input fails naming file:line, or is skipped and counted 
   write_bytes(dir / "b.txt", "fine line\n\xc3\x28 broken\n" + std::string(3 << 20, 'x') + "\nlast\n");
   loom::PrepareOptions o;
   o.inputs = {(dir / "a.jsonl").string(), (dir / "b.txt").string()};
-  o.tokenizer = loom::test::tiny_tokenizer();
+  o.tokenizer.model = loom::test::tiny_tokenizer().string();
   o.out = dir / "out";
   o.stream.max_document_bytes = 1 << 20;
   const std::string error = prepare_error(o);
@@ -277,28 +277,29 @@ TEST_CASE("prepare: a full disk (file-size limit) is a clear error and leaves no
 TEST_CASE("prepare: --train-tokenizer trains a SentencePiece model into DIR first and tokenizes with it", "[prepare]") {
   const Corpus corpus = mixed_corpus("prepare-train-tokenizer", 2000);
   auto options = options_for(corpus, corpus.dir / "out");
-  options.tokenizer.clear();
+  options.tokenizer.model.clear();
   options.train_tokenizer = true;
   options.tokenizer_training.vocab_size = 400;  // 256 byte pieces, the characters, merges
   const auto result = loom::prepare(options);
   const auto model = corpus.dir / "out" / "tokenizer.model";
   REQUIRE(fs::exists(model));
-  const loom::Tokenizer tokenizer(model);
-  CHECK(tokenizer.vocab_size() == 400);
+  const auto tokenizer = loom::open_prepare_tokenizer({model.string()});
+  CHECK(tokenizer->type() == loom::TokenizerType::kSentencePiece);
+  CHECK(tokenizer->vocab_size() == 400);
   CHECK(result.manifest.tokenizer.trained);
   CHECK(result.manifest.tokenizer.path == "tokenizer.model");
-  CHECK(result.manifest.tokenizer.checksum == tokenizer.checksum());
+  CHECK(result.manifest.tokenizer.checksum == tokenizer->checksum());
   // Every training document decodes back to its text (byte fallback: nothing is lost).
   const auto docs = read_split(corpus.dir / "out", loom::kTrainSplit);
   std::vector<std::string> train_texts;
   for (const auto& t : corpus.texts)
     if (loom::document_split(t, 0.2) == loom::kTrainSplit) train_texts.push_back(t);
   REQUIRE(docs.size() == train_texts.size());
-  for (size_t i = 0; i < docs.size(); i += 97) CHECK(tokenizer.decode(docs[i]) == train_texts[i] + "\n");
+  for (size_t i = 0; i < docs.size(); i += 97) CHECK(loom::decode_lines(*tokenizer, docs[i]) == train_texts[i] + "\n");
   CHECK(loom::prepare(options).up_to_date);  // the trained model's checksum is part of the check
   CHECK_THAT(prepare_error([&] {
                auto both = options;
-               both.tokenizer = loom::test::tiny_tokenizer();
+               both.tokenizer.model = loom::test::tiny_tokenizer().string();
                return both;
              }()),
              Catch::Contains("either --tokenizer FILE or --train-tokenizer"));

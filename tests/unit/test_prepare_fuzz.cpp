@@ -60,7 +60,7 @@ TEST_CASE("prepare fuzz: damaged corpora are prepared or refused naming the file
   for (const auto& [name, good] : corpora) {
     loom::PrepareOptions o;
     o.inputs = {(dir / name).string()};
-    o.tokenizer = loom::test::tiny_tokenizer();
+    o.tokenizer.model = loom::test::tiny_tokenizer().string();
     o.out = dir / "out";
     o.stream.threads = 2;
     o.stream.encode.stop_at_problem = false;  // skip: as much damage as possible reaches the encoder
@@ -78,7 +78,7 @@ TEST_CASE("prepare fuzz: damaged document indexes and manifests are refused nami
   write_bytes(dir / "c.txt", text);
   loom::PrepareOptions o;
   o.inputs = {(dir / "c.txt").string()};
-  o.tokenizer = loom::test::tiny_tokenizer();
+  o.tokenizer.model = loom::test::tiny_tokenizer().string();
   o.out = dir / "out";
   loom::prepare(o);
   const auto shard_path = o.out / "train-00000.bin", index_path = o.out / "train-00000.idx";

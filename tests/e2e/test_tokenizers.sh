@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# loom's Hugging Face and tiktoken tokenizers give the references' ids (tokenizers and tiktoken, pinned in
+# scripts/setup.sh) on the whole KJV, WEB and Reina-Valera 1909 and on a Unicode torture text, decode as
+# they do, and round-trip where they do (tests/golden/tokenizer_golden.py). Then a tiktoken tokenizer
+# (GPT-2's ranks, Llama 3's pattern and special tokens: ids past 65535, 4-byte token files) trains, evaluates
+# and generates through tokenizer.model, `loom info` takes its vocabulary, and unsupported files are refused
+# naming what loom does not implement.
+source "$(dirname "$0")/common.sh"
+ranks=${LOOM_CACHE:-$HOME/.cache/loom}/gpt2.tiktoken
+[ -s "$ranks" ] || fail "$ranks is missing: scripts/setup.sh fetches it (from the openai-whisper source package)"
+
+cat "$KJV_DATA"/{train,valid,test}.txt > "$WORK/kjv.txt"
+"$SRC/scripts/bible_verses.sh" engWEB2015eb | cut -f3 > "$WORK/web.txt"
+"$SRC/scripts/bible_verses.sh" spaRV1909eb | cut -f3 > "$WORK/rv1909.txt"
+python3 "$SRC/tests/golden/tokenizer_golden.py" --loom "$LOOM" --work "$WORK/tok" --gpt2-ranks "$ranks" \
+  --corpus kjv="$WORK/kjv.txt" --corpus web="$WORK/web.txt" --corpus rv1909="$WORK/rv1909.txt" || fail "golden ids"
+
+# tokenizer.model = a .tiktoken file: token files with 4-byte ids, training, eval, generate, info.
+tk=(--set tokenizer.model="$ranks" --set tokenizer.pattern=llama3)
+for split in train valid; do
+  "$LOOM" tokenize --tokenizer "$ranks" --pattern llama3 --out "$WORK/$split.bin" "$KJV_DATA/$split.txt" 2>/dev/null
+done
+python3 - "$WORK/train.bin" <<'PY' || fail "token file header"
+import struct, sys
+header = open(sys.argv[1], "rb").read(64)
+token_bytes, count, vocab = struct.unpack("<IQQ", header[12:32])
+assert (token_bytes, vocab) == (4, 50256 + 256), (token_bytes, vocab)
+PY
+run=$WORK/run
+"$LOOM" train "$SRC/tests/e2e/tiny.yaml" --set run.dir="$run" --set data.train="$WORK/train.bin" \
+  --set data.valid="$WORK/valid.bin" "${tk[@]}" --set train.max_steps=4 --set train.eval_every=0 >/dev/null 2>&1 ||
+  fail "training on tiktoken token files"
+"$LOOM" eval "$run" >/dev/null 2>&1 || fail "eval of the tiktoken run"
+out=$("$LOOM" generate "$run" --prompt "And God said" --max-new-tokens 8 --temperature 0 2>&1) || fail "generate: $out"
+[[ "$out" == "And God said"* ]] || fail "generate does not start with the prompt: '$out'"
+params=$("$LOOM" info "$SRC/tests/e2e/tiny.yaml" "${tk[@]}" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["parameters"])')
+fixed=$("$LOOM" info "$SRC/tests/e2e/tiny.yaml" --set model.vocab_size=50512 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["parameters"])')
+[ "$params" = "$fixed" ] || fail "loom info with a tiktoken tokenizer: $params parameters, $fixed at vocab 50512"
+
+# Refusals name what is missing or not implemented.
+expect_refusal() {  # expect_refusal CODE PATTERN -- COMMAND...
+  local code=$1 pattern=$2; shift 3
+  set +e; out=$("$@" 2>&1 </dev/null); got=$?; set -e
+  [ $got -eq "$code" ] && grep -qE "$pattern" <<<"$out" || fail "expected exit $code and /$pattern/, got $got: $out"
+}
+expect_refusal 2 "carries no split pattern.*gpt2, cl100k_base, o200k_base, llama3" -- "$LOOM" encode --tokenizer "$ranks"
+expect_refusal 2 "tokenizer.type: 'bpe' is not one of" -- "$LOOM" encode --tokenizer "$ranks" --type bpe
+python3 - "$WORK" <<'PY'
+import sys
+from tokenizers import Tokenizer, models, pre_tokenizers, normalizers
+work = sys.argv[1]
+Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]")).save(f"{work}/wordpiece.json")
+Tokenizer(models.Unigram([("a", -1.0), ("<unk>", -2.0)], unk_id=1)).save(f"{work}/unigram.json")
+t = Tokenizer(models.BPE({"a": 0}, []))
+t.pre_tokenizer = pre_tokenizers.Metaspace()
+t.save(f"{work}/metaspace.json")
+t = Tokenizer(models.BPE({"a": 0}, []))
+t.normalizer = normalizers.BertNormalizer()
+t.save(f"{work}/bert-normalizer.json")
+PY
+expect_refusal 1 "model type 'WordPiece' is not implemented" -- "$LOOM" encode --tokenizer "$WORK/wordpiece.json"
+expect_refusal 1 "model type 'Unigram' is not implemented" -- "$LOOM" encode --tokenizer "$WORK/unigram.json"
+expect_refusal 1 "pre-tokenizer 'Metaspace' is not implemented" -- "$LOOM" encode --tokenizer "$WORK/metaspace.json"
+expect_refusal 1 "normalizer 'BertNormalizer' is not implemented" -- "$LOOM" encode --tokenizer "$WORK/bert-normalizer.json"
+echo '{"model": ' > "$WORK/broken.json"
+expect_refusal 1 "broken.json: not valid JSON" -- "$LOOM" encode --tokenizer "$WORK/broken.json"
+echo "PASS"
