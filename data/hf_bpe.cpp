@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "data/bpe_merge.h"
 #include "data/byte_level.h"
+#include "data/tokenizer.h"
 #include "data/utf8.h"
 
 namespace loom {
@@ -39,7 +40,7 @@ HfBpeModel::HfBpeModel(const nlohmann::json& model, bool byte_level, const std::
   LOOM_CHECK(vocab.is_object(), where, ": model.vocab is not a mapping of token to id");
   for (const auto& [text, id_json] : vocab.items()) {
     const int64_t id = id_json.get<int64_t>();
-    LOOM_CHECK(id >= 0 && id < (1 << 30), where, ": model.vocab['", text, "'] has id ", id);
+    check_token_id(id, static_cast<int64_t>(vocab.size()), where + ": model.vocab['" + text + "']");
     vocab_.insert(text, static_cast<int32_t>(id));
     if (tokens_.size() <= static_cast<size_t>(id)) tokens_.resize(static_cast<size_t>(id) + 1);
     tokens_[static_cast<size_t>(id)] = text;

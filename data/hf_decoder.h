@@ -5,6 +5,7 @@
 // RobertaProcessing and BertProcessing (cls ... sep), ByteLevel (adds nothing) and Sequence. Other
 // types are refused at load, naming them.
 #pragma once
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -31,9 +32,7 @@ struct HfPostProcessor {
 };
 
 // `token_id` maps a token's text to its id (-1: unknown), for the templates that name tokens.
-template <class TokenId>
-HfPostProcessor parse_hf_post_processor(const nlohmann::json& spec, const std::string& where, TokenId&& token_id);
+HfPostProcessor parse_hf_post_processor(const nlohmann::json& spec, const std::string& where,
+                                        const std::function<int32_t(const std::string&)>& token_id);
 
 }  // namespace loom
-
-#include "data/hf_decoder_impl.h"

@@ -47,16 +47,20 @@ HfTokenizer::HfTokenizer(const std::string& path) : Tokenizer(path, crc32_file(p
     std::vector<AddedToken> raw, normalized;
     std::vector<std::string> raw_patterns, normalized_patterns;
     std::vector<SpecialToken> special;
-    for (const auto& t : file.value("added_tokens", nlohmann::json::array())) {
+    const auto added_tokens = file.value("added_tokens", nlohmann::json::array());
+    const auto entries = static_cast<int64_t>(model_->tokens().size() + added_tokens.size());
+    for (const auto& t : added_tokens) {
       AddedToken a;
       a.content = t.at("content").get<std::string>();
-      a.id = t.at("id").get<int32_t>();
+      const int64_t id = t.at("id").get<int64_t>();  // checked below, before it sizes added_text_
       a.special = t.value("special", false);
       a.single_word = t.value("single_word", false);
       a.lstrip = t.value("lstrip", false);
       a.rstrip = t.value("rstrip", false);
       a.normalized = t.value("normalized", !a.special);
-      LOOM_CHECK(a.id >= 0 && !a.content.empty(), path, ": added token ", t.dump(), " has no content or a bad id");
+      LOOM_CHECK(!a.content.empty(), path, ": added token ", t.dump(), " has no content");
+      check_token_id(id, entries, path + ": added token " + a.content);
+      a.id = static_cast<int32_t>(id);
       if (added_text_.size() <= static_cast<size_t>(a.id)) added_text_.resize(static_cast<size_t>(a.id) + 1);
       added_text_[static_cast<size_t>(a.id)] = a.content;
       vocab_size_ = std::max<int64_t>(vocab_size_, a.id + 1);
@@ -73,6 +77,10 @@ HfTokenizer::HfTokenizer(const std::string& path) : Tokenizer(path, crc32_file(p
     normalized_added_ = AddedTokenMatcher(std::move(normalized), std::move(normalized_patterns));
     post_ = parse_hf_post_processor(file.value("post_processor", nlohmann::json()), path,
                                     [&](const std::string& text) { return token_id(text); });
+    for (const auto* side : {&post_.prefix, &post_.suffix})
+      for (int32_t id : *side)
+        LOOM_CHECK(id < vocab_size_, path, ": post_processor adds token id ", id, ", outside the vocabulary [0, ",
+                   vocab_size_, ")");
 
     // Roles: tokenizer_config.json beside the file, else the template's first token as bos.
     std::optional<int32_t> bos, eos, pad;

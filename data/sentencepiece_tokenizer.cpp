@@ -11,8 +11,8 @@ namespace {
 std::unique_ptr<sentencepiece::SentencePieceProcessor> load_model(const std::string& path) {
   auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto status = processor->Load(path);
-  LOOM_CHECK(status.ok(), path, ": not a tokenizer loom reads: not a Hugging Face tokenizer.json (JSON), not a "
-             ".tiktoken rank file (base64 + rank lines), and SentencePiece says: ", status.ToString());
+  LOOM_CHECK(status.ok(), path, ": not a SentencePiece model (", status.ToString(),
+             "), nor a Hugging Face tokenizer.json (JSON) or a .tiktoken rank file (base64 and rank lines)");
   return processor;
 }
 

@@ -1,5 +1,6 @@
 #include "data/tiktoken_tokenizer.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -70,6 +71,7 @@ TiktokenTokenizer::TiktokenTokenizer(const std::string& path, const std::string&
   std::ifstream in(path, std::ios::binary);
   LOOM_CHECK(in, path, ": cannot open the tiktoken file");
   int64_t line_number = 0;
+  const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(path));
   for (std::string line; std::getline(in, line);) {
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -77,7 +79,7 @@ TiktokenTokenizer::TiktokenTokenizer(const std::string& path, const std::string&
     const size_t space = line.find(' ');
     const auto bytes = space == std::string::npos ? std::nullopt : base64_decode(std::string_view(line).substr(0, space));
     const auto rank = space == std::string::npos ? std::nullopt : parse_int64(line.substr(space + 1));
-    if (!bytes || bytes->empty() || !rank || *rank < 0 || *rank >= (1 << 30))
+    if (!bytes || bytes->empty() || !rank || *rank < 0 || *rank > file_bytes)  // a line takes 4 bytes at least
       throw Error(path + ":" + std::to_string(line_number) + ": not a tiktoken line (base64 token, a space, its rank)");
     if (ranks_.find(*bytes) != StringTable::kMissing)
       throw Error(path + ":" + std::to_string(line_number) + ": the token is listed twice");
@@ -96,6 +98,7 @@ TiktokenTokenizer::TiktokenTokenizer(const std::string& path, const std::string&
   std::vector<AddedToken> added;
   std::vector<std::string> texts;
   for (const auto& t : preset.tokens) {
+    check_token_id(t.id, static_cast<int64_t>(ranks_.size()), "tokenizer.special_tokens '" + t.text + "'");
     const auto id = static_cast<size_t>(t.id);
     if (id < known_.size() && known_[id])
       throw ConfigError("tokenizer.special_tokens: '" + t.text + "' has id " + std::to_string(t.id) +

@@ -1,6 +1,7 @@
 #include "data/tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 
@@ -77,6 +78,12 @@ void Tokenizer::set_special_tokens(std::vector<SpecialToken> tokens, std::option
     if (!pad && any_of(t.text, {"<pad>", "<|pad|>", "[PAD]", "<|finetune_right_pad_id|>"})) pad = t.id;
   }
   bos_ = bos, eos_ = eos, pad_ = pad;
+}
+
+void check_token_id(int64_t id, int64_t entries, const std::string& what) {
+  if (id < 0 || id >= entries + kMaxTokenIdGap)
+    throw Error(what + ": id " + std::to_string(id) + " is outside [0, " + std::to_string(entries + kMaxTokenIdGap) +
+                ") (the entries plus " + std::to_string(kMaxTokenIdGap) + "): a damaged file or setting");
 }
 
 TokenizerType detect_tokenizer_type(const std::string& path) {

@@ -90,6 +90,11 @@ class Tokenizer {
 // naming the file for a missing, unreadable or unsupported file; ConfigError for bad settings.
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerConfig& config);
 
+// Ids in a tokenizer file may leave holes, but at most this many past its entries: a damaged id must not
+// size a table (check_token_id throws loom::Error naming `what`).
+constexpr int64_t kMaxTokenIdGap = 1 << 20;
+void check_token_id(int64_t id, int64_t entries, const std::string& what);
+
 // The type of the file's content: JSON -> huggingface, base64 + rank lines -> tiktoken, else sentencepiece.
 TokenizerType detect_tokenizer_type(const std::string& path);
 

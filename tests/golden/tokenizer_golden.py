@@ -21,14 +21,17 @@ encode_special_tokens) and the post-processor (--add-special-tokens) on the tort
 """
 import argparse
 import base64
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 
 import tiktoken
 import tokenizers
+from tiktoken_ext import openai_public
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -164,7 +167,7 @@ def parse_ids(text):
 
 
 def compare(name, corpus, lines, raw_lines, reference, loom, args, extra=(), **options):
-    """Returns (bytes, ids) of the corpus; exits on the first mismatch, with up to 5 lines shown."""
+    """Exits on the first tokenizer and corpus that differ, showing up to 5 of their lines."""
     label = f"{name} on {corpus}" + (f" ({' '.join(extra)})" if extra else "")
     expected = reference.encode(lines, **options)
     got = parse_ids(run_loom(loom, "encode", [*args, *extra], b"\n".join(raw_lines) + b"\n"))
@@ -181,7 +184,7 @@ def compare(name, corpus, lines, raw_lines, reference, loom, args, extra=(), **o
     n_ids = sum(len(x) for x in expected)
     if extra:
         print(f"{label}: {len(lines)} lines, {n_ids} ids equal")
-        return 0, 0
+        return
     decoded = reference.decode(expected)
     ids_text = "\n".join(" ".join(map(str, x)) for x in expected) + "\n"
     loom_decoded = run_loom(loom, "decode", args, ids_text.encode()).decode("utf-8").split("\n")[:-1]
@@ -195,7 +198,6 @@ def compare(name, corpus, lines, raw_lines, reference, loom, args, extra=(), **o
     n_bytes = sum(len(r) + 1 for r in raw_lines)
     print(f"{label}: {len(lines)} lines, {n_bytes} bytes -> {n_ids} ids equal; decode equal; "
           f"decode(encode(x)) == x on {len(round_trips)} lines (the reference: the same)")
-    return n_bytes, n_ids
 
 
 def main():
@@ -222,12 +224,11 @@ def main():
     specs["kjv-llama"] = (["--tokenizer", path], HfReference(train_kjv_llama(first_text, path)), bible)
     path = os.path.join(a.work, "gpt2-hf.json")
     specs["gpt2-hf"] = (["--tokenizer", path], HfReference(gpt2_tokenizer_json(ranks, path)), bible)
-    from tiktoken_ext import openai_public as openai
     gpt2_special = {"<|endoftext|>": 50256}
     llama_special = {t: len(ranks) + i for i, t in enumerate(LLAMA3_SPECIAL)}
     enc = lambda name, pat, special: tiktoken.Encoding(name, pat_str=pat, mergeable_ranks=ranks, special_tokens=special)  # noqa: E731
     specs["gpt2"] = (["--tokenizer", a.gpt2_ranks, "--pattern", "gpt2"],
-                     TiktokenReference(enc("gpt2", openai.r50k_pat_str, gpt2_special)), bible)
+                     TiktokenReference(enc("gpt2", openai_public.r50k_pat_str, gpt2_special)), bible)
     specs["llama3-gpt2"] = (["--tokenizer", a.gpt2_ranks, "--pattern", "llama3"],
                             TiktokenReference(enc("llama3", LLAMA3_PATTERN, llama_special)), bible)
     for name, preset in (("cl100k_base", "cl100k"), ("o200k_base", "o200k")):
@@ -236,13 +237,12 @@ def main():
                                    ["unicode-torture"])
     print(f"tokenizers built in {time.time() - t0:.1f} s")
 
-    totals = {}
     for name, (args, reference, where) in specs.items():
         for corpus, raw in corpora:
             if corpus not in where:
                 continue
             lines = [r.decode("utf-8", "replace") for r in raw]
-            totals[corpus] = compare(name, corpus, lines, raw, reference, a.loom, args)
+            compare(name, corpus, lines, raw, reference, a.loom, args)
     lines = [r.decode("utf-8", "replace") for r in torture]
     for name in ("kjv-bpe", "gpt2", "llama3-gpt2"):
         args, reference, _ = specs[name]
@@ -257,10 +257,7 @@ def main():
 
 def named_pattern(name):
     """The pat_str of tiktoken's own definition of an encoding (its ranks are not needed, nor downloaded)."""
-    from tiktoken_ext import openai_public as openai
-    import inspect
-    import re
-    source = inspect.getsource(getattr(openai, name))
+    source = inspect.getsource(getattr(openai_public, name))
     if name == "cl100k_base":
         return re.search(r'"pat_str": r"""(.*?)"""', source).group(1)
     parts = re.search(r"pat_str = \"\|\"\.join\(\s*\[(.*?)\]\s*\)", source, re.S).group(1)

@@ -155,7 +155,7 @@ TEST_CASE("tokenizers: split behaviours and ByteLevel's prefix space", "[tokeniz
   CHECK((!out[1].space_before && out[1].start == 5 && out[1].end == 11));  // " world"
 }
 
-TEST_CASE("tokenizers: \\s matches NEL as in Rust and Oniguruma; $ per dialect", "[tokenizer]") {
+TEST_CASE("tokenizers: whitespace takes NEL as Rust and Oniguruma do, and $ follows each dialect", "[tokenizer]") {
   CHECK(loom::with_nel_as_space(R"(\s+(?!\S)|[^\s\p{L}])") == R"([\s\x{85}]+(?![^\s\x{85}])|[^\s\x{85}\p{L}])");
   CHECK(loom::with_nel_as_space(R"([]\s]\\s)") == R"([]\s\x{85}]\\s)");
   const loom::SplitRegex space(R"(\s+)", loom::RegexDialect::kTiktoken, "test");
@@ -255,6 +255,21 @@ TEST_CASE("tokenizers: a hand-made tiktoken file and tokenizer.json encode as wo
   CHECK(*hf->eos_id() == 7);
   config.pattern = "gpt2";
   CHECK_THROWS_AS(loom::load_tokenizer(config), loom::ConfigError);  // a pattern is for .tiktoken files only
+
+  // Damaged ids are refused naming the file before they size a table (2^32 + 7 must not wrap to 7).
+  config.pattern.clear();
+  auto damaged = [&](const char* name, auto&& edit) {
+    nlohmann::json copy = spec;
+    edit(copy);
+    config.model = write(dir / name, copy.dump());
+    CHECK_THROWS_WITH(loom::load_tokenizer(config), Catch::Matchers::Contains(config.model));
+  };
+  damaged("huge-added.json", [](nlohmann::json& j) { j["added_tokens"][0]["id"] = (int64_t{1} << 32) + 7; });
+  damaged("far-added.json", [](nlohmann::json& j) { j["added_tokens"][0]["id"] = 8 + loom::kMaxTokenIdGap; });
+  damaged("far-vocab.json", [](nlohmann::json& j) { j["model"]["vocab"]["abc"] = 7 + loom::kMaxTokenIdGap; });
+  damaged("post-id.json", [](nlohmann::json& j) {
+    j["post_processor"]["special_tokens"]["<|endoftext|>"]["ids"] = {8};  // one past the vocabulary
+  });
 }
 
 TEST_CASE("tokenizers: tokenizer.special_tokens takes a preset or a map, and round-trips", "[tokenizer][config]") {
