@@ -2,9 +2,11 @@
 // "replace" rule), GPT-2's byte alphabet, the byte-pair merge (heap and scan paths against a brute force),
 // added-token splitting (leftmost-longest, lstrip / rstrip / single_word), split behaviours, the NEL rewrite
 // of \s, pattern names and presets, a hand-made tokenizer.json and .tiktoken file end to end, type detection,
-// and the tokenizer.special_tokens config key. The whole tokenizers against Hugging Face and tiktoken are
-// tests/e2e/test_tokenizers.sh.
+// the tokenizer.special_tokens config key, and one tokenizer shared by threads. The whole tokenizers against
+// Hugging Face and tiktoken are tests/e2e/test_tokenizers.sh.
 #include <fstream>
+#include <random>
+#include <thread>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -30,6 +32,43 @@ std::vector<std::string> pieces(const loom::SplitRegex& regex, const std::string
   std::vector<std::string> out;
   regex.for_each_match(text, [&](size_t s, size_t e) { out.push_back(text.substr(s, e - s)); });
   return out;
+}
+
+// A hand-made tiktoken file: ranks of the 256 bytes, then "ab" (256), "abc" (257), " a" (258).
+std::string tiny_ranks() {
+  auto b64 = [](const std::string& s) {
+    static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    for (size_t i = 0; i < s.size(); i += 3) {
+      uint32_t v = static_cast<uint8_t>(s[i]) << 16;
+      if (i + 1 < s.size()) v |= static_cast<uint8_t>(s[i + 1]) << 8;
+      if (i + 2 < s.size()) v |= static_cast<uint8_t>(s[i + 2]);
+      out += t[(v >> 18) & 63];
+      out += t[(v >> 12) & 63];
+      out += i + 1 < s.size() ? t[(v >> 6) & 63] : '=';
+      out += i + 2 < s.size() ? t[v & 63] : '=';
+    }
+    return out;
+  };
+  std::string ranks;
+  for (int b = 0; b < 256; ++b) ranks += b64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
+  return ranks + b64("ab") + " 256\n" + b64("abc") + " 257\n" + b64(" a") + " 258\n";
+}
+
+// A hand-made tokenizer.json over bytes a, b, c, space (Ġ) with merges a b, ab c, "Ġ a", <|endoftext|> at
+// id 7, added after each sequence by the post-processor.
+nlohmann::json tiny_tokenizer_json() {
+  nlohmann::json vocab = {{"a", 0}, {"b", 1}, {"c", 2}, {"\u0120", 3}, {"ab", 4}, {"abc", 5}, {"\u0120a", 6}};
+  return {
+      {"added_tokens", {{{"id", 7}, {"content", "<|endoftext|>"}, {"special", true}, {"normalized", false}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"SpecialToken", {{"id", "<|endoftext|>"}, {"type_id", 0}}}}}},
+        {"special_tokens", {{"<|endoftext|>", {{"id", "<|endoftext|>"}, {"ids", {7}}, {"tokens", {"<|endoftext|>"}}}}}}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", {"ab", "c"}, "\u0120 a"}}}}};
 }
 
 }  // namespace
@@ -190,25 +229,7 @@ TEST_CASE("tokenizers: pattern names and special-token presets", "[tokenizer]") 
 
 TEST_CASE("tokenizers: a hand-made tiktoken file and tokenizer.json encode as worked out by hand", "[tokenizer]") {
   const auto dir = loom::test::scratch_dir("tokenizers");
-  // Ranks: the 256 bytes, then "ab" (256), "abc" (257), " a" (258).
-  auto b64 = [](const std::string& s) {
-    static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    for (size_t i = 0; i < s.size(); i += 3) {
-      uint32_t v = static_cast<uint8_t>(s[i]) << 16;
-      if (i + 1 < s.size()) v |= static_cast<uint8_t>(s[i + 1]) << 8;
-      if (i + 2 < s.size()) v |= static_cast<uint8_t>(s[i + 2]);
-      out += t[(v >> 18) & 63];
-      out += t[(v >> 12) & 63];
-      out += i + 1 < s.size() ? t[(v >> 6) & 63] : '=';
-      out += i + 2 < s.size() ? t[v & 63] : '=';
-    }
-    return out;
-  };
-  std::string ranks;
-  for (int b = 0; b < 256; ++b) ranks += b64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
-  ranks += b64("ab") + " 256\n" + b64("abc") + " 257\n" + b64(" a") + " 258\n";
-  const std::string path = write(dir / "tiny.tiktoken", ranks);
+  const std::string path = write(dir / "tiny.tiktoken", tiny_ranks());
   CHECK(loom::detect_tokenizer_type(path) == loom::TokenizerType::kTiktoken);
   loom::TokenizerConfig config;
   config.model = path;
@@ -227,18 +248,7 @@ TEST_CASE("tokenizers: a hand-made tiktoken file and tokenizer.json encode as wo
   config.special_tokens.ids = {{"<|x|>", 256}};
   CHECK_THROWS_WITH(loom::load_tokenizer(config), Catch::Matchers::Contains("already a rank"));
 
-  // A tokenizer.json over bytes a, b, c, space (Ġ) with merges a b, ab c, "Ġ a".
-  nlohmann::json vocab = {{"a", 0}, {"b", 1}, {"c", 2}, {"\u0120", 3}, {"ab", 4}, {"abc", 5}, {"\u0120a", 6}};
-  const nlohmann::json spec = {
-      {"added_tokens", {{{"id", 7}, {"content", "<|endoftext|>"}, {"special", true}, {"normalized", false}}}},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-      {"post_processor",
-       {{"type", "TemplateProcessing"},
-        {"single", {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"SpecialToken", {{"id", "<|endoftext|>"}, {"type_id", 0}}}}}},
-        {"special_tokens", {{"<|endoftext|>", {{"id", "<|endoftext|>"}, {"ids", {7}}, {"tokens", {"<|endoftext|>"}}}}}}}},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", {"ab", "c"}, "\u0120 a"}}}}};
+  const nlohmann::json spec = tiny_tokenizer_json();
   const std::string json_path = write(dir / "tokenizer.json", spec.dump());
   config = {};
   config.model = json_path;
@@ -281,4 +291,43 @@ TEST_CASE("tokenizers: tokenizer.special_tokens takes a preset or a map, and rou
   CHECK_THROWS_AS(loom::parse_config("tokenizer:\n  special_tokens: {x: -1}\n", "d.yaml"), loom::ConfigError);
   CHECK_THROWS_AS(loom::parse_config("tokenizer:\n  special_tokens: [1]\n", "e.yaml"), loom::ConfigError);
   CHECK_THROWS_AS(loom::parse_config("tokenizer:\n  type: wordpiece\n", "f.yaml"), loom::ConfigError);
+}
+
+TEST_CASE("tokenizers: encode from several threads at once gives one thread's ids", "[tokenizer]") {
+  const auto dir = loom::test::scratch_dir("tokenizer-threads");
+  loom::TokenizerConfig tiktoken_config, hf_config;
+  tiktoken_config.model = write(dir / "tiny.tiktoken", tiny_ranks());
+  tiktoken_config.pattern = "gpt2";
+  tiktoken_config.special_tokens.ids = {{"<|endoftext|>", 259}};
+  hf_config.model = write(dir / "tokenizer.json", tiny_tokenizer_json().dump());
+  const auto tiktoken = loom::load_tokenizer(tiktoken_config);
+  const auto hf = loom::load_tokenizer(hf_config);
+  // Texts of words from a small alphabet, many repeated (the per-thread piece caches fill and are read).
+  std::mt19937 random(7);
+  const char* words[] = {"a", "ab", "abc", "abd", "cab", "bca", "aaaa", "<|endoftext|>", "12", "  "};
+  std::vector<std::string> texts(400);
+  for (auto& text : texts)
+    for (int w = 0; w < 12; ++w) text += std::string(w ? " " : "") + words[random() % std::size(words)];
+  const auto encode_all = [&](const loom::Tokenizer& tokenizer) {
+    std::vector<std::vector<int32_t>> ids;
+    for (const auto& text : texts) ids.push_back(tokenizer.encode(text));
+    return ids;
+  };
+  // One thread, the two tokenizers alternating (each owns the thread's piece cache in turn).
+  std::vector<std::vector<int32_t>> alternating_tiktoken, alternating_hf;
+  for (const auto& text : texts) {
+    alternating_tiktoken.push_back(tiktoken->encode(text));
+    alternating_hf.push_back(hf->encode(text));
+  }
+  const auto expected_tiktoken = encode_all(*tiktoken), expected_hf = encode_all(*hf);
+  CHECK(alternating_tiktoken == expected_tiktoken);
+  CHECK(alternating_hf == expected_hf);
+  CHECK(expected_hf[0].size() > 12);  // the texts are not trivially short
+  // Eight threads, four sharing each tokenizer.
+  std::vector<std::vector<std::vector<int32_t>>> got(8);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t)
+    threads.emplace_back([&, t] { got[t] = encode_all(t % 2 ? *hf : *tiktoken); });
+  for (auto& thread : threads) thread.join();
+  for (size_t t = 0; t < got.size(); ++t) CHECK(got[t] == (t % 2 ? expected_hf : expected_tiktoken));
 }
