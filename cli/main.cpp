@@ -29,8 +29,8 @@ commands:
                                               globs) -> a directory data.train / data.valid read
   tokenize --tokenizer FILE --out FILE TEXT   text file (one line per document) -> token file
            [--target TARGET_TEXT]             ... or line-aligned source/target files -> pair file
-  encode --tokenizer FILE [--pattern P] [--add-special-tokens] [--info] < TEXT
-                                              text lines -> space-separated token ids per line
+  encode --tokenizer FILE [--pattern P] [--add-special-tokens] [--no-special-in-text] [--info] [--stats]
+         < TEXT                               text lines -> space-separated token ids per line
   decode --tokenizer FILE [--pattern P] < IDS  token id lines -> text lines
            (tokenizers: SentencePiece .model, Hugging Face tokenizer.json, .tiktoken with --pattern;
             also --type T, --special-tokens PRESET_OR_MAP, as the tokenizer.* config keys)
