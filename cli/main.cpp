@@ -32,8 +32,9 @@ commands:
   encode --tokenizer FILE [--pattern P] [--add-special-tokens] [--no-special-in-text] [--info] [--stats]
          < TEXT                               text lines -> space-separated token ids per line
   decode --tokenizer FILE [--pattern P] < IDS  token id lines -> text lines
-           (tokenizers: SentencePiece .model, Hugging Face tokenizer.json, .tiktoken with --pattern;
-            also --type T, --special-tokens PRESET_OR_MAP, as the tokenizer.* config keys)
+           (every --tokenizer FILE, prepare's and tokenize's too: SentencePiece .model, Hugging Face
+            tokenizer.json, .tiktoken with --pattern P; also --type T, --special-tokens PRESET_OR_MAP,
+            as the tokenizer.* config keys)
   config CONFIG [--set ...] [--get KEY]        print the resolved config (or one key)
   config --reference                          every config key with its default and meaning
   eval CONFIG_OR_RUN_DIR [--set ...] [--split valid|test] [--step S] [--beam N] [--json]

@@ -4,7 +4,8 @@
 # bytes with 1, 2 or 3 threads, a re-run that does nothing -> a tiny GPT trained on it (data.train: DIR,
 # data.valid: DIR) resumes exactly; a mixture of two directories draws at its weights (tokens_by_source),
 # resumes exactly and continues under DP=2 on the single-process curve; bad inputs fail naming file:line
-# and leave no manifest, or are skipped and counted with --on-error skip.
+# and leave no manifest, or are skipped and counted with --on-error skip; a tokenizer.json and a .tiktoken
+# (--pattern) prepare loom encode's ids, and another pattern redoes the directory.
 source "$(dirname "$0")/common.sh"
 TOK=$KJV_DATA/tokenizer.model
 C=$WORK/corpus
@@ -155,4 +156,71 @@ python3 -c "import sentencepiece as s, sys; assert s.SentencePieceProcessor(mode
 expect_error 1 "$A \(train split\) was not made with tokenizer.model=$WORK/T/tokenizer.model \(checksum mismatch\)" \
   "$LOOM" train $(tiny_args "$WORK/t2") --set data.train="$A" --set data.valid="$WORK/T" \
   --set tokenizer.model="$WORK/T/tokenizer.model"
+## Any tokenizer: a byte-level BPE tokenizer.json (trained here by Hugging Face tokenizers) and GPT-2's
+## .tiktoken ranks with --pattern. Every document is `loom encode --no-special-in-text`'s ids + the
+## tokenizer's <|endoftext|> (a special token written in a document stays text), and training takes the
+## directory with that tokenizer.model. A .tiktoken's pattern is part of its checksum: another one redoes DIR.
+ranks=${LOOM_CACHE:-$HOME/.cache/loom}/gpt2.tiktoken
+[ -s "$ranks" ] || fail "$ranks is missing: scripts/setup.sh fetches it (from the openai-whisper source package)"
+python3 - "$KJV_DATA/train.txt" "$C" <<'PY'
+import json, sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+verses = [l.rstrip("\n") for l in open(sys.argv[1], encoding="utf-8")][:3000]
+t = Tokenizer(models.BPE())
+t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+t.decoder = decoders.ByteLevel()
+t.train_from_iterator(verses, trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>"], show_progress=False,
+                                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+t.save(f"{sys.argv[2]}/tokenizer.json")
+with open(f"{sys.argv[2]}/any.jsonl", "w") as f:
+    for v in verses[:300] + ["a literal <|endoftext|> stays text", "caf\u00e9 \u65e5\u672c\u8a9e \U0001F642 \u05e9\u05dc\u05d5\u05dd"]:
+        f.write(json.dumps({"text": v}, ensure_ascii=False) + "\n")
+PY
+python3 -c 'import json, sys; print("\n".join(json.loads(l)["text"] for l in open(sys.argv[1])))' "$C/any.jsonl" \
+  > "$C/any.txt"
+prepare_with() {  # prepare_with NAME EOS_ID TOKENIZER_OPTION...: prepares any.jsonl into $WORK/NAME, checks its ids
+  local name=$1 eos=$2; shift 2
+  "$LOOM" prepare "$C/any.jsonl" "$@" --out "$WORK/$name" --valid-fraction 0 > "$WORK/$name.log" 2>&1 ||
+    fail "prepare with $*: $(tail -3 "$WORK/$name.log")"
+  "$LOOM" encode "$@" --no-special-in-text < "$C/any.txt" > "$WORK/$name.plain" || fail "loom encode $*"
+  "$LOOM" encode "$@" < "$C/any.txt" > "$WORK/$name.special" || fail "loom encode $*"
+  python3 - "$WORK/$name" "$eos" <<'PY' || fail "$name: the prepared documents are not loom encode's ids + EOS"
+import json, struct, sys
+out, eos = sys.argv[1], int(sys.argv[2])
+m = json.load(open(f"{out}/manifest.json"))
+assert m["tokenizer"]["eos_id"] == eos, m["tokenizer"]
+docs = []
+for shard in m["splits"]["train"]["shards"]:
+    data = open(f"{out}/{shard['tokens_file']}", "rb").read()[64:]
+    ids = list(struct.unpack(f"<{len(data) // 2}H", data))
+    starts = list(struct.unpack(f"<{shard['documents']}Q", open(f"{out}/{shard['index_file']}", "rb").read()[64:]))
+    docs += [ids[a:b] for a, b in zip(starts, starts[1:] + [len(ids)])]
+plain = [[int(i) for i in l.split()] + [eos] for l in open(f"{out}.plain")]
+special = [[int(i) for i in l.split()] + [eos] for l in open(f"{out}.special")]
+assert len(docs) == len(plain) == 302 and docs == plain, (len(docs), len(plain))
+assert eos in special[300][:-1] and eos not in plain[300][:-1]  # <|endoftext|> in the text: text, not EOS
+print(f"{out.rsplit('/', 1)[1]}: {len(docs)} documents, {sum(map(len, docs))} tokens, loom encode's ids + EOS {eos}")
+PY
+}
+prepare_with hf 0 --tokenizer "$C/tokenizer.json"
+prepare_with tiktoken 50256 --tokenizer "$ranks" --pattern gpt2
+grep -v endoftext "$C/any.txt" > "$C/valid.txt"  # loom tokenize encodes as loom encode does (<|endoftext|>: EOS)
+"$LOOM" tokenize --tokenizer "$C/tokenizer.json" --out "$WORK/hf-valid.bin" "$C/valid.txt" > /dev/null 2>&1 ||
+  fail "loom tokenize with the tokenizer.json"
+python3 - "$WORK/hf-valid.bin" "$WORK/hf.plain" <<'PY' || fail "loom tokenize's ids are not prepare's"
+import struct, sys
+data = open(sys.argv[1], "rb").read()[64:]
+lines = [l for i, l in enumerate(open(sys.argv[2])) if i != 300]  # all but the line with <|endoftext|>
+assert list(struct.unpack(f"<{len(data) // 2}H", data)) == [int(i) for l in lines for i in l.split() + ["0"]]
+PY
+tiny_train "$WORK/hf-run" --set data.train="$WORK/hf" --set data.valid="$WORK/hf-valid.bin" \
+  --set tokenizer.model="$C/tokenizer.json" --set train.max_steps=2 > "$WORK/hf-run.log" 2>&1 ||
+  fail "training on the tokenizer.json directory: $(tail -3 "$WORK/hf-run.log")"
+"$LOOM" prepare "$C/any.jsonl" --tokenizer "$ranks" --pattern llama3 --out "$WORK/tiktoken" --valid-fraction 0 \
+  > "$WORK/tiktoken-again.log" 2>&1 || fail "prepare with --pattern llama3: $(tail -3 "$WORK/tiktoken-again.log")"
+grep -q "again: the tokenizer changed" "$WORK/tiktoken-again.log" || fail "another pattern: $(cat "$WORK/tiktoken-again.log")"
+expect_error 2 "carries no split pattern" "$LOOM" prepare "$C/any.jsonl" --tokenizer "$ranks" --out "$WORK/x"
+expect_error 2 "--pattern goes with --tokenizer FILE" "$LOOM" prepare "$C/any.jsonl" --train-tokenizer sentencepiece \
+  --vocab 300 --pattern gpt2 --out "$WORK/x"
+echo "prepare with a tokenizer.json and a .tiktoken: loom encode's ids; trains; another pattern redoes DIR"
 echo PASS
