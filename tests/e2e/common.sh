@@ -5,7 +5,20 @@ set -euo pipefail
 SRC=${LOOM_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/loom-e2e.XXXXXX")
 pid=
-trap '[ -z "$pid" ] || kill -KILL $pid 2>/dev/null || true; rm -rf "$WORK"' EXIT  # no run left behind
+# LOOM_E2E_KEEP=DIR keeps every run's metrics.jsonl (as DIR/<test>/<path under the scratch dir>) when the
+# scratch dir goes: two commits' e2e runs can then be compared row by row (tests/e2e/metrics.py compare).
+keep_metrics() {
+  [ -n "${LOOM_E2E_KEEP:-}" ] || return 0
+  local dest file
+  dest=$LOOM_E2E_KEEP/$(basename "$0" .sh)
+  rm -rf "$dest"
+  while IFS= read -r file; do
+    mkdir -p "$dest/$(dirname "${file#"$WORK"/}")"
+    cp "$file" "$dest/${file#"$WORK"/}"
+  done < <(find "$WORK" -name metrics.jsonl 2>/dev/null)
+}
+e2e_cleanup() { keep_metrics; rm -rf "$WORK"; }
+trap '[ -z "$pid" ] || kill -KILL $pid 2>/dev/null || true; e2e_cleanup' EXIT  # no run left behind
 
 # LOOM_E2E_DEVICE=cuda trains the tiny runs on a GPU (scripts/gpu_check.sh runs some tests so), with
 # deterministic kernels: the tests compare runs bit for bit.

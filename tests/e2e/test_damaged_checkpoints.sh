@@ -50,7 +50,7 @@ if [ "$(id -u)" -ne 0 ]; then echo "SKIPPED: mounting a small tmpfs needs root";
 small=$WORK/small
 mkdir -p "$small"
 mount -t tmpfs -o size=3m tmpfs "$small" || fail "cannot mount a tmpfs"
-trap 'umount "$small" 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'umount "$small" 2>/dev/null; e2e_cleanup' EXIT
 set +e; out=$(tiny_train "$small/run" "${steps[@]}" 2>&1); code=$?; set -e
 [ $code -ne 0 ] || fail "training on a full disk exited 0"
 grep -q "cannot write checkpoint .*(previous checkpoints are untouched)" <<<"$out" || fail "no clear error: $out"

@@ -17,7 +17,7 @@ cleanup() {
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
   done
-  rm -rf "$WORK"
+  e2e_cleanup
 }
 trap cleanup EXIT
 ip netns add "$ns1" && ip netns add "$ns2" || fail "cannot create network namespaces"
