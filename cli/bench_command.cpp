@@ -24,8 +24,8 @@ nlohmann::json to_json(const BenchResult& r) {
                      {"peak_mb", m.peak_mb}, {"tensors_mb", share(m.tensors_mb)}, {"estimate_mb", m.estimate_mb}});
   const StepPhases& p = r.phases_mean;
   return {{"device", r.device},
-          {"dtype", r.precision.dtype},
-          {"param_dtype", r.precision.param_dtype},
+          {"dtype", enum_name(r.precision.dtype)},
+          {"param_dtype", enum_name(r.precision.param_dtype)},
           {"threads", r.threads},
           {"parameters", r.parameters},
           {"steps", r.steps},
@@ -66,7 +66,7 @@ void print_text(const BenchResult& r) {
               r.step_ms_median, r.step_ms_mean, r.step_ms_min);
   std::printf("CPU time       %.1f ms per step (all threads)\n", r.cpu_ms_per_step);
   std::printf("MFU            %.1f%% (%.4g FLOPs/token, %s matmul ceiling %.1f GFLOP/s measured%s)\n", r.mfu * 100,
-              r.flops_per_token, r.precision.dtype.c_str(), r.gemm_peak_gflops, r.ranks.size() > 1 ? " on rank 0, summed over ranks" : "");
+              r.flops_per_token, enum_name(r.precision.dtype), r.gemm_peak_gflops, r.ranks.size() > 1 ? " on rank 0, summed over ranks" : "");
   std::printf("peak memory    %.1f MB\n", r.peak_memory_mb);
   if (r.peak_allocated_mb >= 0) std::printf("peak in tensors %.1f MB\n", r.peak_allocated_mb);
   // Each rank's peak in tensors against `loom info`'s estimate and, on the CPU, its resident set's peak above what

@@ -78,7 +78,7 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
     configure_cpu(config.runtime);
   }
   if (split == "test") {
-    if (!config.data.synthetic.empty())
+    if (config.data.synthetic != SyntheticTask::kNone)
       throw ConfigError("--split test: synthetic pairs have one evaluation set; use --split valid");
     if (config.data.test.empty())
       throw ConfigError(config.where("data.test") + ": data.test: no test file for --split test (set it, or pass "
@@ -110,7 +110,8 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
   const Mesh mesh(config, 1, 0);
   const EvalLoss result = evaluate_loss(*task, config, mesh, device);
   const std::string data_name = config.model.encoder_decoder()
-                                    ? (config.data.synthetic.empty() ? "pairs" : "synthetic " + config.data.synthetic + " pairs")
+                                    ? (config.data.synthetic == SyntheticTask::kNone ? "pairs"
+                                                                     : "synthetic " + std::string(enum_name(config.data.synthetic)) + " pairs")
                                     : config.data.valid;
   nlohmann::json out = {{"loss", result.loss}, {"ppl", std::exp(result.loss)}, {"split", split}, {"tokens", result.tokens}};
   std::string quality;

@@ -39,7 +39,7 @@ int export_command(const Argv& argv, const ProcessGroup&) {
   if (args.option("step")) step = args.int_option("step", 0);
 
   auto loaded = load_trained_model(args.positional[0], step);
-  LOOM_CHECK(loaded.model, args.positional[0], " is a model.arch=", loaded.config.model.arch,
+  LOOM_CHECK(loaded.model, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
              " run; export writes GPT-family weights only");
   const ModelConfig& model = loaded.config.model;
   const std::string names = weight_names_label(weight_names(model));

@@ -41,7 +41,7 @@ int generate_command(const Argv& argv, const ProcessGroup&) {
   std::optional<int64_t> step;
   if (args.option("step")) step = args.int_option("step", 0);
   auto loaded = load_trained_model(args.positional[0], step);
-  LOOM_CHECK(loaded.model, args.positional[0], " is a model.arch=", loaded.config.model.arch,
+  LOOM_CHECK(loaded.model, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
              " run: loom translate decodes it");
   LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn the prompt into tokens");
   const auto tokenizer = load_tokenizer(loaded.config.tokenizer);

@@ -36,19 +36,20 @@ std::string gib(int64_t bytes) {
 }
 
 std::string describe_variant(const ModelConfig& m) {
-  std::string out = m.norm + (m.norm_position == "post" ? " (post-norm)" : "") + ", " + m.position + " positions";
+  std::string out = std::string(enum_name(m.norm)) + (m.norm_position == NormPosition::kPost ? " (post-norm)" : "") +
+                    ", " + enum_name(m.position) + " positions";
   if (m.scale_embeddings) out += ", embeddings x sqrt(d_model)";
-  if (m.position == "rope") {
+  if (m.position == PositionKind::kRope) {
     char rope[96];
-    if (m.rope_scaling == "none") {
+    if (m.rope_scaling == RopeScaling::kNone) {
       std::snprintf(rope, sizeof rope, " (theta %g)", m.rope_theta);
     } else {
-      std::snprintf(rope, sizeof rope, " (theta %g, %s scaling x%g)", m.rope_theta, m.rope_scaling.c_str(),
+      std::snprintf(rope, sizeof rope, " (theta %g, %s scaling x%g)", m.rope_theta, enum_name(m.rope_scaling),
                     m.rope_scaling_factor);
     }
     out += rope;
   }
-  out += ", " + m.activation + (m.bias ? ", biases" : ", no biases") + (m.tie_embeddings ? ", tied head" : ", untied head");
+  out += ", " + std::string(enum_name(m.activation)) + (m.bias ? ", biases" : ", no biases") + (m.tie_embeddings ? ", tied head" : ", untied head");
   if (m.attention_window > 0) out += ", window " + std::to_string(m.attention_window);
   return out;
 }
@@ -83,12 +84,12 @@ int info_command(const Argv& argv, const ProcessGroup&) {
         {"flops_per_token", flops},
         {"seq_len", config.data.seq_len},
         {"micro_batch_size", micro_batch},
-        {"precision", config.precision.dtype},
-        {"param_dtype", config.precision.param_dtype},
+        {"precision", enum_name(config.precision.dtype)},
+        {"param_dtype", enum_name(config.precision.param_dtype)},
         {"layout", {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}}},
         {"memory", memory_json(memory)}};
     if (p.pp > 1) {
-      out["layout"]["pp_schedule"] = p.pp_schedule;
+      out["layout"]["pp_schedule"] = enum_name(p.pp_schedule);
       out["layout"]["microbatches"] = config.accumulation_steps(std::max<int64_t>(1, p.dp));
       for (int64_t s = 0; s < p.pp; ++s)
         out["stages"].push_back({{"stage", s},
@@ -102,7 +103,7 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                                  ? std::to_string(m.encoder_layers()) + " encoder + " + std::to_string(m.n_layers) + " decoder"
                                  : std::to_string(m.n_layers);
   std::printf("model          %s, %s layers, d_model %ld, %ld heads (%ld kv), d_ff %ld, vocab %ld, context %ld\n",
-              m.arch.c_str(), layers.c_str(), static_cast<long>(m.d_model), static_cast<long>(m.n_heads),
+              enum_name(m.arch), layers.c_str(), static_cast<long>(m.d_model), static_cast<long>(m.n_heads),
               static_cast<long>(m.kv_heads()), static_cast<long>(m.ffn_dim()), static_cast<long>(m.vocab_size),
               static_cast<long>(m.max_seq_len));
   std::printf("variant        %s\n", describe_variant(m).c_str());
@@ -122,7 +123,7 @@ int info_command(const Argv& argv, const ProcessGroup&) {
     std::printf("  %-14s %10s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());
   if (p.pp > 1) {
     std::printf("pipeline       %ld stages, %s, %ld micro-batches per step (the rows above: the busiest stage)\n",
-                static_cast<long>(p.pp), p.pp_schedule.c_str(),
+                static_cast<long>(p.pp), enum_name(p.pp_schedule),
                 static_cast<long>(config.accumulation_steps(std::max<int64_t>(1, p.dp))));
     for (int64_t s = 0; s < p.pp; ++s) {
       const auto& e = stages[static_cast<size_t>(s)];

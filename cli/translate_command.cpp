@@ -44,7 +44,7 @@ int translate_command(const Argv& argv, const ProcessGroup&) {
   std::optional<int64_t> step;
   if (args.option("step")) step = args.int_option("step", 0);
   auto loaded = load_trained_model(args.positional[0], step);
-  LOOM_CHECK(loaded.translator, args.positional[0], " is a model.arch=", loaded.config.model.arch,
+  LOOM_CHECK(loaded.translator, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
              " run; loom translate needs a model.arch=transformer run (loom generate samples a GPT)");
   // --beam N is decode.beam=N, validated (and bounded) with the other keys.
   auto sets = args.sets;

@@ -64,6 +64,16 @@ void assign(const YAML::Node& node, std::string& out, const std::string& where, 
   out = node.Scalar();
 }
 
+// An enum-like value (core/config_enums.h): one of its table's names; `key:` alone is the empty name.
+template <class E, std::enable_if_t<is_config_enum_v<E>, int> = 0>
+void assign(const YAML::Node& node, E& out, const std::string& where, const std::string& key) {
+  if (!node.IsNull() && !node.IsScalar()) type_error(where, key, "one of " + enum_choices<E>(), node);
+  const std::string name = node.IsNull() ? "" : node.Scalar();
+  const auto value = parse_enum<E>(name);
+  if (!value) throw ConfigError(where + ": " + key + ": '" + name + "' is not one of " + enum_choices<E>());
+  out = *value;
+}
+
 // A list of numbers (optim.betas, parallel.pp_layers); each item is checked like a single value.
 template <class T>
 void assign(const YAML::Node& node, std::vector<T>& out, const std::string& where, const std::string& key) {
@@ -159,6 +169,10 @@ YAML::Node to_node(const SpecialTokensSetting& v) {
   for (const auto& [text, id] : v.ids) map[text] = id;
   map.SetStyle(YAML::EmitterStyle::Flow);
   return map;
+}
+template <class E, std::enable_if_t<is_config_enum_v<E>, int> = 0>
+YAML::Node to_node(E v) {
+  return YAML::Node(std::string(enum_name(v)));
 }
 template <class T>
 YAML::Node to_node(const std::vector<T>& v) {
@@ -256,7 +270,7 @@ std::string Config::where(const std::string& key_path) const {
 }
 
 std::string PrecisionConfig::label() const {
-  return dtype + (param_dtype == "bf16" ? " (bf16 weights, fp32 master)" : "");
+  return std::string(enum_name(dtype)) + (param_dtype == ParamDtype::kBf16 ? " (bf16 weights, fp32 master)" : "");
 }
 
 int64_t Config::micro_batch_size(int64_t dp) const {
@@ -331,7 +345,10 @@ std::string config_reference_markdown() {
     e << to_node(member);
     std::string value = e.c_str();
     if (value.empty() || value == "\"\"" || value == "''") value = "(empty)";
-    out << "| `" << key << "` | `" << value << "` | " << doc << " |\n";
+    std::string meaning = doc;
+    if constexpr (is_config_enum_v<std::decay_t<decltype(member)>>)
+      meaning += " One of " + enum_reference<std::decay_t<decltype(member)>>() + ".";
+    out << "| `" << key << "` | `" << value << "` | " << meaning << " |\n";
   });
   return out.str();
 }

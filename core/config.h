@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/config_enums.h"
+
 namespace loom {
 
 struct RunConfig {
@@ -16,7 +18,7 @@ struct RunConfig {
 };
 
 struct ModelConfig {
-  std::string arch = "gpt";  // gpt | transformer (encoder-decoder)
+  ModelArch arch = ModelArch::kGpt;
   int64_t vocab_size = 0;  // 0: taken from the tokenizer
   int64_t d_model = 256;
   int64_t n_layers = 4;          // transformer: decoder layers
@@ -25,14 +27,14 @@ struct ModelConfig {
   int64_t n_kv_heads = 0;  // 0: n_heads
   int64_t d_ff = 0;        // 0: 4 * d_model
   int64_t max_seq_len = 256;
-  std::string norm = "layernorm";  // layernorm | rmsnorm
-  std::string norm_position = "pre";  // pre | post (transformer only)
+  NormKind norm = NormKind::kLayerNorm;
+  NormPosition norm_position = NormPosition::kPre;  // post: transformer only
   double norm_eps = 1e-5;
-  std::string position = "learned";  // learned | sinusoidal | rope | alibi
+  PositionKind position = PositionKind::kLearned;
   double rope_theta = 10000.0;
-  std::string rope_scaling = "none";  // none | linear | ntk
+  RopeScaling rope_scaling = RopeScaling::kNone;
   double rope_scaling_factor = 1.0;
-  std::string activation = "gelu";  // gelu | relu | swiglu | geglu
+  Activation activation = Activation::kGelu;
   bool bias = true;
   int64_t attention_window = 0;  // 0: full causal attention
   double dropout = 0.1;
@@ -44,8 +46,8 @@ struct ModelConfig {
   int64_t ffn_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t head_dim() const { return d_model / n_heads; }
-  bool gated_mlp() const { return activation == "swiglu" || activation == "geglu"; }
-  bool encoder_decoder() const { return arch == "transformer"; }
+  bool gated_mlp() const { return activation == Activation::kSwiglu || activation == Activation::kGeglu; }
+  bool encoder_decoder() const { return arch == ModelArch::kTransformer; }
   int64_t encoder_layers() const { return n_encoder_layers > 0 ? n_encoder_layers : n_layers; }
   // The blocks a pipeline (parallel.pp, parallel.pp_layers) splits into stages: the encoder-decoder's
   // encoder blocks then its decoder blocks, the GPT's blocks.
@@ -70,7 +72,7 @@ struct DataConfig {
   std::string test;
   int64_t seq_len = 128;
   // Synthetic source -> target pairs for the encoder-decoder (data/synthetic_pairs.h) instead of files.
-  std::string synthetic;  // "" (none) | reverse | copy
+  SyntheticTask synthetic = SyntheticTask::kNone;
   int64_t synthetic_vocab = 32;
   int64_t synthetic_min_len = 1;
   int64_t synthetic_max_len = 16;
@@ -105,7 +107,7 @@ struct OptimConfig {
 };
 
 struct ScheduleConfig {
-  std::string name = "warmup_cosine";
+  ScheduleKind name = ScheduleKind::kWarmupCosine;
   int64_t warmup_steps = 100;
   double min_lr = 0.0;
   int64_t total_steps = 0;  // 0: train.max_steps
@@ -120,7 +122,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t eval_every = 100;
   int64_t eval_batches = 20;
-  std::string activation_checkpointing = "none";  // none | full | selective
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
   int64_t max_bad_steps = 10;  // non-finite steps in a row that stop the run; 0: never
   int64_t loss_chunk_tokens = 1024;  // fused LM head + cross-entropy chunk; 0: plain logits
 };
@@ -135,8 +137,8 @@ struct DecodeConfig {
 };
 
 struct PrecisionConfig {
-  std::string dtype = "fp32";  // fp32 | bf16 | fp16
-  std::string param_dtype = "fp32";  // fp32 | bf16 (pure bf16 weights over an fp32 master copy; dtype bf16 only)
+  Dtype dtype = Dtype::kFp32;
+  ParamDtype param_dtype = ParamDtype::kFp32;  // bf16: pure bf16 weights over an fp32 master copy; dtype bf16 only
   // fp16 dynamic loss scaling (optim/loss_scaler.h)
   double loss_scale_init = 65536.0;
   int64_t loss_scale_growth_interval = 2000;
@@ -153,7 +155,7 @@ struct ParallelConfig {
   int64_t pp = 1;
   std::vector<int64_t> pp_layers;  // blocks per pipeline stage; empty: balanced
   int64_t microbatches = 0;        // pipeline micro-batches per step; 0: train.micro_batch_size decides
-  std::string pp_schedule = "1f1b";
+  PipelineSchedule pp_schedule = PipelineSchedule::k1F1B;
   double bucket_mb = 25.0;
   double timeout_s = 300.0;
   int64_t zero = 0;  // 1: ZeRO-1, optimizer state sharded across DP ranks
@@ -167,8 +169,8 @@ struct CheckpointConfig {
 
 struct RuntimeConfig {
   int64_t threads = 0;  // 0: all cores of this rank
-  std::string device = "cpu";
-  std::string cpu_allocator = "caching";
+  DeviceKind device = DeviceKind::kCpu;
+  CpuAllocatorKind cpu_allocator = CpuAllocatorKind::kCaching;
   bool deterministic = false;
 };
 

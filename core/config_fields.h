@@ -1,5 +1,7 @@
 // The single declaration of every config key: its path, the member it binds to and what it means.
-// Parsing, dumping, --set overrides and the reference table are all driven by this one list.
+// Parsing, dumping, --set overrides and the reference table are all driven by this one list. An
+// enum-like key's allowed values, and what each means, are its enum's table in core/config_enums.h (the
+// reference appends them to the meaning given here).
 #pragma once
 #include "core/config.h"
 
@@ -10,7 +12,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("run.dir", c.run.dir, "Run directory: resolved config, metrics.jsonl, checkpoints/. Training again with the same dir resumes.");
   v("run.seed", c.run.seed, "Seed for initialization, data sampling and dropout.");
 
-  v("model.arch", c.model.arch, "Model family: `gpt`, the decoder-only pre-norm stack (GPT-2, LLaMA and the others are its options below; presets in configs/), or `transformer`, the encoder-decoder of Vaswani et al. (shared source/target embedding; configs/transformer-*.yaml).");
+  v("model.arch", c.model.arch, "Model family.");
   v("model.vocab_size", c.model.vocab_size, "Vocabulary size; 0 takes the tokenizer's.");
   v("model.d_model", c.model.d_model, "Hidden size.");
   v("model.n_layers", c.model.n_layers, "Number of Transformer blocks (transformer: decoder blocks).");
@@ -19,14 +21,14 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.n_kv_heads", c.model.n_kv_heads, "Key/value heads for grouped-query attention (1: multi-query); must divide n_heads. 0 means n_heads.");
   v("model.d_ff", c.model.d_ff, "MLP inner size (gated MLPs: of each of the gate and up projections); 0 means 4 * d_model.");
   v("model.max_seq_len", c.model.max_seq_len, "Context length: the longest sequence the model sees (training and generation), the size of a learned position table.");
-  v("model.norm", c.model.norm, "`layernorm` (weight and bias) or `rmsnorm` (weight only), before each sublayer and at the end.");
-  v("model.norm_position", c.model.norm_position, "`pre`: x + f(norm(x)) with a final norm after the stack; `post`: norm(x + f(x)) as in the original Transformer, no final norm (transformer only).");
+  v("model.norm", c.model.norm, "The norm before each sublayer and at the end.");
+  v("model.norm_position", c.model.norm_position, "Where the norms sit in each block.");
   v("model.norm_eps", c.model.norm_eps, "Epsilon of the norms.");
-  v("model.position", c.model.position, "`learned` table, `sinusoidal` (fixed, added to the embeddings), `rope` (rotary, half-split as Hugging Face LLaMA) or `alibi` (linear attention biases).");
+  v("model.position", c.model.position, "Position information.");
   v("model.rope_theta", c.model.rope_theta, "RoPE base: frequencies theta^(-2i/head_dim).");
-  v("model.rope_scaling", c.model.rope_scaling, "RoPE context extension: `none`, `linear` (positions / factor) or `ntk` (theta * factor^(d/(d-2)), d = head_dim).");
+  v("model.rope_scaling", c.model.rope_scaling, "RoPE context extension.");
   v("model.rope_scaling_factor", c.model.rope_scaling_factor, "Factor of model.rope_scaling (>= 1).");
-  v("model.activation", c.model.activation, "MLP: `gelu` (tanh approximation), `relu`, or the gated `swiglu` / `geglu` (three matrices: down(act(gate x) * up x)).");
+  v("model.activation", c.model.activation, "The MLP's activation.");
   v("model.bias", c.model.bias, "Biases in the attention and MLP linear layers (norms keep theirs; the untied head has none).");
   v("model.attention_window", c.model.attention_window, "Sliding-window attention: each position sees itself and the window - 1 before it, and a generation cache keeps at most that many. 0: full causal attention.");
   v("model.dropout", c.model.dropout, "Dropout on embeddings, attention probabilities and residual branches.");
@@ -39,7 +41,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("data.valid", c.data.valid, "Validation data: a directory made by `loom prepare` (its valid split) or a token file; empty disables evaluation.");
   v("data.test", c.data.test, "Test token file, read only by `loom eval --split test`.");
   v("data.seq_len", c.data.seq_len, "Tokens per training sequence (windows of seq_len + 1).");
-  v("data.synthetic", c.data.synthetic, "transformer: train on generated pairs instead of files: `reverse` (target = source reversed) or `copy`; empty: none.");
+  v("data.synthetic", c.data.synthetic, "transformer: train on generated pairs instead of files.");
   v("data.synthetic_vocab", c.data.synthetic_vocab, "Vocabulary of the synthetic pairs (ids 0-2 are padding/unk, bos, eos; sequences use 3 .. vocab - 1).");
   v("data.synthetic_min_len", c.data.synthetic_min_len, "Shortest synthetic source sequence.");
   v("data.synthetic_max_len", c.data.synthetic_max_len, "Longest synthetic source sequence.");
@@ -58,7 +60,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("optim.grad_clip", c.optim.grad_clip, "Global gradient-norm clipping threshold; 0 disables.");
   v("optim.label_smoothing", c.optim.label_smoothing, "Label smoothing of the cross-entropy loss.");
 
-  v("schedule.name", c.schedule.name, "`warmup_cosine`, `inverse_sqrt`, `constant`, `linear` or `wsd` (warmup-stable-decay).");
+  v("schedule.name", c.schedule.name, "Learning-rate schedule.");
   v("schedule.warmup_steps", c.schedule.warmup_steps, "Linear warmup steps.");
   v("schedule.min_lr", c.schedule.min_lr, "Final learning rate of cosine, linear and wsd decay.");
   v("schedule.total_steps", c.schedule.total_steps, "Horizon of the decay; 0 means train.max_steps.");
@@ -71,7 +73,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("train.log_every", c.train.log_every, "Steps between progress lines and metrics rows.");
   v("train.eval_every", c.train.eval_every, "Steps between validation passes; 0 evaluates only at the end.");
   v("train.eval_batches", c.train.eval_batches, "Batches of train.batch_size validation sequences per evaluation (consecutive windows of the validation file).");
-  v("train.activation_checkpointing", c.train.activation_checkpointing, "Recompute activations in backward instead of keeping them: `none`, `full` (each block keeps only its input and is recomputed one residual half at a time) or `selective` (each block's MLP is recomputed, attention kept). Same gradients, less memory, one more forward.");
+  v("train.activation_checkpointing", c.train.activation_checkpointing, "Recompute activations in backward instead of keeping them: same gradients, less memory, one more forward.");
   v("train.loss_chunk_tokens", c.train.loss_chunk_tokens, "Language models: the LM head and cross-entropy run fused, this many tokens at a time, each chunk's logit gradient computed in the same pass, so the (tokens x vocabulary) logits and their fp32 copies are never held whole (less memory, no extra pass). 0: the plain path (full logits, then cross-entropy), which tensor-parallel and pipeline runs always take. Same loss and gradients either way.");
 
   v("train.max_bad_steps", c.train.max_bad_steps, "A step whose loss or gradients hold inf/nan is skipped (no update; the step count, data and learning rate move on) and counted in metrics.jsonl (skipped_steps); this many such steps in a row stop the run with the step, rank and what was non-finite. 0: never stop.");
@@ -82,8 +84,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("decode.max_len_b", c.decode.max_len_b, "See decode.max_len_a.");
   v("decode.batch_size", c.decode.batch_size, "Source sentences decoded together.");
 
-  v("precision.dtype", c.precision.dtype, "`fp32`, `bf16` autocast, or `fp16` autocast with dynamic loss scaling; fp32 master weights and optimizer state either way.");
-  v("precision.param_dtype", c.precision.param_dtype, "Dtype of the model's weights while training: `fp32`, or `bf16` (needs precision.dtype=bf16; Megatron's --bf16): forward and backward run on bf16 weights (autocast still keeps softmax, norm statistics and the loss in fp32), the optimizer keeps an fp32 master copy and fp32 AdamW state, gradients are accumulated over micro-batches and reduced across DP ranks in fp32, clipped and checked in fp32, and the bf16 weights are refreshed from the master after each step. Checkpoints hold the fp32 master, so they load with either setting.");
+  v("precision.dtype", c.precision.dtype, "Compute precision; fp32 master weights and optimizer state either way.");
+  v("precision.param_dtype", c.precision.param_dtype, "Dtype of the model's weights while training. bf16 (Megatron's --bf16): forward and backward run on bf16 weights (autocast still keeps softmax, norm statistics and the loss in fp32), the optimizer keeps an fp32 master copy and fp32 AdamW state, gradients are accumulated over micro-batches and reduced across DP ranks in fp32, clipped and checked in fp32, and the bf16 weights are refreshed from the master after each step. Checkpoints hold the fp32 master, so they load with either setting.");
   v("precision.loss_scale_init", c.precision.loss_scale_init, "fp16: initial loss scale.");
   v("precision.loss_scale_growth_interval", c.precision.loss_scale_growth_interval, "fp16: finite steps in a row after which the loss scale grows.");
   v("precision.loss_scale_growth", c.precision.loss_scale_growth, "fp16: factor the loss scale grows by.");
@@ -94,7 +96,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("parallel.pp", c.parallel.pp, "Pipeline-parallel size: the model's embedding -> blocks -> head split into this many stages (embedding on the first, final norm, head and loss on the last); the encoder-decoder's blocks are its encoder blocks then its decoder blocks.");
   v("parallel.pp_layers", c.parallel.pp_layers, "Blocks per pipeline stage, e.g. [3, 5] (parallel.pp numbers summing to model.n_layers, for model.arch=transformer to model.n_encoder_layers + model.n_layers); empty: balanced, earlier stages taking the remainder.");
   v("parallel.microbatches", c.parallel.microbatches, "Micro-batches per step and DP rank, pipelined through the stages (they are the gradient-accumulation micro-batches: sets train.micro_batch_size = batch_size / (dp * microbatches)); 0: as train.micro_batch_size says.");
-  v("parallel.pp_schedule", c.parallel.pp_schedule, "Pipeline schedule: `gpipe` (all forwards, then all backwards: keeps every micro-batch's activations) or `1f1b` (after a warm-up each stage alternates one forward and one backward: at most pp micro-batches in flight).");
+  v("parallel.pp_schedule", c.parallel.pp_schedule, "Pipeline schedule.");
   v("parallel.bucket_mb", c.parallel.bucket_mb, "Size of the flat buckets in which data-parallel gradients are all-reduced, overlapping backward.");
   v("parallel.zero", c.parallel.zero, "ZeRO stage: 0, or 1 to shard AdamW state across DP ranks (gradients reduce-scattered, parameters all-gathered).");
   v("parallel.sequence_parallel", c.parallel.sequence_parallel, "With tp > 1 (training and evaluation; generation loads the model whole): norms, dropout and residuals work on this rank's 1/tp of the positions (all-gather before column-parallel layers, reduce-scatter after row-parallel ones) instead of all of them. model.arch=gpt: data.seq_len must be a multiple of tp. model.arch=transformer: both stacks and the encoder output (memory) are split so, cross-attention gathers the memory; pair batches are padded to multiples of tp (data.pad_to_multiple) and model.max_seq_len must be a multiple of tp.");
@@ -104,10 +106,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("checkpoint.keep", c.checkpoint.keep, "Newest checkpoints kept on disk.");
 
   v("runtime.threads", c.runtime.threads, "CPU threads for this rank; 0 means all cores (divided among local ranks).");
-  v("runtime.device", c.runtime.device, "`cpu` or `cuda`.");
-  v("runtime.cpu_allocator", c.runtime.cpu_allocator,
-    "CPU tensor memory: `caching` (large blocks kept and reused across steps: no page faults, no heap "
-    "fragmentation) or `system` (malloc).");
+  v("runtime.device", c.runtime.device, "The device a rank computes on.");
+  v("runtime.cpu_allocator", c.runtime.cpu_allocator, "CPU tensor memory.");
   v("runtime.deterministic", c.runtime.deterministic,
     "Only deterministic kernels (torch.use_deterministic_algorithms(True) and cuBLAS's fixed workspace): a GPU "
     "run then repeats bit for bit, exact resume included; an operator without a deterministic kernel stops the "

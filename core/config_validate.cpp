@@ -1,6 +1,6 @@
-// Range and cross-key checks of a parsed Config. Every message names the key, and where it was set.
+// Range and cross-key checks of a parsed Config. Every message names the key, and where it was set. (An
+// enum-like key holds one of its values by the time it gets here: its names are checked as it is parsed.)
 #include <filesystem>
-#include <set>
 #include <sstream>
 
 #include "core/config.h"
@@ -50,8 +50,6 @@ void check_batch_split(Checker& check, const Config& c, int64_t dp) {
   check.require(micro > 0 && c.train.batch_size % (micro * dp) == 0, "train.batch_size", c.train.batch_size,
                 " must be a multiple of train.micro_batch_size * parallel.dp = ", micro, " * ", dp);
 }
-
-bool one_of(const std::string& value, const std::set<std::string>& choices) { return choices.count(value) > 0; }
 
 // Every key that sizes a resource (threads, memory, time) has a bound, so that no value, however it was
 // mistyped, can exhaust the machine: the bounds sit far above any real run and far below what would hurt.
@@ -103,21 +101,19 @@ void validate(const Config& c) {
   check.require(!c.run.dir.empty(), "run.dir", "must not be empty");
   check.require(c.run.seed >= 0, "run.seed", c.run.seed, " must be >= 0");
 
-  check.require(one_of(m.arch, {"gpt", "transformer"}), "model.arch", "'", m.arch,
-                "' is not a model family loom knows (gpt, transformer)");
   check.require(m.n_encoder_layers >= 0, "model.n_encoder_layers", m.n_encoder_layers, " must be >= 0 (0: n_layers)");
-  check.require(one_of(m.norm_position, {"pre", "post"}), "model.norm_position", "'", m.norm_position,
-                "' is not one of pre, post");
-  if (m.arch == "gpt") {
-    check.require(m.norm_position == "pre", "model.norm_position", "post applies to model.arch=transformer only");
+  if (m.arch == ModelArch::kGpt) {
+    check.require(m.norm_position == NormPosition::kPre, "model.norm_position",
+                  "post applies to model.arch=transformer only");
     check.require(m.n_encoder_layers == 0, "model.n_encoder_layers", "applies to model.arch=transformer only");
-    check.require(c.data.synthetic.empty(), "data.synthetic", "synthetic pairs train model.arch=transformer, not gpt");
+    check.require(c.data.synthetic == SyntheticTask::kNone, "data.synthetic",
+                  "synthetic pairs train model.arch=transformer, not gpt");
     check.require(c.data.pad_to_multiple == 1, "data.pad_to_multiple", "applies to model.arch=transformer only "
                   "(gpt windows are data.seq_len long)");
   }
-  if (m.arch == "transformer") {
-    check.require(one_of(m.position, {"learned", "sinusoidal"}), "model.position", "model.arch=transformer takes ",
-                  "learned or sinusoidal positions, not ", m.position);
+  if (m.arch == ModelArch::kTransformer) {
+    check.require(m.position == PositionKind::kLearned || m.position == PositionKind::kSinusoidal, "model.position",
+                  "model.arch=transformer takes learned or sinusoidal positions, not ", enum_name(m.position));
     check.require(m.attention_window == 0, "model.attention_window", "model.arch=transformer attends to whole sequences");
     // Batches are padded to multiples of the sequence shards; a padded length must still fit the positions.
     const int64_t multiple = c.sequence_pad_multiple();
@@ -127,14 +123,12 @@ void validate(const Config& c) {
                       ? ", lcm with parallel.tp=" + std::to_string(c.parallel.tp) + " under parallel.sequence_parallel)"
                       : std::string(")"));
     check.require(m.init_from.empty(), "model.init_from", "importing weights applies to model.arch=gpt only");
-    check.require(c.train.activation_checkpointing == "none", "train.activation_checkpointing",
+    check.require(c.train.activation_checkpointing == ActivationCheckpointing::kNone, "train.activation_checkpointing",
                   "model.arch=transformer does not recompute activations yet: set it to none");
   }
   const auto& d = c.data;
   check.require(d.pad_to_multiple >= 1, "data.pad_to_multiple", d.pad_to_multiple, " must be >= 1");
-  check.require(one_of(d.synthetic, {"", "reverse", "copy"}), "data.synthetic", "'", d.synthetic,
-                "' is not one of reverse, copy (or empty)");
-  if (!d.synthetic.empty()) {
+  if (d.synthetic != SyntheticTask::kNone) {
     check.require(d.synthetic_vocab > 3, "data.synthetic_vocab", d.synthetic_vocab, " must be > 3 (ids 0-2 are reserved)");
     check.require(d.synthetic_min_len >= 1, "data.synthetic_min_len", d.synthetic_min_len, " must be >= 1");
     check.require(d.synthetic_max_len >= d.synthetic_min_len, "data.synthetic_max_len", d.synthetic_max_len,
@@ -174,24 +168,16 @@ void validate(const Config& c) {
     check.require(m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads", m.n_kv_heads,
                   " does not divide model.n_heads=", m.n_heads, " (each key/value head serves a whole group of query heads)");
   check.require(m.d_ff >= 0, "model.d_ff", m.d_ff, " must be >= 0 (0: 4 * d_model)");
-  check.require(one_of(m.norm, {"layernorm", "rmsnorm"}), "model.norm", "'", m.norm,
-                "' is not one of layernorm, rmsnorm");
   check.require(m.norm_eps > 0, "model.norm_eps", m.norm_eps, " must be > 0");
-  check.require(one_of(m.position, {"learned", "sinusoidal", "rope", "alibi"}), "model.position", "'", m.position,
-                "' is not one of learned, sinusoidal, rope, alibi");
-  if (m.position == "rope" && m.n_heads > 0 && m.d_model % m.n_heads == 0)
+  if (m.position == PositionKind::kRope && m.n_heads > 0 && m.d_model % m.n_heads == 0)
     check.require(m.head_dim() % 2 == 0, "model.position", "rope needs an even head size, got d_model / n_heads = ",
                   m.head_dim());
-  if (m.position == "sinusoidal")
+  if (m.position == PositionKind::kSinusoidal)
     check.require(m.d_model % 2 == 0, "model.position", "sinusoidal needs an even d_model, got ", m.d_model);
   check.require(m.rope_theta > 0, "model.rope_theta", m.rope_theta, " must be > 0");
-  check.require(one_of(m.rope_scaling, {"none", "linear", "ntk"}), "model.rope_scaling", "'", m.rope_scaling,
-                "' is not one of none, linear, ntk");
   check.require(m.rope_scaling_factor >= 1, "model.rope_scaling_factor", m.rope_scaling_factor, " must be >= 1");
-  check.require(m.rope_scaling == "none" || m.position == "rope", "model.rope_scaling",
-                "applies to model.position=rope only, not ", m.position);
-  check.require(one_of(m.activation, {"gelu", "relu", "swiglu", "geglu"}), "model.activation", "'", m.activation,
-                "' is not one of gelu, relu, swiglu, geglu");
+  check.require(m.rope_scaling == RopeScaling::kNone || m.position == PositionKind::kRope, "model.rope_scaling",
+                "applies to model.position=rope only, not ", enum_name(m.position));
   check.require(m.attention_window >= 0, "model.attention_window", m.attention_window,
                 " must be >= 0 (0: full attention)");
   check.require(m.max_seq_len > 0, "model.max_seq_len", m.max_seq_len, " must be > 0");
@@ -222,10 +208,8 @@ void validate(const Config& c) {
                 " must be in [0, 1)");
 
   const auto& s = c.schedule;
-  check.require(one_of(s.name, {"warmup_cosine", "inverse_sqrt", "constant", "linear", "wsd"}), "schedule.name", "'",
-                s.name, "' is not one of warmup_cosine, inverse_sqrt, constant, linear, wsd");
   check.require(s.warmup_steps >= 0, "schedule.warmup_steps", s.warmup_steps, " must be >= 0");
-  check.require(s.name != "inverse_sqrt" || s.warmup_steps > 0, "schedule.warmup_steps",
+  check.require(s.name != ScheduleKind::kInverseSqrt || s.warmup_steps > 0, "schedule.warmup_steps",
                 "inverse_sqrt needs warmup_steps > 0");
   check.require(s.min_lr >= 0 && s.min_lr <= o.lr, "schedule.min_lr", s.min_lr, " must be in [0, optim.lr=", o.lr, "]");
   check.require(s.total_steps >= 0, "schedule.total_steps", s.total_steps, " must be >= 0 (0: train.max_steps)");
@@ -237,7 +221,7 @@ void validate(const Config& c) {
   check.require(t.max_steps > 0, "train.max_steps", t.max_steps, " must be > 0");
   check.require(t.batch_size > 0, "train.batch_size", t.batch_size, " must be > 0");
   check.require(t.batch_tokens >= 0, "train.batch_tokens", t.batch_tokens, " must be >= 0 (0: off)");
-  check.require(m.arch != "gpt" || t.batch_tokens <= 0, "train.batch_tokens",
+  check.require(m.arch != ModelArch::kGpt || t.batch_tokens <= 0, "train.batch_tokens",
                 "token-based batching is for encoder-decoder runs; a gpt language model batches train.batch_size "
                 "windows of data.seq_len tokens: leave it 0");
   check.require(t.micro_batch_size >= 0, "train.micro_batch_size", t.micro_batch_size, " must be >= 0");
@@ -246,8 +230,6 @@ void validate(const Config& c) {
   check.require(t.eval_batches >= 0, "train.eval_batches", t.eval_batches, " must be >= 0");
   check.require(t.max_bad_steps >= 0, "train.max_bad_steps", t.max_bad_steps, " must be >= 0 (0: never stop)");
   check.require(t.loss_chunk_tokens >= 0, "train.loss_chunk_tokens", t.loss_chunk_tokens, " must be >= 0 (0: unfused)");
-  check.require(one_of(t.activation_checkpointing, {"none", "full", "selective"}), "train.activation_checkpointing", "'",
-                t.activation_checkpointing, "' is not one of none, full, selective");
   check.require(p.dp >= 1 || p.dp == -1, "parallel.dp", p.dp, " must be >= 1, or -1 for world / (tp * pp)");
   check.require(p.tp >= 1, "parallel.tp", p.tp, " must be >= 1");
   check.require(p.pp >= 1, "parallel.pp", p.pp, " must be >= 1");
@@ -267,8 +249,6 @@ void validate(const Config& c) {
     check.require(p.pp <= m.pipeline_layers(), "parallel.pp", p.pp, " exceeds ", pipeline_blocks, "=",
                   m.pipeline_layers());
   check.require(p.microbatches >= 0, "parallel.microbatches", p.microbatches, " must be >= 0 (0: train.micro_batch_size)");
-  check.require(one_of(p.pp_schedule, {"gpipe", "1f1b"}), "parallel.pp_schedule", "'", p.pp_schedule,
-                "' is not one of gpipe, 1f1b");
   if (!p.pp_layers.empty()) {
     int64_t sum = 0, smallest = p.pp_layers[0];
     for (int64_t n : p.pp_layers) {
@@ -284,14 +264,10 @@ void validate(const Config& c) {
   }
   if (p.dp >= 1 && t.batch_size > 0 && t.micro_batch_size >= 0) check_batch_split(check, c, p.dp);
 
-  check.require(one_of(c.precision.dtype, {"fp32", "bf16", "fp16"}), "precision.dtype", "'", c.precision.dtype,
-                "' is not one of fp32, bf16, fp16");
   const auto& pr = c.precision;
-  check.require(one_of(pr.param_dtype, {"fp32", "bf16"}), "precision.param_dtype", "'", pr.param_dtype,
-                "' is not one of fp32, bf16");
-  check.require(pr.param_dtype != "bf16" || pr.dtype == "bf16", "precision.param_dtype",
+  check.require(pr.param_dtype != ParamDtype::kBf16 || pr.dtype == Dtype::kBf16, "precision.param_dtype",
                 "bf16 weights need precision.dtype=bf16 (autocast keeps softmax, norms and the loss in fp32), not '",
-                pr.dtype, "': set precision.dtype=bf16 or precision.param_dtype=fp32");
+                enum_name(pr.dtype), "': set precision.dtype=bf16 or precision.param_dtype=fp32");
   check.require(pr.loss_scale_init > 0, "precision.loss_scale_init", pr.loss_scale_init, " must be > 0");
   check.require(pr.loss_scale_growth_interval >= 1, "precision.loss_scale_growth_interval",
                 pr.loss_scale_growth_interval, " must be >= 1");
@@ -301,10 +277,6 @@ void validate(const Config& c) {
   check.require(c.checkpoint.every >= 0, "checkpoint.every", c.checkpoint.every, " must be >= 0");
   check.require(c.checkpoint.keep >= 1, "checkpoint.keep", c.checkpoint.keep, " must be >= 1");
   check.require(c.runtime.threads >= 0, "runtime.threads", c.runtime.threads, " must be >= 0 (0: all cores)");
-  check.require(one_of(c.runtime.cpu_allocator, {"caching", "system"}), "runtime.cpu_allocator", "'",
-                c.runtime.cpu_allocator, "' is not one of caching, system");
-  check.require(one_of(c.runtime.device, {"cpu", "cuda"}), "runtime.device", "'", c.runtime.device,
-                "' is not one of cpu, cuda");
   check_resource_bounds(check, c);
   const TokenizerConfig& tk = c.tokenizer;
   check.require(one_of(tk.type, {"auto", "sentencepiece", "huggingface", "tiktoken"}), "tokenizer.type", "'", tk.type,

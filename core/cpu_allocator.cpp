@@ -168,13 +168,12 @@ namespace {
 CachingCpuAllocator* installed = nullptr;
 }
 
-void use_cpu_allocator(const std::string& kind) {
-  if (kind == "system") {
+void use_cpu_allocator(CpuAllocatorKind kind) {
+  if (kind == CpuAllocatorKind::kSystem) {
     c10::SetCPUAllocator(c10::GetDefaultCPUAllocator(), /*priority=*/0);
     installed = nullptr;
     return;
   }
-  LOOM_CHECK(kind == "caching", "runtime.cpu_allocator must be caching or system, not '", kind, "'");
   // Never destroyed: tensors freed during static destruction still find their allocator.
   static auto* allocator = new CachingCpuAllocator();
   c10::SetCPUAllocator(allocator, /*priority=*/0);

@@ -18,6 +18,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/config_enums.h"  // CpuAllocatorKind
+
 namespace loom {
 
 struct CpuMemoryStats {
@@ -57,9 +59,9 @@ class CachingCpuAllocator final : public c10::Allocator {
   uint64_t generation_ = 0;  // advanced by trim()
 };
 
-// Makes `kind` ("caching" or "system") the allocator of new CPU tensors; the first call with "caching"
-// installs the process's one CachingCpuAllocator, "system" puts LibTorch's default back.
-void use_cpu_allocator(const std::string& kind);
+// Makes `kind` the allocator of new CPU tensors (runtime.cpu_allocator); the first call with kCaching
+// installs the process's one CachingCpuAllocator, kSystem puts LibTorch's default back.
+void use_cpu_allocator(CpuAllocatorKind kind);
 // The installed caching allocator, or null when CPU tensors come from the system allocator.
 CachingCpuAllocator* caching_cpu_allocator();
 

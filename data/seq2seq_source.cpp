@@ -54,11 +54,16 @@ Seq2SeqBatch pad_to_multiple(const Seq2SeqBatch& batch, int64_t multiple) {
 
 std::unique_ptr<Seq2SeqSource> make_seq2seq_source(const Config& config, bool training) {
   const auto& d = config.data;
-  if (!d.synthetic.empty()) {
-    return std::make_unique<SyntheticPairs>(SyntheticOptions{d.synthetic, d.synthetic_vocab, d.synthetic_min_len,
-                                                             d.synthetic_max_len, d.synthetic_valid_size,
-                                                             config.train.batch_size,
-                                                             static_cast<uint64_t>(config.run.seed)});
+  if (d.synthetic != SyntheticTask::kNone) {
+    SyntheticOptions options;
+    options.task = d.synthetic;
+    options.vocab = d.synthetic_vocab;
+    options.min_len = d.synthetic_min_len;
+    options.max_len = d.synthetic_max_len;
+    options.valid_size = d.synthetic_valid_size;
+    options.batch_size = config.train.batch_size;
+    options.seed = static_cast<uint64_t>(config.run.seed);
+    return std::make_unique<SyntheticPairs>(options);
   }
   auto open_pairs = [&](const std::string& path, const std::string& key) {
     return data_file_given(path, key, config) ? std::make_unique<PairFile>(path) : nullptr;

@@ -15,7 +15,8 @@ constexpr int64_t kFirstToken = 3;              // 0 unk/padding, 1 bos, 2 eos
 }  // namespace
 
 SyntheticPairs::SyntheticPairs(const SyntheticOptions& options) : options_(options) {
-  LOOM_CHECK(options.task == "reverse" || options.task == "copy", "unknown synthetic task '", options.task, "'");
+  LOOM_CHECK(options.task == SyntheticTask::kReverse || options.task == SyntheticTask::kCopy,
+             "synthetic pairs are reverse or copy, not '", enum_name(options.task), "'");
   LOOM_CHECK(options.vocab > kFirstToken && options.min_len >= 1 && options.max_len >= options.min_len,
              "synthetic pairs need vocab > 3 and 1 <= min_len <= max_len");
 }
@@ -30,7 +31,7 @@ TokenPair SyntheticPairs::pair(uint64_t stream, int64_t index) const {
   for (auto& token : source)
     token = kFirstToken + static_cast<int64_t>(random() % static_cast<uint64_t>(options_.vocab - kFirstToken));
   std::vector<int64_t> target = source;
-  if (options_.task == "reverse") std::reverse(target.begin(), target.end());
+  if (options_.task == SyntheticTask::kReverse) std::reverse(target.begin(), target.end());
   return {source, target};
 }
 

@@ -3,14 +3,13 @@
 // or themselves (`copy`). Pair i of step s is a pure function of (seed, s, i); the evaluation set is a
 // fixed list drawn from a separate stream.
 #pragma once
-#include <string>
-
+#include "core/config_enums.h"  // SyntheticTask
 #include "data/seq2seq_source.h"
 
 namespace loom {
 
 struct SyntheticOptions {
-  std::string task = "reverse";  // reverse | copy
+  SyntheticTask task = SyntheticTask::kReverse;  // kReverse or kCopy
   int64_t vocab = 32;
   int64_t min_len = 1;
   int64_t max_len = 16;

@@ -2,14 +2,6 @@
 
 namespace loom {
 
-ActivationCheckpointing activation_checkpointing_kind(const std::string& name) {
-  return choice<ActivationCheckpointing>(name,
-                                         {{"none", ActivationCheckpointing::kNone},
-                                          {"full", ActivationCheckpointing::kFull},
-                                          {"selective", ActivationCheckpointing::kSelective}},
-                                         "activation checkpointing");
-}
-
 BlockImpl::BlockImpl(const BlockOptions& options)
     : post_norm_(options.post_norm),
       tp_rng_(tp_size(options.attention.tp) > 1 ? options.attention.rng : nullptr),

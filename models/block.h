@@ -10,6 +10,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "core/config_enums.h"  // ActivationCheckpointing
 #include "models/attention.h"
 #include "models/layers.h"
 #include "models/mlp.h"
@@ -17,10 +18,6 @@
 
 namespace loom {
 
-// train.activation_checkpointing: none, full (the whole block is recomputed) or selective (its MLP branch,
-// which holds most of a block's activations, is recomputed; attention keeps its activations).
-enum class ActivationCheckpointing { kNone, kFull, kSelective };
-ActivationCheckpointing activation_checkpointing_kind(const std::string& name);
 
 struct BlockOptions {
   // The cross-attention takes these too, made bidirectional and windowless. Its tp, rng and

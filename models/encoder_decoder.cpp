@@ -27,7 +27,7 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
     : config_(config),
       tp_{tp.group, tp.rng, tp.sequence_parallel && tp_size(tp.group) > 1},
       stage_(stage),
-      position_(position_kind(config.position)),
+      position_(config.position),
       embedding_scale_(config.scale_embeddings ? std::sqrt(static_cast<double>(config.d_model)) : 1.0) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
   LOOM_CHECK(position_ == PositionKind::kLearned || position_ == PositionKind::kSinusoidal,
@@ -41,7 +41,7 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
   auto holds = [&](int64_t block) { return stage_.first_block <= block && block < stage_.end_block; };
   const int64_t C = config.d_model;
   BlockOptions encoder_block = block_options(config, tp_);
-  encoder_block.post_norm = config.norm_position == "post";
+  encoder_block.post_norm = config.norm_position == NormPosition::kPost;
   encoder_block.attention.causal = false;
   BlockOptions decoder_block = encoder_block;
   decoder_block.attention.causal = true;

@@ -16,12 +16,12 @@ Parts parts_of(const ModelConfig& c) {
   const int64_t C = c.d_model, F = c.ffn_dim(), Q = c.n_heads * c.head_dim(), KV = c.kv_heads() * c.head_dim();
   auto linear = [&](int64_t in, int64_t out) { return in * out + (c.bias ? out : 0); };
   Parts p;
-  p.norm = c.norm == "layernorm" ? 2 * C : C;
+  p.norm = c.norm == NormKind::kLayerNorm ? 2 * C : C;
   p.attention = linear(C, Q + 2 * KV) + linear(Q, C);
   const int64_t mlp = (c.gated_mlp() ? 2 : 1) * linear(C, F) + linear(F, C);
   p.block = 2 * p.norm + p.attention + mlp;
   p.head = c.tie_embeddings ? 0 : c.vocab_size * C;  // the untied head has no bias
-  p.position_table = c.position == "learned" ? c.max_seq_len * C : 0;
+  p.position_table = c.position == PositionKind::kLearned ? c.max_seq_len * C : 0;
   p.embedding = c.vocab_size * C;
   return p;
 }
@@ -34,7 +34,7 @@ int64_t count_parameters(const ModelConfig& c) {
   if (c.encoder_decoder()) {
     // One shared token embedding, a position table per side, decoder blocks with a cross-attention and
     // its norm, and final norms only in the pre-norm variant.
-    const int64_t final_norms = c.norm_position == "pre" ? 2 * norm : 0;
+    const int64_t final_norms = c.norm_position == NormPosition::kPre ? 2 * norm : 0;
     return c.vocab_size * C + 2 * position_table + c.encoder_layers() * block +
            c.n_layers * (block + norm + attention) + final_norms + head;
   }
@@ -58,7 +58,7 @@ int64_t count_stage_parameters(const Config& config, int64_t stage) {
   // The last stage: final norm and head, or its own copy of the tied embedding.
   const int64_t head = c.tie_embeddings ? p.embedding : p.head;
   if (c.encoder_decoder()) {
-    const bool pre_norm = c.norm_position == "pre";
+    const bool pre_norm = c.norm_position == NormPosition::kPre;
     int64_t n = blocks.encoder * p.block + blocks.decoder * (p.block + p.norm + p.attention);
     if (first) n += p.embedding + 2 * p.position_table;
     if (pre_norm && blocks.ends_encoder) n += p.norm;
@@ -128,7 +128,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const ModelConfig& m = config.model;
   const int64_t tp = config.parallel.tp, pp = config.parallel.pp;
   const int64_t dp = std::max<int64_t>(1, config.parallel.dp);  // -1 (world / (tp * pp)) is unknown here
-  const bool bf16 = config.precision.dtype == "bf16";
+  const bool bf16 = config.precision.dtype == Dtype::kBf16;
 
   MemoryEstimate out;
   const int64_t params = (count_stage_parameters(config, stage) + tp - 1) / tp;
@@ -137,7 +137,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   // bf16 autocast runs over fp32 parameters and caches a bf16 copy of each weight for the step. bf16
   // parameters (precision.param_dtype) are the bf16 weights plus an fp32 master copy, which ZeRO-1 shards
   // like the AdamW state. Gradients are fp32 either way.
-  const bool bf16_params = config.precision.param_dtype == "bf16";
+  const bool bf16_params = config.precision.param_dtype == ParamDtype::kBf16;
   out.weights = bf16_params ? 2 * params + 4 * optimizer_params : 4 * params + (bf16 ? 2 * params : 0);
   out.gradients = 4 * params;
   out.optimizer = 8 * optimizer_params;
@@ -149,8 +149,8 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double q = static_cast<double>(m.n_heads * m.head_dim()), kv = static_cast<double>(m.kv_heads() * m.head_dim());
   const double a = static_cast<double>(m.n_heads), t = static_cast<double>(tp);
   const double dropout = m.dropout > 0 ? 1 : 0;
-  const double rope = m.position == "rope" ? 1 : 0;
-  const double mlp_tensors = m.gated_mlp() ? 4 : m.activation == "relu" ? 1 : 2;
+  const double rope = m.position == PositionKind::kRope ? 1 : 0;
+  const double mlp_tensors = m.gated_mlp() ? 4 : m.activation == Activation::kRelu ? 1 : 2;
   const double V = static_cast<double>(m.vocab_size);
   const double sequence = config.parallel.sequence_parallel && tp > 1 ? t : 1;
   const double half_whole = ((4 + e) + dropout) * s * b * h / sequence;  // norm input, its output, mask
@@ -160,10 +160,10 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double layer = attention_half + mlp_half;
   const double block_input = 4 * s * b * h / sequence;
   double kept_per_layer = layer, recomputed = 0;
-  if (config.train.activation_checkpointing == "full") {
+  if (config.train.activation_checkpointing == ActivationCheckpointing::kFull) {
     kept_per_layer = block_input;
     recomputed = std::max(attention_half - block_input, mlp_half);
-  } else if (config.train.activation_checkpointing == "selective") {
+  } else if (config.train.activation_checkpointing == ActivationCheckpointing::kSelective) {
     kept_per_layer = attention_half + block_input;
     recomputed = mlp_half - block_input;
   }
@@ -179,7 +179,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
                                             : (e * s * b * h + dropout * s * b * h) / sequence +
                                                   (e * s * b * (2 * q + 2 * kv) + a * s * s * b * (e + dropout * (1 + e))) / t;
   const int64_t micro = config.accumulation_steps(dp);
-  const int64_t in_flight = pp == 1 ? 1 : config.parallel.pp_schedule == "gpipe" ? micro : std::min(micro, pp - stage);
+  const int64_t in_flight = pp == 1 ? 1 : config.parallel.pp_schedule == PipelineSchedule::kGPipe ? micro : std::min(micro, pp - stage);
   const auto blocks = stage_block_counts(config, stage);
   const double stage_head = stage == pp - 1 ? head : 0.0;
   // Checkpointing is for GPT blocks (decoder blocks without cross-attention); one block recomputes at a time.

@@ -18,16 +18,30 @@ BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp) {
   a.head_dim = c.head_dim();
   a.bias = c.bias;
   a.window = c.attention_window;
-  a.position = position_kind(c.position);
-  a.rope = {c.rope_theta, rope_scaling(c.rope_scaling), c.rope_scaling_factor};
+  a.position = c.position;
+  a.rope.theta = c.rope_theta;
+  a.rope.scaling = c.rope_scaling;
+  a.rope.factor = c.rope_scaling_factor;
   a.dropout = c.dropout;
   a.init_std = c.init_std;
   a.out_init_std = out_std;
   a.tp = tp.group;
   a.rng = tp.rng;
   a.sequence_parallel = sp;
-  block.mlp = {c.d_model, c.ffn_dim(), activation_kind(c.activation), c.bias, c.init_std, out_std, tp.group, sp};
-  block.norm = {c.d_model, norm_kind(c.norm), c.norm_eps, sp ? tp.group : nullptr};
+  auto& mlp = block.mlp;
+  mlp.d_model = c.d_model;
+  mlp.d_ff = c.ffn_dim();
+  mlp.activation = c.activation;
+  mlp.bias = c.bias;
+  mlp.init_std = c.init_std;
+  mlp.out_init_std = out_std;
+  mlp.tp = tp.group;
+  mlp.sequence_parallel = sp;
+  auto& norm = block.norm;
+  norm.dim = c.d_model;
+  norm.kind = c.norm;
+  norm.eps = c.norm_eps;
+  norm.sequence_group = sp ? tp.group : nullptr;
   block.dropout = c.dropout;
   return block;
 }
@@ -48,7 +62,7 @@ ModelStage model_stage(const ModelConfig& model, const ParallelConfig& parallel,
 }
 
 GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const ModelStage& stage)
-    : config_(config), tp_(tp), stage_(stage), position_(position_kind(config.position)) {
+    : config_(config), tp_(tp), stage_(stage), position_(config.position) {
   tp_.sequence_parallel = tp.sequence_parallel && tp_size(tp.group) > 1;
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
   if (stage_.end_block < 0) stage_.end_block = config.n_layers;

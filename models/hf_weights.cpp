@@ -114,10 +114,11 @@ bool held_by_another_stage(GptImpl& model, const std::map<std::string, torch::Te
 
 WeightNames weight_names(const ModelConfig& c) {
   const bool full_attention = c.attention_window == 0;
-  if (c.position == "learned" && c.norm == "layernorm" && c.activation == "gelu" && c.bias && full_attention &&
+  if (c.position == PositionKind::kLearned && c.norm == NormKind::kLayerNorm && c.activation == Activation::kGelu && c.bias && full_attention &&
       c.kv_heads() == c.n_heads)
     return WeightNames::kGpt2;
-  if (c.position == "rope" && c.norm == "rmsnorm" && c.activation == "swiglu" && full_attention && c.rope_scaling != "ntk")
+  if (c.position == PositionKind::kRope && c.norm == NormKind::kRmsNorm && c.activation == Activation::kSwiglu &&
+      full_attention && c.rope_scaling != RopeScaling::kNtk)
     return WeightNames::kLlama;
   return WeightNames::kLoom;
 }
@@ -217,7 +218,7 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, const SpecialTokenId
       break;
     case WeightNames::kLlama: {
       nlohmann::ordered_json rope = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
-      if (c.rope_scaling == "linear") rope = {{"rope_type", "linear"}, {"rope_theta", c.rope_theta}, {"factor", c.rope_scaling_factor}};
+      if (c.rope_scaling == RopeScaling::kLinear) rope = {{"rope_type", "linear"}, {"rope_theta", c.rope_theta}, {"factor", c.rope_scaling_factor}};
       j = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", c.vocab_size},
            {"hidden_size", c.d_model}, {"intermediate_size", c.ffn_dim()}, {"num_hidden_layers", c.n_layers},
            {"num_attention_heads", c.n_heads}, {"num_key_value_heads", c.kv_heads()}, {"head_dim", c.head_dim()},
@@ -233,9 +234,14 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, const SpecialTokenId
       config.model = c;
       nlohmann::ordered_json model;
       visit_fields(config, [&](const std::string& path, auto& member, const char*) {
-        // Only model.* keys are written; the check keeps other sections' types (a map of special tokens) out.
-        if constexpr (!std::is_same_v<std::decay_t<decltype(member)>, SpecialTokensSetting>)
-          if (path.rfind("model.", 0) == 0 && path != "model.init_from") model[path.substr(6)] = member;
+        if (path.rfind("model.", 0) != 0 || path == "model.init_from") return;
+        using Member = std::decay_t<decltype(member)>;
+        // Only model.* keys are written; the checks keep other sections' types (a map of special tokens) out.
+        if constexpr (is_config_enum_v<Member>) {
+          model[path.substr(6)] = enum_name(member);  // as the YAML names it
+        } else if constexpr (!std::is_same_v<Member, SpecialTokensSetting>) {
+          model[path.substr(6)] = member;
+        }
       });
       j = {{"model_type", "loom"}, {"loom_model", model}, {"bos_token_id", id(tokens.bos)},
            {"eos_token_id", id(tokens.eos)}, {"pad_token_id", id(tokens.pad)}};

@@ -1,29 +1,14 @@
-// Small pieces every layer is built from: an initialized Linear (bias optional), the Norm that is
-// either LayerNorm or RMSNorm, and the lookup of an option named in the config. Header-only; the layers that use them hold no knowledge of configs.
+// Small pieces every layer is built from: an initialized Linear (bias optional) and the Norm that is
+// either LayerNorm or RMSNorm. Header-only; the layers that use them hold no knowledge of configs.
 #pragma once
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
-#include <string>
-#include <utility>
-#include <vector>
-
-#include "core/error.h"
+#include "core/config_enums.h"  // NormKind
 #include "models/norm.h"
 #include "parallel/tensor_parallel.h"
 
 namespace loom {
-
-// The option a config string names, e.g. choice<NormKind>("rmsnorm", {{"layernorm", ...}, ...}, "norm").
-template <class Enum>
-Enum choice(const std::string& name, const std::vector<std::pair<std::string, Enum>>& options, const char* what) {
-  std::string known;
-  for (const auto& [option_name, value] : options) {
-    if (option_name == name) return value;
-    known += (known.empty() ? "" : ", ") + option_name;
-  }
-  throw Error("unknown " + std::string(what) + " '" + name + "' (" + known + ")");
-}
 
 // Linear(in, out) with weights ~ N(0, std) and zero bias, or no bias at all.
 inline torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias, double std) {
@@ -32,12 +17,6 @@ inline torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias, double 
   torch::nn::init::normal_(linear->weight, 0.0, std);
   if (bias) torch::nn::init::zeros_(linear->bias);
   return linear;
-}
-
-enum class NormKind { kLayerNorm, kRmsNorm };
-
-inline NormKind norm_kind(const std::string& name) {
-  return choice<NormKind>(name, {{"layernorm", NormKind::kLayerNorm}, {"rmsnorm", NormKind::kRmsNorm}}, "norm");
 }
 
 struct NormOptions {

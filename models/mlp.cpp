@@ -6,15 +6,6 @@
 
 namespace loom {
 
-Activation activation_kind(const std::string& name) {
-  return choice<Activation>(name,
-                {{"gelu", Activation::kGelu},
-                 {"relu", Activation::kRelu},
-                 {"swiglu", Activation::kSwiglu},
-                 {"geglu", Activation::kGeglu}},
-                "activation");
-}
-
 MlpImpl::MlpImpl(const MlpOptions& o) : activation_(o.activation) {
   const bool gated = o.activation == Activation::kSwiglu || o.activation == Activation::kGeglu;
   const ParallelLinearOptions in{o.d_model, o.d_ff, o.bias, o.init_std, o.tp, {}, o.sequence_parallel};

@@ -5,14 +5,11 @@
 #pragma once
 #include <torch/torch.h>
 
-#include <string>
-
+#include "core/config_enums.h"  // Activation
 #include "models/parallel_linear.h"
 
 namespace loom {
 
-enum class Activation { kGelu, kRelu, kSwiglu, kGeglu };
-Activation activation_kind(const std::string& name);
 
 struct MlpOptions {
   int64_t d_model = 0;

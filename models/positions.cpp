@@ -7,21 +7,6 @@
 
 namespace loom {
 
-PositionKind position_kind(const std::string& name) {
-  return choice<PositionKind>(name,
-                {{"learned", PositionKind::kLearned},
-                 {"sinusoidal", PositionKind::kSinusoidal},
-                 {"rope", PositionKind::kRope},
-                 {"alibi", PositionKind::kAlibi}},
-                "position encoding");
-}
-
-RopeScaling rope_scaling(const std::string& name) {
-  return choice<RopeScaling>(
-      name, {{"none", RopeScaling::kNone}, {"linear", RopeScaling::kLinear}, {"ntk", RopeScaling::kNtk}},
-      "RoPE scaling");
-}
-
 namespace {
 
 // (T) float positions on the device of `to`.

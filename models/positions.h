@@ -5,16 +5,12 @@
 #pragma once
 #include <torch/torch.h>
 
-#include <string>
 #include <utility>
+
+#include "core/config_enums.h"  // PositionKind, RopeScaling
 
 namespace loom {
 
-enum class PositionKind { kLearned, kSinusoidal, kRope, kAlibi };
-PositionKind position_kind(const std::string& name);
-
-enum class RopeScaling { kNone, kLinear, kNtk };
-RopeScaling rope_scaling(const std::string& name);
 
 struct RopeOptions {
   double theta = 10000.0;

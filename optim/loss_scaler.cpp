@@ -5,7 +5,7 @@
 namespace loom {
 
 LossScaler::LossScaler(const PrecisionConfig& precision)
-    : enabled_(precision.dtype == "fp16"),
+    : enabled_(precision.dtype == Dtype::kFp16),
       scale_(enabled_ ? precision.loss_scale_init : 1.0),
       growth_factor_(precision.loss_scale_growth),
       backoff_factor_(precision.loss_scale_backoff),

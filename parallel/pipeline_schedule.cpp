@@ -6,12 +6,6 @@
 
 namespace loom {
 
-PipelineSchedule pipeline_schedule(const std::string& name) {
-  if (name == "gpipe") return PipelineSchedule::kGPipe;
-  LOOM_CHECK(name == "1f1b", "unknown pipeline schedule '", name, "' (gpipe, 1f1b)");
-  return PipelineSchedule::k1F1B;
-}
-
 std::vector<int64_t> stage_layers(int64_t n_layers, int64_t stages, const std::vector<int64_t>& explicit_counts) {
   LOOM_CHECK(stages >= 1 && stages <= n_layers, "cannot split ", n_layers, " blocks into ", stages, " stages");
   if (!explicit_counts.empty()) {

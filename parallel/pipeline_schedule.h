@@ -10,11 +10,9 @@
 #include <string>
 #include <vector>
 
-namespace loom {
+#include "core/config_enums.h"  // PipelineSchedule (parallel.pp_schedule)
 
-enum class PipelineSchedule { kGPipe, k1F1B };
-// "gpipe" or "1f1b" (parallel.pp_schedule, validated when the config loads).
-PipelineSchedule pipeline_schedule(const std::string& name);
+namespace loom {
 
 // Blocks per stage: `explicit_counts` (parallel.pp_layers) when given, else n_layers split evenly with
 // the first n_layers % stages stages holding one more (the last stage also holds the head and the loss).

@@ -32,9 +32,9 @@ void synchronize(torch::Device device) {
 #endif
 }
 
-torch::ScalarType scalar_type(const std::string& dtype) {
-  if (dtype == "bf16") return torch::kBFloat16;
-  if (dtype == "fp16") return torch::kHalf;
+torch::ScalarType scalar_type(Dtype dtype) {
+  if (dtype == Dtype::kBf16) return torch::kBFloat16;
+  if (dtype == Dtype::kFp16) return torch::kHalf;
   return torch::kFloat;
 }
 
@@ -120,7 +120,7 @@ double median(std::vector<double> values) {
 
 }  // namespace
 
-double measure_gemm_gflops(torch::Device device, const std::string& dtype, int64_t n, int repeats) {
+double measure_gemm_gflops(torch::Device device, Dtype dtype, int64_t n, int repeats) {
   torch::NoGradGuard no_grad;
   const auto options = torch::TensorOptions(scalar_type(dtype)).device(device);
   const auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
@@ -155,7 +155,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
       throw ConfigError(config.where("data.seq_len") + ": data.seq_len: loom bench of a transformer trains on pairs of " +
                         "data.seq_len tokens, which must be in [2, model.max_seq_len=" +
                         std::to_string(config.model.max_seq_len) + "]");
-    config.data.synthetic = "copy";
+    config.data.synthetic = SyntheticTask::kCopy;
     config.data.synthetic_vocab = config.model.vocab_size;
     config.data.synthetic_min_len = config.data.synthetic_max_len = config.data.seq_len - 1;
     config.train.batch_tokens = 0;

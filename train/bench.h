@@ -56,8 +56,8 @@ struct BenchResult {
 
 BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchOptions& options);
 
-// Best throughput of an n x n x n matrix product in `dtype` ("fp32", "bf16", "fp16") on `device`, with the
-// current thread count: the ceiling MFU is measured against.
-double measure_gemm_gflops(torch::Device device, const std::string& dtype, int64_t n, int repeats);
+// Best throughput of an n x n x n matrix product in `dtype` on `device`, with the current thread count: the
+// ceiling MFU is measured against.
+double measure_gemm_gflops(torch::Device device, Dtype dtype, int64_t n, int repeats);
 
 }  // namespace loom

@@ -39,7 +39,7 @@ EvalLoss evaluate_loss(Task& task, const Config& config, const Mesh& mesh, torch
       PipelineStep forwards;
       forwards.train = false;
       loss_sum += run_pipeline(task, pipelined, pp_group != nullptr ? *pp_group : mesh.pp_group(),
-                               pipeline_schedule(config.parallel.pp_schedule), device, forwards)
+                               config.parallel.pp_schedule, device, forwards)
                       .item<double>();
     }
   }

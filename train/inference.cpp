@@ -23,9 +23,9 @@ LoadedModel load_trained_model(const std::filesystem::path& run_dir, std::option
   loaded.config.parallel.dp = loaded.config.parallel.tp = loaded.config.parallel.pp = 1;
   loaded.config.parallel.pp_layers.clear();
   configure_cpu(loaded.config.runtime);
-  if (loaded.config.runtime.device == "cuda" && !torch::cuda::is_available()) {
+  if (loaded.config.runtime.device == DeviceKind::kCuda && !torch::cuda::is_available()) {
     spdlog::info("{} trained on a GPU; none is visible here, so its model runs on the CPU", run_dir.string());
-    loaded.config.runtime.device = "cpu";
+    loaded.config.runtime.device = DeviceKind::kCpu;
   }
   if (loaded.config.model.encoder_decoder()) {
     loaded.translator = EncoderDecoder(loaded.config.model);

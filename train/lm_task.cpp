@@ -93,7 +93,7 @@ std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskD
     trained = Gpt(config.model, TensorParallelism{tp, tp_rng.get(), config.parallel.sequence_parallel},
                   model_stage(config.model, config.parallel, pp_stage));
     trained->to(device);
-    trained->set_activation_checkpointing(activation_checkpointing_kind(config.train.activation_checkpointing));
+    trained->set_activation_checkpointing(config.train.activation_checkpointing);
     seed_stage_dropout(config, pp_stage);
   }
   return std::make_unique<LmTask>(trained, std::move(train_batches), std::move(valid), config, std::move(tp_rng));

@@ -37,7 +37,7 @@ torch::Device runtime_device(const RuntimeConfig& runtime, int64_t local_rank) {
     at::globalContext().setDeterministicCuDNN(true);
     at::globalContext().setBenchmarkCuDNN(false);
   }
-  if (runtime.device == "cuda") {
+  if (runtime.device == DeviceKind::kCuda) {
     LOOM_CHECK(torch::cuda::is_available(), "runtime.device=cuda but no CUDA device is visible; use runtime.device=cpu");
     const auto gpus = static_cast<int64_t>(torch::cuda::device_count());
     const auto index = static_cast<c10::DeviceIndex>(local_rank % gpus);
@@ -52,10 +52,10 @@ torch::Device runtime_device(const RuntimeConfig& runtime, int64_t local_rank) {
 }
 
 AutocastGuard::AutocastGuard(const PrecisionConfig& precision, torch::Device device)
-    : enabled_(precision.dtype == "bf16" || precision.dtype == "fp16"), device_type_(device.type()) {
+    : enabled_(precision.dtype == Dtype::kBf16 || precision.dtype == Dtype::kFp16), device_type_(device.type()) {
   if (!enabled_) return;
   was_enabled_ = at::autocast::is_autocast_enabled(device_type_);
-  at::autocast::set_autocast_dtype(device_type_, precision.dtype == "fp16" ? at::kHalf : at::kBFloat16);
+  at::autocast::set_autocast_dtype(device_type_, precision.dtype == Dtype::kFp16 ? at::kHalf : at::kBFloat16);
   at::autocast::set_autocast_enabled(device_type_, true);
 }
 

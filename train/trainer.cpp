@@ -103,7 +103,7 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
   gradient_sync_ = std::make_unique<GradientSync>(weight_decay_groups(task_->model()),
                                                   nccl_dp_group_ ? *nccl_dp_group_ : mesh_.dp_group(),
                                                   config_.parallel.bucket_mb, config_.parallel.zero == 1,
-                                                  config_.precision.param_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat);
+                                                  config_.precision.param_dtype == ParamDtype::kBf16 ? torch::kBFloat16 : torch::kFloat);
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
   tp_sharded_ = tensor_parallel_ranges(task_->model(), gradient_sync_->optimizer_slices());
   // The last stage's copy of a tied embedding: its gradient is the first stage's, counted there.
@@ -307,7 +307,7 @@ torch::Tensor Trainer::pipeline_forward_backward(const std::vector<TaskBatch>& b
   // DP reduction cannot start during backward; otherwise it overlaps this stage's last backward.
   auto tied = task_->stage_tied_parameter();
   if (!tied.defined()) step.before_last_backward = [this] { gradient_sync_->prepare_last_backward(); };
-  auto loss_sum = run_pipeline(*task_, batches, pp_group(), pipeline_schedule(config_.parallel.pp_schedule), device_,
+  auto loss_sum = run_pipeline(*task_, batches, pp_group(), config_.parallel.pp_schedule, device_,
                                step, &pipeline_stats_);
   if (tied.defined()) {
     if (tied.grad().defined())

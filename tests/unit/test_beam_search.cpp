@@ -183,7 +183,14 @@ TEST_CASE("beam search: cached and uncached searches agree", "[decode][seq2seq][
 }
 
 TEST_CASE("synthetic pairs: deterministic reversals, collated as Seq2SeqBatch says", "[data][seq2seq]") {
-  loom::SyntheticPairs data({"reverse", 12, 2, 6, 50, 9});
+  loom::SyntheticOptions options;
+  options.task = loom::SyntheticTask::kReverse;
+  options.vocab = 12;
+  options.min_len = 2;
+  options.max_len = 6;
+  options.valid_size = 50;
+  options.batch_size = 9;
+  loom::SyntheticPairs data(options);
   const auto a = data.train_batch(3, 10, 4), b = data.train_batch(3, 10, 4);
   CHECK(torch::equal(a.source, b.source));
   CHECK(!torch::equal(a.source, data.train_batch(4, 10, 4).source));

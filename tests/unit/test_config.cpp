@@ -42,13 +42,13 @@ std::vector<std::string> all_keys() {
 
 TEST_CASE("config: an empty file gives the documented defaults", "[config]") {
   const Config c = parse_config("", "empty.yaml");
-  CHECK(c.model.arch == "gpt");
+  CHECK(c.model.arch == loom::ModelArch::kGpt);
   CHECK(c.model.d_model == 256);
   CHECK(c.model.n_heads == 4);
   CHECK(c.model.ffn_dim() == 4 * 256);
   CHECK(c.model.tie_embeddings);
   CHECK(c.optim.betas == std::vector<double>{0.9, 0.95});
-  CHECK(c.schedule.name == "warmup_cosine");
+  CHECK(c.schedule.name == loom::ScheduleKind::kWarmupCosine);
   CHECK(c.schedule_total_steps() == c.train.max_steps);
   CHECK(c.origin.empty());
   CHECK(c.where("model.d_model") == "empty.yaml (default)");
@@ -77,7 +77,7 @@ TEST_CASE("config: values of every type are parsed and their origin recorded", "
   CHECK_FALSE(c.model.tie_embeddings);
   CHECK(c.optim.betas == std::vector<double>{0.8, 0.99});
   CHECK(c.optim.lr == 1e-3);
-  CHECK(c.schedule.name == "wsd");
+  CHECK(c.schedule.name == loom::ScheduleKind::kWsd);
   CHECK(c.schedule_total_steps() == 500);
   CHECK(c.where("model.d_ff") == "x.yaml:5");
   CHECK(c.where("schedule.total_steps") == "x.yaml:13");
@@ -211,7 +211,7 @@ TEST_CASE("config: to_yaml round-trips every key exactly", "[config]") {
   CHECK(b.optim.betas == std::vector<double>{0.85, 0.975});
   CHECK(b.schedule.decay_fraction == 0.37);
   CHECK(b.parallel.dp == -1);
-  CHECK(b.runtime.device == "cuda");
+  CHECK(b.runtime.device == loom::DeviceKind::kCuda);
 
   // Every declared key is in the dump, and every key of the dump is a declared one.
   const auto keys = all_keys();

@@ -94,7 +94,7 @@ TEST_CASE("a size the cache lacks first frees the blocks this step has not reuse
 TEST_CASE("a model trained through the caching allocator equals one trained through malloc", "[allocator]") {
   // Losses after a few AdamW steps: any block handed out while still in use, or read before written,
   // would change them.
-  auto train = [](const std::string& kind) {
+  auto train = [](loom::CpuAllocatorKind kind) {
     loom::use_cpu_allocator(kind);
     torch::manual_seed(7);
     torch::nn::Sequential model(torch::nn::Linear(256, 1024), torch::nn::GELU(), torch::nn::Linear(1024, 256));
@@ -111,11 +111,11 @@ TEST_CASE("a model trained through the caching allocator equals one trained thro
     }
     return losses;
   };
-  const auto with_malloc = train("system");
-  const auto cached = train("caching");
+  const auto with_malloc = train(loom::CpuAllocatorKind::kSystem);
+  const auto cached = train(loom::CpuAllocatorKind::kCaching);
   CHECK(loom::caching_cpu_allocator() != nullptr);
   CHECK(loom::caching_cpu_allocator()->stats().reused > 0);
   CHECK(cached == with_malloc);
-  loom::use_cpu_allocator("system");
+  loom::use_cpu_allocator(loom::CpuAllocatorKind::kSystem);
   CHECK(loom::caching_cpu_allocator() == nullptr);
 }

@@ -75,7 +75,7 @@ TEST_CASE("encoder-decoder: count_parameters equals the built model's parameters
     CHECK(loom::count_parameters(config) == numel_sum(*model));
     const auto named = model->named_parameters();
     CHECK(named.contains("lm_head.weight") == !config.tie_embeddings);
-    CHECK(named.contains("encoder_norm.weight") == (config.norm_position == "pre"));
+    CHECK(named.contains("encoder_norm.weight") == (config.norm_position == loom::NormPosition::kPre));
     CHECK(named.contains("decoder.1.cross_attention.qkv.weight"));
     CHECK(!named.contains("encoder.0.cross_attention.qkv.weight"));
   }
@@ -100,9 +100,9 @@ TEST_CASE("encoder-decoder: logits equal torch.nn.Transformer with padding on bo
     nlohmann::json one;
     const auto& c = model->config();
     one["config"] = {{"d_model", c.d_model}, {"n_heads", c.n_heads}, {"n_layers", c.n_layers},
-                     {"n_encoder_layers", c.n_encoder_layers}, {"d_ff", c.ffn_dim()}, {"norm_position", c.norm_position},
-                     {"norm_eps", c.norm_eps}, {"activation", c.activation}, {"bias", c.bias},
-                     {"position", c.position}, {"scale_embeddings", c.scale_embeddings},
+                     {"n_encoder_layers", c.n_encoder_layers}, {"d_ff", c.ffn_dim()}, {"norm_position", loom::enum_name(c.norm_position)},
+                     {"norm_eps", c.norm_eps}, {"activation", loom::enum_name(c.activation)}, {"bias", c.bias},
+                     {"position", loom::enum_name(c.position)}, {"scale_embeddings", c.scale_embeddings},
                      {"tie_embeddings", c.tie_embeddings}};
     for (const auto& p : model->named_parameters()) one["params"][p.key()] = loom::test::tensor_json(p.value());
     one["source"] = loom::test::tensor_json(source);

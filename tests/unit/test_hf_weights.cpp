@@ -256,7 +256,7 @@ nlohmann::json hf_case(const std::string& family, const loom::ModelConfig& c, co
   nlohmann::json config = {{"vocab_size", c.vocab_size}, {"d_model", c.d_model}, {"n_layers", c.n_layers},
                            {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"d_ff", c.ffn_dim()},
                            {"max_seq_len", c.max_seq_len}, {"norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta},
-                           {"rope_scaling", c.rope_scaling}, {"rope_scaling_factor", c.rope_scaling_factor},
+                           {"rope_scaling", loom::enum_name(c.rope_scaling)}, {"rope_scaling_factor", c.rope_scaling_factor},
                            {"bias", c.bias}, {"tie_embeddings", c.tie_embeddings}};
   return {{"family", family}, {"config", config}, {"tokens", loom::test::tensor_json(tokens)}, {"seed", seed}};
 }

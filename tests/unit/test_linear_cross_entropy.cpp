@@ -5,6 +5,7 @@
 // builds, and ATen's operators); then through the GPT (tied and untied heads, checkpointing on).
 // The vocab-parallel case is in test_tensor_parallel.cpp.
 #include "core/cpu_allocator.h"
+#include "core/error.h"
 #include "models/gpt.h"
 #include "optim/cross_entropy.h"
 #include "optim/linear_cross_entropy.h"
@@ -26,7 +27,7 @@ Result run(const torch::Tensor& hidden0, const torch::Tensor& weight0, const tor
   auto hidden = hidden0.clone().requires_grad_(true);
   auto weight = weight0.clone().requires_grad_(true);
   loom::PrecisionConfig precision;
-  precision.dtype = bf16 ? "bf16" : "fp32";
+  precision.dtype = bf16 ? loom::Dtype::kBf16 : loom::Dtype::kFp32;
   loom::AutocastGuard autocast(precision, torch::kCPU);
   auto loss = chunk == 0 ? loom::cross_entropy(torch::nn::functional::linear(hidden, weight), targets, smoothing)
                          : loom::linear_cross_entropy(hidden, weight, targets, chunk, smoothing, loom::kIgnoreIndex,
@@ -98,13 +99,13 @@ TEST_CASE("linear_cross_entropy: backward hands over its stored gradients and ke
   const auto hidden = torch::randn({512, 256}).requires_grad_(true);
   const auto weight = torch::randn({1024, 256}).requires_grad_(true);
   const auto targets = torch::randint(0, 1024, {512}, torch::kLong);
-  loom::use_cpu_allocator("caching");
+  loom::use_cpu_allocator(loom::CpuAllocatorKind::kCaching);
   auto* allocator = loom::caching_cpu_allocator();
   auto loss = loom::linear_cross_entropy(hidden, weight, targets, 128);
   const auto before = allocator->stats().allocated;
   loss.backward();
   const auto after = allocator->stats().allocated;
-  loom::use_cpu_allocator("system");
+  loom::use_cpu_allocator(loom::CpuAllocatorKind::kSystem);
   REQUIRE(hidden.grad().defined());
   REQUIRE(weight.grad().defined());
   CHECK(after - before < 64 * 1024);  // the two gradients are 1.5 MiB together

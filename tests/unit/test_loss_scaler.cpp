@@ -8,7 +8,7 @@ namespace {
 
 loom::PrecisionConfig fp16(double init = 1024.0, int64_t interval = 3) {
   loom::PrecisionConfig p;
-  p.dtype = "fp16";
+  p.dtype = loom::Dtype::kFp16;
   p.loss_scale_init = init;
   p.loss_scale_growth_interval = interval;
   return p;
@@ -83,7 +83,7 @@ TEST_CASE("loss scaler: fp16 gradients of a scaled loss unscale to the fp32 ones
 
 TEST_CASE("loss scaler: disabled for fp32 and bf16", "[loss_scaler]") {
   loom::PrecisionConfig bf16;
-  bf16.dtype = "bf16";
+  bf16.dtype = loom::Dtype::kBf16;
   loom::LossScaler scaler(bf16);
   CHECK_FALSE(scaler.enabled());
   // Nothing to divide: unscaling is refused (the trainer's finite check is then gradient_norm's, test_losses).

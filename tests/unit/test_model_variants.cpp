@@ -78,9 +78,9 @@ nlohmann::json golden_case(loom::Gpt& model, const torch::Tensor& tokens) {
   nlohmann::json out;
   out["config"] = {{"vocab_size", c.vocab_size}, {"d_model", c.d_model}, {"n_layers", c.n_layers},
                    {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"d_ff", c.ffn_dim()},
-                   {"max_seq_len", c.max_seq_len}, {"norm", c.norm}, {"norm_eps", c.norm_eps},
-                   {"position", c.position}, {"rope_theta", c.rope_theta}, {"rope_scaling", c.rope_scaling},
-                   {"rope_scaling_factor", c.rope_scaling_factor}, {"activation", c.activation}, {"bias", c.bias},
+                   {"max_seq_len", c.max_seq_len}, {"norm", loom::enum_name(c.norm)}, {"norm_eps", c.norm_eps},
+                   {"position", loom::enum_name(c.position)}, {"rope_theta", c.rope_theta}, {"rope_scaling", loom::enum_name(c.rope_scaling)},
+                   {"rope_scaling_factor", c.rope_scaling_factor}, {"activation", loom::enum_name(c.activation)}, {"bias", c.bias},
                    {"attention_window", c.attention_window}, {"tie_embeddings", c.tie_embeddings}};
   for (const auto& p : model->named_parameters()) out["params"][p.key()] = loom::test::tensor_json(p.value());
   out["tokens"] = loom::test::tensor_json(tokens);
@@ -108,10 +108,10 @@ TEST_CASE("variants: count_parameters equals the built model's parameters", "[mo
     CHECK(loom::count_parameters(config) == numel_sum(*model));
     const auto named = model->named_parameters();
     CHECK(named.contains("lm_head.weight") == !config.tie_embeddings);
-    CHECK(named.contains("position_embedding.weight") == (config.position == "learned"));
+    CHECK(named.contains("position_embedding.weight") == (config.position == loom::PositionKind::kLearned));
     CHECK(named.contains("blocks.0.mlp.gate.weight") == config.gated_mlp());
     CHECK(named.contains("blocks.1.attention.out.bias") == config.bias);
-    CHECK(named.contains("blocks.1.ln2.bias") == (config.norm == "layernorm"));
+    CHECK(named.contains("blocks.1.ln2.bias") == (config.norm == loom::NormKind::kLayerNorm));
     // The fused projection holds n_heads query heads and n_kv_heads key and value heads.
     const int64_t D = config.head_dim();
     CHECK(named["blocks.0.attention.qkv.weight"].size(0) == (config.n_heads + 2 * config.kv_heads()) * D);
@@ -151,7 +151,7 @@ TEST_CASE("variants: the presets have their published sizes", "[models][variants
   // llama-tiny takes its vocabulary from the tokenizer; at 1024 tokens it builds and counts as it says.
   auto tiny = loom::load_config((loom::test::source_dir() / "configs" / "llama-tiny.yaml").string(),
                                 {"model.vocab_size=1024"});
-  CHECK(tiny.model.norm == "rmsnorm");
+  CHECK(tiny.model.norm == loom::NormKind::kRmsNorm);
   CHECK(tiny.model.kv_heads() < tiny.model.n_heads);
   loom::Gpt model(tiny.model);
   CHECK(loom::count_parameters(tiny.model) == numel_sum(*model));

@@ -148,7 +148,7 @@ TEST_CASE("fused_norm: rejects what it does not take", "[norm]") {
 }
 
 TEST_CASE("fused_norm: fwd+bwd time against ATen's at bench-gpt's shape", "[.bench]") {
-  loom::use_cpu_allocator("caching");
+  loom::use_cpu_allocator(loom::CpuAllocatorKind::kCaching);
   const auto x = torch::randn({2048, 512}), w = torch::ones({512}), b = torch::zeros({512});
   const auto g = torch::randn({2048, 512}).to(torch::kBFloat16);
   std::vector<double> ours, theirs;
@@ -183,5 +183,5 @@ TEST_CASE("fused_norm: fwd+bwd time against ATen's at bench-gpt's shape", "[.ben
   std::sort(ours.begin(), ours.end());
   std::sort(theirs.begin(), theirs.end());
   std::printf("LayerNorm to bf16, fwd+bwd: loom %.3f ms, ATen + cast %.3f ms (median of 21)\n", ours[10], theirs[10]);
-  loom::use_cpu_allocator("system");
+  loom::use_cpu_allocator(loom::CpuAllocatorKind::kSystem);
 }

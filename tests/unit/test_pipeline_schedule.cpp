@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/config.h"
+#include "core/error.h"
 #include "models/encoder_decoder.h"
 #include "models/estimates.h"
 #include "models/gpt.h"

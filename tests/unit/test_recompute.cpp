@@ -27,7 +27,7 @@ Run loss_and_grads(loom::Gpt& model, const torch::Tensor& tokens, uint64_t seed,
   model->zero_grad();
   torch::manual_seed(seed);
   loom::PrecisionConfig precision;
-  precision.dtype = bf16 ? "bf16" : "fp32";
+  precision.dtype = bf16 ? loom::Dtype::kBf16 : loom::Dtype::kFp32;
   double loss_value = 0;
   {
     loom::AutocastGuard autocast(precision, torch::kCPU);
@@ -102,7 +102,7 @@ TEST_CASE("recompute: segments give the same gradients and hold one segment's ac
   const loom::RecomputeSegments halves{segment(weights[0]), segment(weights[1])};
   const loom::RecomputeSegments whole{[&](const torch::Tensor& in) { return halves[1](halves[0](in)); }};
   const auto x = torch::randn({1024, 256});
-  loom::use_cpu_allocator("caching");
+  loom::use_cpu_allocator(loom::CpuAllocatorKind::kCaching);
   auto backward_peak = [&](const loom::RecomputeSegments& segments) {
     auto* allocator = loom::caching_cpu_allocator();
     const auto input = x.clone().requires_grad_(true);
@@ -117,7 +117,7 @@ TEST_CASE("recompute: segments give the same gradients and hold one segment's ac
   };
   const auto [whole_peak, whole_grads] = backward_peak(whole);
   const auto [halves_peak, halves_grads] = backward_peak(halves);
-  loom::use_cpu_allocator("system");
+  loom::use_cpu_allocator(loom::CpuAllocatorKind::kSystem);
   for (size_t i = 0; i < whole_grads.size(); ++i) CHECK(torch::equal(halves_grads[i], whole_grads[i]));
   // The whole function holds both segments' 8 activations at the start of its backward, the halves 4 (and
   // the first half's output, recomputed without gradients).

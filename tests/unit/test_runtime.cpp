@@ -29,7 +29,7 @@ TEST_CASE("runtime.deterministic turns deterministic kernels on, and only when a
 
 TEST_CASE("runtime.device=cuda: the rank's GPU, or a clear error where none is visible") {
   loom::RuntimeConfig runtime;
-  runtime.device = "cuda";
+  runtime.device = loom::DeviceKind::kCuda;
   if (torch::cuda::is_available()) {
     const auto gpus = static_cast<int64_t>(torch::cuda::device_count());
     CHECK(loom::runtime_device(runtime, /*local_rank=*/gpus) == torch::Device(torch::kCUDA, 0));
