@@ -282,7 +282,7 @@ int64_t Config::accumulation_steps(int64_t dp) const { return train.batch_size /
 
 int64_t Config::sequence_pad_multiple() const {
   const int64_t pad = std::max<int64_t>(1, data.pad_to_multiple);
-  return parallel.sequence_parallel && parallel.tp > 1 ? std::lcm(pad, parallel.tp) : pad;
+  return parallel.sequence_parallel_active() ? std::lcm(pad, parallel.tp) : pad;
 }
 
 int64_t Config::schedule_total_steps() const {

@@ -149,6 +149,10 @@ struct PrecisionConfig {
   std::string label() const;
 };
 
+// The rule, written once: sequence parallelism applies when it is asked for and there is more than one
+// tensor-parallel rank to split the positions over (with one rank it would split nothing).
+inline bool sequence_parallel_applies(bool asked, int64_t tp_size) { return asked && tp_size > 1; }
+
 struct ParallelConfig {
   int64_t dp = 1;  // -1: world / (tp * pp)
   int64_t tp = 1;
@@ -159,7 +163,11 @@ struct ParallelConfig {
   double bucket_mb = 25.0;
   double timeout_s = 300.0;
   int64_t zero = 0;  // 1: ZeRO-1, optimizer state sharded across DP ranks
-  bool sequence_parallel = false;  // with tp > 1: norms and dropout on sequence shards (GPT family)
+  bool sequence_parallel = false;  // asked for; it applies only with tp > 1: see sequence_parallel_active()
+
+  // Sequence parallelism is on for this layout (sequence_parallel_applies): what the checks, padding and
+  // estimates made before a model exists read; a built model reads its TensorParallelism.
+  bool sequence_parallel_active() const { return sequence_parallel_applies(sequence_parallel, tp); }
 };
 
 struct CheckpointConfig {

@@ -119,7 +119,7 @@ void validate(const Config& c) {
     const int64_t multiple = c.sequence_pad_multiple();
     check.require(m.max_seq_len % multiple == 0, "model.max_seq_len", m.max_seq_len, " must be a multiple of ",
                   multiple, ", what pair batches are padded to (data.pad_to_multiple=", c.data.pad_to_multiple,
-                  c.parallel.sequence_parallel && c.parallel.tp > 1
+                  c.parallel.sequence_parallel_active()
                       ? ", lcm with parallel.tp=" + std::to_string(c.parallel.tp) + " under parallel.sequence_parallel)"
                       : std::string(")"));
     check.require(m.init_from.empty(), "model.init_from", "importing weights applies to model.arch=gpt only");
@@ -240,7 +240,7 @@ void validate(const Config& c) {
     check.require(m.n_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_heads=", m.n_heads);
   if (p.tp >= 1 && m.n_kv_heads > 0)
     check.require(m.n_kv_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_kv_heads=", m.n_kv_heads);
-  if (p.sequence_parallel && p.tp > 1 && c.data.seq_len > 0 && !m.encoder_decoder())
+  if (p.sequence_parallel_active() && c.data.seq_len > 0 && !m.encoder_decoder())
     check.require(c.data.seq_len % p.tp == 0, "data.seq_len", c.data.seq_len,
                   " must be a multiple of parallel.tp=", p.tp, " with parallel.sequence_parallel (each rank keeps 1/tp of the positions)");
   // The encoder-decoder's pipeline splits its encoder blocks then its decoder blocks into the stages.

@@ -31,19 +31,28 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options)
       kv_heads_(options.n_kv_heads > 0 ? options.n_kv_heads : options.n_heads),
       head_dim_(options.head_dim > 0 ? options.head_dim : options.d_model / options.n_heads) {
   LOOM_CHECK(heads_ % kv_heads_ == 0, "n_kv_heads=", kv_heads_, " does not divide n_heads=", heads_);
-  const int64_t c = options.d_model, H = heads_, K = kv_heads_, D = head_dim_, tp = tp_size(options.tp);
+  const int64_t c = options.d_model, H = heads_, K = kv_heads_, D = head_dim_, tp = options.tp.size();
   LOOM_CHECK(H % tp == 0 && K % tp == 0, "the tensor-parallel size ", tp, " must divide n_heads=", H,
              " and n_kv_heads=", K);
-  const bool sp = options.sequence_parallel;
-  qkv_ = register_module("qkv", ColumnParallelLinear(ParallelLinearOptions{c, (H + 2 * K) * D, options.bias,
-                                                                           options.init_std, options.tp,
-                                                                           {H * D, K * D, K * D}, sp}));
-  out_ = register_module("out", RowParallelLinear(ParallelLinearOptions{H * D, c, options.bias, options.out_init_std,
-                                                                        options.tp, {}, sp}));
+  ParallelLinearOptions qkv;
+  qkv.in = c;
+  qkv.out = (H + 2 * K) * D;
+  qkv.bias = options.bias;
+  qkv.init_std = options.init_std;
+  qkv.tp = options.tp;
+  qkv.sections = {H * D, K * D, K * D};
+  qkv_ = register_module("qkv", ColumnParallelLinear(qkv));
+  ParallelLinearOptions out;
+  out.in = H * D;
+  out.out = c;
+  out.bias = options.bias;
+  out.init_std = options.out_init_std;
+  out.tp = options.tp;
+  out_ = register_module("out", RowParallelLinear(out));
   heads_ = H / tp;  // from here on, this rank's heads
   kv_heads_ = K / tp;
   if (options.position == PositionKind::kAlibi)
-    alibi_slopes_ = alibi_slopes(H).narrow(0, tp_rank(options.tp) * heads_, heads_).clone();
+    alibi_slopes_ = alibi_slopes(H).narrow(0, options.tp.rank() * heads_, heads_).clone();
 }
 
 std::optional<torch::Tensor> AttentionImpl::scores_mask(int64_t first, int64_t T, int64_t key_first, int64_t S,
@@ -102,7 +111,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
   // Under sequence parallelism x holds T / tp positions; the projections gather them, so T here is
   // every position.
   const int64_t B = x.size(0);
-  const int64_t T = options_.sequence_parallel ? x.size(1) * tp_size(options_.tp) : x.size(1);
+  const int64_t T = options_.tp.sequence_parallel() ? x.size(1) * options_.tp.size() : x.size(1);
   const int64_t H = heads_, K = kv_heads_, D = head_dim_;
   torch::Tensor q, k, v;
   std::optional<torch::Tensor> mask;
@@ -137,7 +146,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
 
   const double dropout = is_training() ? options_.dropout : 0.0;
   std::optional<TensorParallelRng::Fork> own_stream;  // this rank's heads: its own dropout masks
-  if (dropout > 0 && options_.rng != nullptr && tp_size(options_.tp) > 1) own_stream.emplace(*options_.rng, q.device());
+  if (dropout > 0 && options_.tp.rng() != nullptr) own_stream.emplace(*options_.tp.rng(), q.device());
   // Plain causal self-attention (no cache offset, padding, window or bias: is_causal without a mask) on
   // CPU goes through the query-blocked kernel where that is faster (see blocked_attention.cpp).
   const bool blocked = is_causal && !mask && dropout == 0.0 && K == H && blocked_attention_is_faster(q, k, v);

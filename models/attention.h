@@ -13,7 +13,7 @@
 // Cross-attention uses the same fused weight: its q rows project x, its k and v rows project the memory.
 // Given a TP group (options.tp), the layer does exactly that: qkv is column-parallel in those sections,
 // out row-parallel, and n_heads() / n_kv_heads() are this rank's heads. The attention dropout of a rank's
-// own heads then draws from the TP stream (options.rng), so the ranks drop different weights.
+// own heads then draws from the TP stream (options.tp.rng()), so the ranks drop different weights.
 #pragma once
 #include <torch/torch.h>
 
@@ -50,9 +50,9 @@ struct AttentionOptions {
   double dropout = 0.0;
   double init_std = 0.02;
   double out_init_std = 0.02;  // residual projection (GPT-2: init_std / sqrt(2 * n_layers))
-  Communicator* tp = nullptr;  // tensor-parallel group (null: one rank); its size divides both head counts
-  TensorParallelRng* rng = nullptr;  // with tp: the stream this rank's dropout of its own heads draws from
-  bool sequence_parallel = false;    // with tp: x is (B, T / tp, C) and so is the output (training only)
+  // Its size divides both head counts; this rank's dropout of its own heads draws from tp.rng(); with
+  // tp.sequence_parallel() x is (B, T / tp, C) and so is the output (training only).
+  TensorParallelism tp;
 };
 
 class AttentionImpl : public torch::nn::Module {

@@ -4,8 +4,8 @@ namespace loom {
 
 BlockImpl::BlockImpl(const BlockOptions& options)
     : post_norm_(options.post_norm),
-      tp_rng_(tp_size(options.attention.tp) > 1 ? options.attention.rng : nullptr),
-      shard_rng_(options.attention.sequence_parallel ? tp_rng_ : nullptr) {
+      tp_rng_(options.attention.tp.rng()),
+      shard_rng_(options.attention.tp.sequence_parallel() ? tp_rng_ : nullptr) {
   ln1_ = register_module("ln1", Norm(options.norm));
   attention_ = register_module("attention", Attention(options.attention));
   if (options.cross_attention) {

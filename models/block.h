@@ -20,10 +20,9 @@ namespace loom {
 
 
 struct BlockOptions {
-  // The cross-attention takes these too, made bidirectional and windowless. Its tp, rng and
-  // sequence_parallel are the block's: with sequence parallelism (a TP group of more than one rank) x and
-  // the output are (B, T / tp, C), the norms and the residual dropout act on this rank's positions, and
-  // that dropout draws from attention.rng.
+  // The cross-attention takes these too, made bidirectional and windowless. Its tp is the block's: with
+  // attention.tp.sequence_parallel() x and the output are (B, T / tp, C), the norms and the residual dropout
+  // act on this rank's positions, and that dropout draws from attention.tp.rng().
   AttentionOptions attention;
   MlpOptions mlp;
   NormOptions norm;

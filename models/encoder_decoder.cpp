@@ -25,7 +25,7 @@ void DecoderState::select(const torch::Tensor& rows) {
 
 EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorParallelism& tp, const ModelStage& stage)
     : config_(config),
-      tp_{tp.group, tp.rng, tp.sequence_parallel && tp_size(tp.group) > 1},
+      tp_(tp),
       stage_(stage),
       position_(config.position),
       embedding_scale_(config.scale_embeddings ? std::sqrt(static_cast<double>(config.d_model)) : 1.0) {
@@ -50,8 +50,11 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
   // The same RNG draws as torch::nn::Embedding's and Linear's: a TP layout starts from the single model.
   // Every part is built (drawing its initial weights) whether the stage keeps it or not, so that the RNG
   // draws are those of the whole model; a part not kept is freed at once.
-  auto token_embedding =
-      VocabParallelEmbedding(VocabParallelEmbeddingOptions{config.vocab_size, C, tp_.group, tp_.sequence_parallel});
+  VocabParallelEmbeddingOptions embedding_options;
+  embedding_options.vocab_size = config.vocab_size;
+  embedding_options.dim = C;
+  embedding_options.tp = tp_;
+  auto token_embedding = VocabParallelEmbedding(embedding_options);
   if (stage_.first || (stage_.last && config.tie_embeddings))
     token_embedding_ = register_module("token_embedding", token_embedding);
   torch::nn::Embedding encoder_positions{nullptr}, decoder_positions{nullptr};
@@ -84,8 +87,13 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
     if (stage_.last) decoder_norm_ = register_module("decoder_norm", Norm(encoder_block.norm));
   }
   if (!config.tie_embeddings) {
-    auto lm_head = ColumnParallelLinear(
-        ParallelLinearOptions{C, config.vocab_size, /*bias=*/false, config.init_std, tp_.group, {}, tp_.sequence_parallel});
+    ParallelLinearOptions head_options;
+    head_options.in = C;
+    head_options.out = config.vocab_size;
+    head_options.bias = false;
+    head_options.init_std = config.init_std;
+    head_options.tp = tp_;
+    auto lm_head = ColumnParallelLinear(head_options);
     if (stage_.last) lm_head_ = register_module("lm_head", lm_head);
   }
 
@@ -115,7 +123,10 @@ std::vector<torch::Tensor> EncoderDecoderImpl::forward_stage(const torch::Tensor
   encoder_inputs.padding = source_padding;
   for (auto& block : encoder_) x = block->forward(x, nullptr, encoder_inputs);
   if (ends_encoder_ && encoder_norm_) x = encoder_norm_->forward(x);
-  for (auto& block : decoder_) y = block->forward(y, nullptr, BlockInputs{torch::Tensor(), x, source_padding, nullptr});
+  BlockInputs decoder_inputs;
+  decoder_inputs.memory = x;
+  decoder_inputs.memory_padding = source_padding;
+  for (auto& block : decoder_) y = block->forward(y, nullptr, decoder_inputs);
   if (stage_.last) return {head(y)};
   return {x, y};
 }
@@ -159,11 +170,14 @@ torch::Tensor EncoderDecoderImpl::encode(const torch::Tensor& source, const torc
 torch::Tensor EncoderDecoderImpl::run_decoder(const torch::Tensor& x, const torch::Tensor& memory,
                                               const torch::Tensor& source_padding, DecoderState* state) {
   TORCH_CHECK(whole(), "decoding runs the whole model; a pipeline stage runs forward_stage()");
-  TORCH_CHECK(state == nullptr || !tp_.sequence_parallel,
+  TORCH_CHECK(state == nullptr || !tp_.sequence_parallel(),
               "a sequence-parallel model does not decode incrementally: load it whole");
   auto h = x;
   for (int64_t i = 0; i < n_decoder_blocks(); ++i) {
-    BlockInputs inputs{torch::Tensor(), memory, source_padding, state != nullptr ? &state->cross[i] : nullptr};
+    BlockInputs inputs;
+    inputs.memory = memory;
+    inputs.memory_padding = source_padding;
+    inputs.memory_cache = state != nullptr ? &state->cross[i] : nullptr;
     h = decoder_[i]->forward(h, state != nullptr ? &state->self[i] : nullptr, inputs);
   }
   return head(h);

@@ -88,7 +88,7 @@ class EncoderDecoderImpl : public torch::nn::Module {
   // this rank's positions [(B, S / tp, C), (B, T / tp, C)] under sequence parallelism.
   std::vector<std::vector<int64_t>> stage_output_shapes(int64_t B, int64_t S, int64_t T) const;
   // S and T must be multiples of this: tp under sequence parallelism, else 1.
-  int64_t sequence_multiple() const { return tp_.sequence_parallel ? tp_size(tp_.group) : 1; }
+  int64_t sequence_multiple() const { return tp_.sequence_parallel() ? tp_.size() : 1; }
   // The token embedding when it is tied to the head and a pipeline puts embedding and head on different
   // stages: its gradient must be summed with the other stage's copy. Undefined otherwise.
   torch::Tensor stage_tied_embedding() const;
@@ -103,7 +103,7 @@ class EncoderDecoderImpl : public torch::nn::Module {
   int64_t n_decoder_blocks() const { return static_cast<int64_t>(decoder_.size()); }
   const ModelConfig& config() const { return config_; }
   // The tensor-parallel group the model was built with (null: none); the loss over its logits needs it.
-  Communicator* tp_group() const { return tp_.group; }
+  Communicator* tp_group() const { return tp_.group(); }
 
  private:
   torch::Tensor run_decoder(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& source_padding,

@@ -102,7 +102,7 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 //   with dropout, 1-byte masks: 2sbh (residual branches) + a s^2 b / t, and the dropped scores (e each)
 // For GPT-2 (f = 4h, q = kv = h, bf16, dropout) this is the paper's sbh(10 + 24/t + 5as/(ht)) bytes plus
 // the fp32 norm inputs' extra 4sbh: sbh(14 + 24/t + 5as/(ht)).
-// With sequence parallelism (parallel.sequence_parallel, tp > 1) what was kept whole is kept for s/t
+// With sequence parallelism (ParallelConfig::sequence_parallel_active()) what was kept whole is kept for s/t
 // positions per rank, the residual dropout masks and the final norm's input too: sbh(34/t + 5as/(ht)).
 // Plus the head: the final norm's input (4 sbh, / t under sequence parallelism), the LM head's input
 // (e sbh, gathered whole under sequence parallelism) and the logits (e) with their fp32 log-probabilities
@@ -152,7 +152,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double rope = m.position == PositionKind::kRope ? 1 : 0;
   const double mlp_tensors = m.gated_mlp() ? 4 : m.activation == Activation::kRelu ? 1 : 2;
   const double V = static_cast<double>(m.vocab_size);
-  const double sequence = config.parallel.sequence_parallel && tp > 1 ? t : 1;
+  const double sequence = config.parallel.sequence_parallel_active() ? t : 1;
   const double half_whole = ((4 + e) + dropout) * s * b * h / sequence;  // norm input, its output, mask
   const double attention_half =
       half_whole + (e * s * b * (2 * q + 2 * kv + rope * 2 * (q + kv)) + a * s * s * b * (e + dropout * (1 + e))) / t;

@@ -8,7 +8,6 @@
 namespace loom {
 
 BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp) {
-  const bool sp = tp.sequence_parallel && tp_size(tp.group) > 1;
   const double out_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.n_layers));
   BlockOptions block;
   auto& a = block.attention;
@@ -25,9 +24,7 @@ BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp) {
   a.dropout = c.dropout;
   a.init_std = c.init_std;
   a.out_init_std = out_std;
-  a.tp = tp.group;
-  a.rng = tp.rng;
-  a.sequence_parallel = sp;
+  a.tp = tp;
   auto& mlp = block.mlp;
   mlp.d_model = c.d_model;
   mlp.d_ff = c.ffn_dim();
@@ -35,23 +32,22 @@ BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp) {
   mlp.bias = c.bias;
   mlp.init_std = c.init_std;
   mlp.out_init_std = out_std;
-  mlp.tp = tp.group;
-  mlp.sequence_parallel = sp;
+  mlp.tp = tp;
   auto& norm = block.norm;
   norm.dim = c.d_model;
   norm.kind = c.norm;
   norm.eps = c.norm_eps;
-  norm.sequence_group = sp ? tp.group : nullptr;
+  norm.sequence_group = tp.sequence_parallel() ? tp.group() : nullptr;
   block.dropout = c.dropout;
   return block;
 }
 
 torch::Tensor embedding_dropout(const torch::Tensor& x, torch::nn::Dropout& dropout, const TensorParallelism& tp) {
-  if (!tp.sequence_parallel) return dropout->forward(x);
+  if (!tp.sequence_parallel()) return dropout->forward(x);
   // This rank's positions from here to the head; their dropout masks are the rank's own.
-  const auto shard = scatter_to_sequence(x, *tp.group);  // (B, T / tp, C)
-  if (!dropout->is_training() || tp.rng == nullptr) return dropout->forward(shard);
-  TensorParallelRng::Fork own_stream(*tp.rng, shard.device());
+  const auto shard = scatter_to_sequence(x, *tp.group());  // (B, T / tp, C)
+  if (!dropout->is_training() || tp.rng() == nullptr) return dropout->forward(shard);
+  TensorParallelRng::Fork own_stream(*tp.rng(), shard.device());
   return dropout->forward(shard);
 }
 
@@ -63,7 +59,6 @@ ModelStage model_stage(const ModelConfig& model, const ParallelConfig& parallel,
 
 GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const ModelStage& stage)
     : config_(config), tp_(tp), stage_(stage), position_(config.position) {
-  tp_.sequence_parallel = tp.sequence_parallel && tp_size(tp.group) > 1;
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
   if (stage_.end_block < 0) stage_.end_block = config.n_layers;
   LOOM_CHECK(0 <= stage_.first_block && stage_.first_block < stage_.end_block && stage_.end_block <= config.n_layers,
@@ -74,8 +69,11 @@ GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const M
   // Every part is built (drawing its initial weights) whether the stage keeps it or not, so that the RNG
   // draws are those of the whole model; a part not kept is freed at once.
   const bool holds_embedding = stage_.first || (stage_.last && config.tie_embeddings);
-  auto token_embedding =
-      VocabParallelEmbedding(VocabParallelEmbeddingOptions{config.vocab_size, C, tp.group, tp_.sequence_parallel});
+  VocabParallelEmbeddingOptions embedding_options;
+  embedding_options.vocab_size = config.vocab_size;
+  embedding_options.dim = C;
+  embedding_options.tp = tp;
+  auto token_embedding = VocabParallelEmbedding(embedding_options);
   if (holds_embedding) token_embedding_ = register_module("token_embedding", token_embedding);
   torch::nn::Embedding position_embedding{nullptr};
   if (position_ == PositionKind::kLearned) {
@@ -93,8 +91,13 @@ GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const M
   }
   if (stage_.last) final_norm_ = register_module("final_norm", Norm(block.norm));
   if (!config.tie_embeddings) {
-    auto lm_head = ColumnParallelLinear(ParallelLinearOptions{C, config.vocab_size, /*bias=*/false, config.init_std,
-                                                              tp.group, {}, tp_.sequence_parallel});
+    ParallelLinearOptions head_options;
+    head_options.in = C;
+    head_options.out = config.vocab_size;
+    head_options.bias = false;
+    head_options.init_std = config.init_std;
+    head_options.tp = tp;
+    auto lm_head = ColumnParallelLinear(head_options);
     if (stage_.last) lm_head_ = register_module("lm_head", lm_head);
   }
 
@@ -140,13 +143,13 @@ torch::Tensor GptImpl::forward_stage(const torch::Tensor& tokens, const torch::T
 }
 
 std::vector<int64_t> GptImpl::hidden_shape(int64_t B, int64_t T) const {
-  return {B, tp_.sequence_parallel ? T / tp_size(tp_.group) : T, config_.d_model};
+  return {B, tp_.sequence_parallel() ? T / tp_.size() : T, config_.d_model};
 }
 
 torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches) {
   TORCH_CHECK(stage_.first && stage_.last, "forward() runs the whole model; a pipeline stage runs forward_stage()");
   TORCH_CHECK(caches == nullptr || static_cast<int64_t>(caches->size()) == n_blocks(), "one KV cache per block");
-  TORCH_CHECK(caches == nullptr || !tp_.sequence_parallel, "a sequence-parallel model does not generate: load it whole");
+  TORCH_CHECK(caches == nullptr || !tp_.sequence_parallel(), "a sequence-parallel model does not generate: load it whole");
   const int64_t past = caches != nullptr ? (*caches)[0].seen : 0;
   auto x = embed(tokens, past);
   for (int64_t i = 0; i < n_blocks(); ++i) x = blocks_[i]->forward(x, caches != nullptr ? &(*caches)[i] : nullptr);
@@ -154,7 +157,7 @@ torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* 
 }
 
 torch::Tensor GptImpl::final_hidden(const torch::Tensor& tokens) {
-  TORCH_CHECK(tp_size(tp_.group) <= 1, "final_hidden() is for a model that is not tensor-parallel");
+  TORCH_CHECK(tp_.size() <= 1, "final_hidden() is for a model that is not tensor-parallel");
   return final_norm_->forward(trunk(tokens, nullptr));
 }
 

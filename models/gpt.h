@@ -66,7 +66,7 @@ class GptImpl : public torch::nn::Module {
   // Recompute block activations in backward (train.activation_checkpointing); training only.
   void set_activation_checkpointing(ActivationCheckpointing mode);
   // The tensor-parallel group the model was built with (null: none); the loss over its logits needs it.
-  Communicator* tp_group() const { return tp_.group; }
+  Communicator* tp_group() const { return tp_.group(); }
   int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   const ModelStage& stage() const { return stage_; }
   // The token embedding when it is tied to the head and a pipeline puts embedding and head on different
@@ -92,8 +92,8 @@ TORCH_MODULE(Gpt);
 // The options of every block of the model a config describes.
 BlockOptions block_options(const ModelConfig& config, const TensorParallelism& tp = {});
 
-// The embedding's dropout, x: (B, T, C) -> (B, T, C). With tp.sequence_parallel (set only for a TP group of
-// more than one rank) x is first cut to this rank's positions, (B, T / tp, C), whose masks draw from tp.rng.
+// The embedding's dropout, x: (B, T, C) -> (B, T, C). With tp.sequence_parallel() x is first cut to this
+// rank's positions, (B, T / tp, C), whose masks draw from tp.rng().
 torch::Tensor embedding_dropout(const torch::Tensor& x, torch::nn::Dropout& dropout, const TensorParallelism& tp);
 
 }  // namespace loom

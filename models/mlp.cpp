@@ -8,11 +8,19 @@ namespace loom {
 
 MlpImpl::MlpImpl(const MlpOptions& o) : activation_(o.activation) {
   const bool gated = o.activation == Activation::kSwiglu || o.activation == Activation::kGeglu;
-  const ParallelLinearOptions in{o.d_model, o.d_ff, o.bias, o.init_std, o.tp, {}, o.sequence_parallel};
+  ParallelLinearOptions in;
+  in.in = o.d_model;
+  in.out = o.d_ff;
+  in.bias = o.bias;
+  in.init_std = o.init_std;
+  in.tp = o.tp;
   if (gated) gate_ = register_module("gate", ColumnParallelLinear(in));
   up_ = register_module("up", ColumnParallelLinear(in));
-  down_ = register_module("down", RowParallelLinear(ParallelLinearOptions{o.d_ff, o.d_model, o.bias, o.out_init_std,
-                                                                          o.tp, {}, o.sequence_parallel}));
+  ParallelLinearOptions out = in;
+  out.in = o.d_ff;
+  out.out = o.d_model;
+  out.init_std = o.out_init_std;
+  down_ = register_module("down", RowParallelLinear(out));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {

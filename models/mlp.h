@@ -18,8 +18,7 @@ struct MlpOptions {
   bool bias = true;
   double init_std = 0.02;
   double out_init_std = 0.02;
-  Communicator* tp = nullptr;  // tensor-parallel group (null: one rank)
-  bool sequence_parallel = false;  // with tp: x and the output are (B, T / tp, C)
+  TensorParallelism tp;  // with tp.sequence_parallel(): x and the output are (B, T / tp, C)
 };
 
 class MlpImpl : public torch::nn::Module {

@@ -5,11 +5,11 @@
 namespace loom {
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(const ParallelLinearOptions& o)
-    : tp_(tp_size(o.tp) > 1 ? o.tp : nullptr),
+    : tp_(o.tp.split_group()),
       layout_{0, o.sections.empty() ? std::vector<int64_t>{o.out} : o.sections},
-      sequence_parallel_(o.sequence_parallel && tp_ != nullptr) {
+      sequence_parallel_(o.tp.sequence_parallel()) {
   const auto full = make_linear(o.in, o.out, o.bias, o.init_std);  // the RNG draws of the plain layer
-  const int64_t parts = tp_size(o.tp), rank = tp_rank(o.tp);
+  const int64_t parts = o.tp.size(), rank = o.tp.rank();
   weight = register_parameter("weight", take_shard(full->weight.detach(), layout_, parts, rank));
   if (o.bias) bias = register_parameter("bias", take_shard(full->bias.detach(), layout_, parts, rank));
 }
@@ -30,9 +30,9 @@ std::vector<std::pair<std::string, ShardLayout>> ColumnParallelLinearImpl::shard
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(const ParallelLinearOptions& o)
-    : tp_(tp_size(o.tp) > 1 ? o.tp : nullptr), layout_{1, {o.in}}, sequence_parallel_(o.sequence_parallel && tp_ != nullptr) {
+    : tp_(o.tp.split_group()), layout_{1, {o.in}}, sequence_parallel_(o.tp.sequence_parallel()) {
   const auto full = make_linear(o.in, o.out, o.bias, o.init_std);
-  weight = register_parameter("weight", take_shard(full->weight.detach(), layout_, tp_size(o.tp), tp_rank(o.tp)));
+  weight = register_parameter("weight", take_shard(full->weight.detach(), layout_, o.tp.size(), o.tp.rank()));
   if (o.bias) bias = register_parameter("bias", full->bias.detach().clone());
 }
 

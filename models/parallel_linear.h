@@ -19,25 +19,18 @@
 
 namespace loom {
 
-// How a model is split over its tensor-parallel group; the default is the whole model on one rank.
-struct TensorParallelism {
-  Communicator* group = nullptr;      // null: a group of one
-  TensorParallelRng* rng = nullptr;   // dropout of sharded activations (null: the default generator)
-  bool sequence_parallel = false;     // norms, dropout and residuals on sequence shards (Korthikanti et al.)
-};
-
 struct ParallelLinearOptions {
   int64_t in = 0;
   int64_t out = 0;
   bool bias = true;
   double init_std = 0.02;
-  Communicator* tp = nullptr;  // null: a group of one
+  // With tp.sequence_parallel(): column-parallel, the input is (B, T / tp, in), gathered along the sequence;
+  // row-parallel, the output is reduce-scattered along the sequence, (B, T / tp, out), and the bias's
+  // gradient summed over the group.
+  TensorParallelism tp;
   // Column-parallel only: the output features are these sections (summing to out), each split over the
   // ranks on its own (fused QKV: {H*D, K*D, K*D}). Empty: one section.
   std::vector<int64_t> sections;
-  // Column-parallel: the input is (B, T / tp, in), gathered along the sequence. Row-parallel: the output
-  // is reduce-scattered along the sequence, (B, T / tp, out), and the bias's gradient summed over the group.
-  bool sequence_parallel = false;
 };
 
 class ColumnParallelLinearImpl : public torch::nn::Module, public TensorParallelLayer {
@@ -51,7 +44,7 @@ class ColumnParallelLinearImpl : public torch::nn::Module, public TensorParallel
   torch::Tensor weight, bias;  // (out / tp, in), (out / tp)
 
  private:
-  Communicator* tp_;
+  Communicator* tp_;  // null without a split
   ShardLayout layout_;
   bool sequence_parallel_;
 };

@@ -6,8 +6,8 @@ namespace loom {
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(const VocabParallelEmbeddingOptions& o)
     : options_(o),
-      tp_(tp_size(o.tp) > 1 ? o.tp : nullptr),
-      range_(shard_range(o.vocab_size, tp_size(o.tp), tp_rank(o.tp))) {
+      tp_(o.tp.split_group()),
+      range_(shard_range(o.vocab_size, o.tp.size(), o.tp.rank())) {
   weight = register_parameter("weight", torch::empty({range_.length, o.dim}));
   reset_normal(1.0);  // torch::nn::Embedding's initialization
 }
@@ -30,7 +30,7 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
 
 torch::Tensor VocabParallelEmbeddingImpl::logits(const torch::Tensor& hidden) {
   if (tp_ == nullptr) return torch::linear(hidden, weight);
-  const auto h = options_.sequence_parallel ? gather_from_sequence(hidden, *tp_) : copy_to_tp_region(hidden, *tp_);
+  const auto h = options_.tp.sequence_parallel() ? gather_from_sequence(hidden, *tp_) : copy_to_tp_region(hidden, *tp_);
   return torch::linear(h, weight);
 }
 

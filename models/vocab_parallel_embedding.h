@@ -14,8 +14,7 @@ namespace loom {
 struct VocabParallelEmbeddingOptions {
   int64_t vocab_size = 0;
   int64_t dim = 0;
-  Communicator* tp = nullptr;  // null: a group of one
-  bool sequence_parallel = false;  // logits() takes sequence shards (B, T / tp, C) and gathers them
+  TensorParallelism tp;  // with tp.sequence_parallel(), logits() takes sequence shards (B, T / tp, C) and gathers them
 };
 
 class VocabParallelEmbeddingImpl : public torch::nn::Module, public TensorParallelLayer {

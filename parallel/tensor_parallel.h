@@ -9,6 +9,7 @@
 //   scatter_to_sequence     split dim 1        / all-gather dim 1
 //   reduce_scatter_to_sequence  reduce-scatter dim 1 / all-gather dim 1
 // With a group of one rank every function returns its input and records nothing for autograd.
+// TensorParallelism says how a model is split: made once where the layout is set up, read by every layer.
 // The layers themselves (column/row-parallel linear, vocab-parallel embedding) live in models/.
 #pragma once
 #include <torch/torch.h>
@@ -17,9 +18,41 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"  // sequence_parallel_applies
 #include "parallel/communicator.h"
 
 namespace loom {
+
+class TensorParallelRng;  // parallel/tensor_parallel_rng.h
+
+// How a model is split over its tensor-parallel group; the default is the whole model on one rank.
+// Sequence parallelism (norms, dropout and residuals on sequence shards, Korthikanti et al.) and the
+// dropout stream of sharded activations only mean something for a group of more than one rank: that is
+// decided here, once per model (by core/config.h's sequence_parallel_applies), and every layer reads the
+// result.
+class TensorParallelism {
+ public:
+  TensorParallelism() = default;
+  // group: the TP group (null: one rank); rng: the stream sharded activations drop with (null: the default
+  // generator); sequence_parallel: asked for (parallel.sequence_parallel).
+  TensorParallelism(Communicator* group, TensorParallelRng* rng, bool sequence_parallel)
+      : group_(group),
+        rng_(group != nullptr && group->size() > 1 ? rng : nullptr),
+        sequence_parallel_(sequence_parallel_applies(sequence_parallel, group != nullptr ? group->size() : 1)) {}
+
+  Communicator* group() const { return group_; }  // as given: null, or a group of any size
+  int64_t size() const { return group_ != nullptr ? group_->size() : 1; }
+  int64_t rank() const { return group_ != nullptr ? group_->rank() : 0; }
+  // The group when there is one to split over (more than one rank), else null: layers communicate only then.
+  Communicator* split_group() const { return size() > 1 ? group_ : nullptr; }
+  TensorParallelRng* rng() const { return rng_; }  // null unless split
+  bool sequence_parallel() const { return sequence_parallel_; }
+
+ private:
+  Communicator* group_ = nullptr;
+  TensorParallelRng* rng_ = nullptr;
+  bool sequence_parallel_ = false;
+};
 
 // A rank's share of n items split over `parts` ranks: [start, start + length). The first n % parts ranks
 // hold one item more, so any n splits (a vocabulary of 50257 over 2 ranks).

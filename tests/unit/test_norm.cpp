@@ -103,7 +103,10 @@ TEST_CASE("Norm: forward_into_matmul under bf16 autocast gives forward()'s value
   torch::manual_seed(5);
   for (const auto kind : {loom::NormKind::kLayerNorm, loom::NormKind::kRmsNorm}) {
     CAPTURE(static_cast<int>(kind));
-    loom::Norm norm(loom::NormOptions{256, kind});
+    loom::NormOptions options;
+    options.dim = 256;
+    options.kind = kind;
+    loom::Norm norm(options);
     {
       torch::NoGradGuard no_grad;
       for (auto& p : norm->parameters()) p.normal_(1.0, 0.3);

@@ -124,6 +124,19 @@ TEST_CASE("tensor parallel: copy/reduce, gather/scatter and the sequence pair, v
   }
 }
 
+// The options of a parallel linear layer over `tp` (null: the plain layer).
+loom::ParallelLinearOptions linear_options(int64_t in, int64_t out, bool bias, double init_std, loom::Communicator* tp,
+                                           std::vector<int64_t> sections = {}) {
+  loom::ParallelLinearOptions options;
+  options.in = in;
+  options.out = out;
+  options.bias = bias;
+  options.init_std = init_std;
+  options.tp = loom::TensorParallelism(tp, nullptr, false);
+  options.sections = std::move(sections);
+  return options;
+}
+
 TEST_CASE("tensor parallel: column -> row parallel linear equals the full layers", "[tp]") {
   auto group = tp_group();
   auto& g = *group;
@@ -131,8 +144,8 @@ TEST_CASE("tensor parallel: column -> row parallel linear equals the full layers
   const int64_t C = 8, F = 6 * n;
   auto build = [&](loom::Communicator* tp) {
     torch::manual_seed(3);  // the same draws for both builds
-    auto column = loom::ColumnParallelLinear(loom::ParallelLinearOptions{C, F, true, 0.5, tp, {}});
-    auto row = loom::RowParallelLinear(loom::ParallelLinearOptions{F, C, true, 0.5, tp, {}});
+    auto column = loom::ColumnParallelLinear(linear_options(C, F, true, 0.5, tp));
+    auto row = loom::RowParallelLinear(linear_options(F, C, true, 0.5, tp));
     {  // nonzero biases, the same on every rank
       torch::NoGradGuard no_grad;
       torch::manual_seed(4);
@@ -178,7 +191,7 @@ TEST_CASE("tensor parallel: a fused QKV column-parallel layer keeps whole heads 
   const loom::ShardLayout layout{0, sections}, output_layout{-1, sections};
   auto build = [&](loom::Communicator* tp) {
     torch::manual_seed(6);
-    return loom::ColumnParallelLinear(loom::ParallelLinearOptions{C, F, false, 0.1, tp, sections});
+    return loom::ColumnParallelLinear(linear_options(C, F, false, 0.1, tp, sections));
   };
   auto full = build(nullptr);
   auto sharded = build(&g);
@@ -204,7 +217,11 @@ TEST_CASE("tensor parallel: vocab-parallel embedding, tied head and cross-entrop
   const int64_t V = 4 * n + 3, C = 6;  // uneven shares
   auto build = [&](loom::Communicator* tp) {
     torch::manual_seed(11);
-    auto embedding = loom::VocabParallelEmbedding(loom::VocabParallelEmbeddingOptions{V, C, tp});
+    loom::VocabParallelEmbeddingOptions options;
+    options.vocab_size = V;
+    options.dim = C;
+    options.tp = loom::TensorParallelism(tp, nullptr, false);
+    auto embedding = loom::VocabParallelEmbedding(options);
     embedding->reset_normal(0.5);
     return embedding;
   };

@@ -36,7 +36,7 @@ loom::Block make_block(loom::Communicator& group, loom::TensorParallelRng* rng, 
   c.n_heads = 4;
   c.max_seq_len = 16;
   c.dropout = dropout;
-  auto options = loom::block_options(c, loom::TensorParallelism{&group, rng, sequence_parallel});
+  auto options = loom::block_options(c, loom::TensorParallelism(&group, rng, sequence_parallel));
   options.attention.dropout = attention_dropout;
   torch::manual_seed(3);  // the same full weights on every rank
   return loom::Block(options);
