@@ -26,10 +26,6 @@
 #include "train/evaluate.h"
 #include "train/inference.h"
 #include "train/runtime.h"
-#include "data/bleu.h"
-#include "data/tokenizer.h"
-#include "train/translation_eval.h"
-#include "train/translation_task.h"
 
 namespace loom::cli {
 namespace {
@@ -38,14 +34,6 @@ bool sets_key(const std::vector<std::string>& sets, const std::string& prefix) {
   for (const auto& s : sets)
     if (s.rfind(prefix, 0) == 0) return true;
   return false;
-}
-
-// One translation per line: detokenized text, or token ids without a tokenizer (the synthetic tasks).
-void write_translations(const std::string& path, const std::vector<std::vector<int64_t>>& translations,
-                        const Tokenizer* tokenizer) {
-  std::string text;
-  for (const auto& ids : translations) text += translation_text(ids, tokenizer) + '\n';
-  write_file_atomic(path, text);
 }
 
 }  // namespace
@@ -91,11 +79,11 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
   LOOM_CHECK(config.train.eval_batches > 0, "train.eval_batches is 0: nothing to evaluate");
 
   const torch::Device device = runtime_device(config.runtime);
-  if (loaded) loaded->module().to(device);  // --set runtime.device may differ from the run's
+  if (loaded) loaded->model->to(device);  // --set runtime.device may differ from the run's
   // One process evaluates every slice with the whole model: the same sequences as any training layout.
   config.parallel.dp = config.parallel.tp = config.parallel.pp = 1;
   config.parallel.pp_layers.clear();
-  auto task = make_task(config, device, TaskData::kEvaluation, loaded ? &*loaded : nullptr);
+  auto task = make_task(config, device, TaskData::kEvaluation, loaded ? loaded->model : nullptr);
   if (!loaded) {
     if (config.model.init_from.empty()) {
       spdlog::warn("no model.init_from: evaluating the random init of run.seed={}", config.run.seed);
@@ -109,33 +97,22 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
     config.train.eval_batches = (task->eval_size() + config.train.batch_size - 1) / config.train.batch_size;
   const Mesh mesh(config, 1, 0);
   const EvalLoss result = evaluate_loss(*task, config, mesh, device);
-  const std::string data_name = config.model.encoder_decoder()
-                                    ? (config.data.synthetic == SyntheticTask::kNone ? "pairs"
-                                                                     : "synthetic " + std::string(enum_name(config.data.synthetic)) + " pairs")
-                                    : config.data.valid;
   nlohmann::json out = {{"loss", result.loss}, {"ppl", std::exp(result.loss)}, {"split", split}, {"tokens", result.tokens}};
   std::string quality;
-  if (auto* translation = dynamic_cast<TranslationTask*>(task.get())) {
-    const auto scores = evaluate_translation(translation->encoder_decoder(), translation->data(), config.decode);
-    out["exact_match"] = scores.exact_match;
-    out["sentences"] = scores.references.size();
-    out["beam"] = config.decode.beam;
-    quality = " | exact match " + std::to_string(scores.exact_match) + " of " + std::to_string(scores.references.size()) +
-              " sentences (beam " + std::to_string(config.decode.beam) + ")";
-    std::unique_ptr<Tokenizer> tokenizer;
-    if (!config.tokenizer.model.empty()) {
-      tokenizer = load_tokenizer(config.tokenizer);
-      const BleuScore bleu = corpus_bleu(scores, *tokenizer);
-      out["bleu"] = bleu.score;
-      quality += " | " + bleu.format();
+  if (const auto scores = task->score_outputs(config)) {  // a translation task: its decoded translations' quality
+    out.update(scores->fields);
+    quality = scores->summary;
+    if (const auto file = args.option("translations")) {
+      std::string text;
+      for (const auto& line : scores->lines) text += line + '\n';
+      write_file_atomic(*file, text);
     }
-    if (const auto file = args.option("translations")) write_translations(*file, scores.hypotheses, tokenizer.get());
   }
   if (args.flag("json")) {
     std::cout << out.dump() << std::endl;
   } else {
     std::cout << split << " loss " << result.loss << " | ppl " << std::exp(result.loss) << quality << " | "
-              << result.tokens << " tokens of " << data_name << " | " << weights << std::endl;
+              << result.tokens << " tokens of " << task->eval_data_name() << " | " << weights << std::endl;
   }
   return 0;
 }

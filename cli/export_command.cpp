@@ -38,12 +38,13 @@ int export_command(const Argv& argv, const ProcessGroup&) {
   std::optional<int64_t> step;
   if (args.option("step")) step = args.int_option("step", 0);
 
-  auto loaded = load_trained_model(args.positional[0], step);
-  LOOM_CHECK(loaded.model, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
+  const auto loaded = load_trained_model(args.positional[0], step);
+  auto gpt = loaded.as<Gpt>();
+  LOOM_CHECK(gpt, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
              " run; export writes GPT-family weights only");
   const ModelConfig& model = loaded.config.model;
   const std::string names = weight_names_label(weight_names(model));
-  const auto weights = export_weights(*loaded.model);
+  const auto weights = export_weights(*gpt);
   const std::filesystem::path dir = *out;
   std::filesystem::create_directories(dir);
   write_safetensors(dir / "model.safetensors", weights,

@@ -40,8 +40,9 @@ int generate_command(const Argv& argv, const ProcessGroup&) {
 
   std::optional<int64_t> step;
   if (args.option("step")) step = args.int_option("step", 0);
-  auto loaded = load_trained_model(args.positional[0], step);
-  LOOM_CHECK(loaded.model, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
+  const auto loaded = load_trained_model(args.positional[0], step);
+  auto model = loaded.as<Gpt>();
+  LOOM_CHECK(model, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
              " run: loom translate decodes it");
   LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn the prompt into tokens");
   const auto tokenizer = load_tokenizer(loaded.config.tokenizer);
@@ -58,7 +59,7 @@ int generate_command(const Argv& argv, const ProcessGroup&) {
   IncrementalDecoder text(*tokenizer, context);
   std::vector<int32_t> generated;
   if (!json) std::cout << decode_lines(*tokenizer, context) << std::flush;
-  generate(loaded.model, prompt, max_new, sampling, [&](int64_t id) {
+  generate(model, prompt, max_new, sampling, [&](int64_t id) {
     generated.push_back(static_cast<int32_t>(id));
     if (!json && id != stop) std::cout << text.add(static_cast<int32_t>(id)) << std::flush;
     return true;

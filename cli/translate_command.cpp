@@ -43,8 +43,9 @@ int translate_command(const Argv& argv, const ProcessGroup&) {
     if (s.rfind("decode.", 0) != 0) throw ConfigError("--set " + s + ": loom translate takes decode.* keys only");
   std::optional<int64_t> step;
   if (args.option("step")) step = args.int_option("step", 0);
-  auto loaded = load_trained_model(args.positional[0], step);
-  LOOM_CHECK(loaded.translator, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
+  const auto loaded = load_trained_model(args.positional[0], step);
+  auto model = loaded.as<EncoderDecoder>();
+  LOOM_CHECK(model, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
              " run; loom translate needs a model.arch=transformer run (loom generate samples a GPT)");
   // --beam N is decode.beam=N, validated (and bounded) with the other keys.
   auto sets = args.sets;
@@ -77,7 +78,7 @@ int translate_command(const Argv& argv, const ProcessGroup&) {
   for (size_t first = 0; first < order.size(); first += batch_size) {
     std::vector<std::vector<int64_t>> batch;
     for (size_t i = first; i < std::min(order.size(), first + batch_size); ++i) batch.push_back(sources[order[i]]);
-    const auto found = translate(loaded.translator, batch, options);
+    const auto found = translate(model, batch, options);
     for (size_t i = 0; i < found.size(); ++i) translations[order[first + i]] = found[i].tokens;
   }
   for (const auto& ids : translations) std::cout << translation_text(ids, tokenizer.get()) << '\n';

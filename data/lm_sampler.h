@@ -14,6 +14,8 @@ namespace loom {
 struct LmBatch {
   torch::Tensor inputs;   // (B, T) int64
   torch::Tensor targets;  // (B, T) int64, inputs shifted by one
+  // What the loss averages over: every target (train/task.h's TaskBatch counts them).
+  int64_t loss_tokens() const { return targets.numel(); }
 };
 
 class LmSampler {

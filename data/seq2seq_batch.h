@@ -19,7 +19,8 @@ struct Seq2SeqBatch {
   torch::Tensor target_inputs;   // (B, T) int64: bos + target tokens, 0 after target_lengths[b]
   torch::Tensor target_labels;   // (B, T) int64: target tokens + eos, kIgnoreLabel after target_lengths[b]
   torch::Tensor target_lengths;  // (B) int64: target tokens + 1
-  int64_t target_tokens() const { return target_lengths.sum().item<int64_t>(); }  // what the loss averages over
+  // What the loss averages over: the target tokens and their eos (train/task.h's TaskBatch counts them).
+  int64_t loss_tokens() const { return target_lengths.sum().item<int64_t>(); }
 };
 
 }  // namespace loom

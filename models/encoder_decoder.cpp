@@ -32,13 +32,9 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
   LOOM_CHECK(position_ == PositionKind::kLearned || position_ == PositionKind::kSinusoidal,
              "the encoder-decoder takes learned or sinusoidal positions");
-  const int64_t encoder_layers = config.encoder_layers(), layers = config.pipeline_layers();
-  if (stage_.end_block < 0) stage_.end_block = layers;
-  LOOM_CHECK(0 <= stage_.first_block && stage_.first_block < stage_.end_block && stage_.end_block <= layers,
-             "pipeline stage blocks [", stage_.first_block, ", ", stage_.end_block,
-             ") outside model.n_encoder_layers + model.n_layers=", layers);
-  ends_encoder_ = stage_.first_block < encoder_layers && encoder_layers <= stage_.end_block;
-  auto holds = [&](int64_t block) { return stage_.first_block <= block && block < stage_.end_block; };
+  const int64_t encoder_layers = config.encoder_layers();
+  StageBuilder build(*this, stage_, config.pipeline_layers(), "model.n_encoder_layers + model.n_layers");
+  ends_encoder_ = build.holds_block(encoder_layers - 1);
   const int64_t C = config.d_model;
   BlockOptions encoder_block = block_options(config, tp_);
   encoder_block.post_norm = config.norm_position == NormPosition::kPost;
@@ -47,67 +43,31 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
   decoder_block.attention.causal = true;
   decoder_block.cross_attention = true;
 
-  // The same RNG draws as torch::nn::Embedding's and Linear's: a TP layout starts from the single model.
-  // Every part is built (drawing its initial weights) whether the stage keeps it or not, so that the RNG
-  // draws are those of the whole model; a part not kept is freed at once.
-  VocabParallelEmbeddingOptions embedding_options;
-  embedding_options.vocab_size = config.vocab_size;
-  embedding_options.dim = C;
-  embedding_options.tp = tp_;
-  auto token_embedding = VocabParallelEmbedding(embedding_options);
-  if (stage_.first || (stage_.last && config.tie_embeddings))
-    token_embedding_ = register_module("token_embedding", token_embedding);
+  // The whole model's parts in order, each drawing its initial weights (the same draws as
+  // torch::nn::Embedding's and Linear's: a TP layout starts from the single model); this stage keeps its own.
+  ends_.build_embedding(build, config, tp_);
   torch::nn::Embedding encoder_positions{nullptr}, decoder_positions{nullptr};
   if (position_ == PositionKind::kLearned) {
     encoder_positions = torch::nn::Embedding(config.max_seq_len, C);
     decoder_positions = torch::nn::Embedding(config.max_seq_len, C);
-    if (stage_.first) {
-      encoder_positions_ = register_module("encoder_positions", encoder_positions);
-      decoder_positions_ = register_module("decoder_positions", decoder_positions);
-    }
+    encoder_positions_ = build.keep("encoder_positions", encoder_positions, stage_.first);
+    decoder_positions_ = build.keep("decoder_positions", decoder_positions, stage_.first);
   }
   dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
-  // Plain modules holding the blocks by their global index (named as a ModuleList of them all would be).
-  auto encoder = register_module("encoder", std::make_shared<torch::nn::Module>());
-  for (int64_t i = 0; i < encoder_layers; ++i) {
-    Block b(encoder_block);
-    if (!holds(i)) continue;
-    encoder_.push_back(b);
-    encoder->register_module(std::to_string(i), b);
-  }
-  auto decoder = register_module("decoder", std::make_shared<torch::nn::Module>());
-  for (int64_t i = 0; i < config.n_layers; ++i) {
-    Block b(decoder_block);
-    if (!holds(encoder_layers + i)) continue;
-    decoder_.push_back(b);
-    decoder->register_module(std::to_string(i), b);
-  }
+  encoder_ = build.blocks<Block>("encoder", 0, encoder_layers, encoder_block);
+  decoder_ = build.blocks<Block>("decoder", encoder_layers, config.n_layers, decoder_block);
   if (!encoder_block.post_norm) {
     if (ends_encoder_) encoder_norm_ = register_module("encoder_norm", Norm(encoder_block.norm));
     if (stage_.last) decoder_norm_ = register_module("decoder_norm", Norm(encoder_block.norm));
   }
-  if (!config.tie_embeddings) {
-    ParallelLinearOptions head_options;
-    head_options.in = C;
-    head_options.out = config.vocab_size;
-    head_options.bias = false;
-    head_options.init_std = config.init_std;
-    head_options.tp = tp_;
-    auto lm_head = ColumnParallelLinear(head_options);
-    if (stage_.last) lm_head_ = register_module("lm_head", lm_head);
-  }
+  ends_.build_head(build, config, tp_);
 
   torch::NoGradGuard no_grad;
   // Scaled embeddings start at unit variance after the scaling (as fairseq), so that they and the
   // positions are of one size; the tied head then gives logits of unit variance too.
-  const double embedding_std = config.scale_embeddings ? 1.0 / embedding_scale_ : config.init_std;
-  token_embedding->reset_normal(embedding_std);
+  ends_.init_embedding(config.scale_embeddings ? 1.0 / embedding_scale_ : config.init_std);
   for (auto& table : {encoder_positions, decoder_positions})
     if (table) torch::nn::init::normal_(table->weight, 0.0, config.init_std);
-}
-
-torch::Tensor EncoderDecoderImpl::stage_tied_embedding() const {
-  return !whole() && config_.tie_embeddings && token_embedding_ ? token_embedding_->weight : torch::Tensor();
 }
 
 std::vector<torch::Tensor> EncoderDecoderImpl::forward_stage(const torch::Tensor& source,
@@ -142,7 +102,7 @@ torch::Tensor EncoderDecoderImpl::embed(const torch::Tensor& tokens, int64_t fir
   const int64_t T = tokens.size(1);
   TORCH_CHECK(first_position + T <= config_.max_seq_len, "sequence of ", first_position + T,
               " positions exceeds model.max_seq_len=", config_.max_seq_len);
-  auto x = token_embedding_->forward(tokens);  // (B, T, C)
+  auto x = ends_.embed(tokens);  // (B, T, C)
   if (embedding_scale_ != 1.0) x = x * embedding_scale_;
   if (position_ == PositionKind::kLearned) {
     auto& table = side == Side::kSource ? encoder_positions_ : decoder_positions_;
@@ -154,8 +114,7 @@ torch::Tensor EncoderDecoderImpl::embed(const torch::Tensor& tokens, int64_t fir
 }
 
 torch::Tensor EncoderDecoderImpl::head(const torch::Tensor& hidden) {
-  const auto h = decoder_norm_ ? decoder_norm_->forward(hidden) : hidden;
-  return lm_head_ ? lm_head_->forward(h) : token_embedding_->logits(h);
+  return ends_.logits(decoder_norm_ ? decoder_norm_->forward(hidden) : hidden);
 }
 
 torch::Tensor EncoderDecoderImpl::encode(const torch::Tensor& source, const torch::Tensor& source_padding) {

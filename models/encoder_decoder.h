@@ -6,7 +6,7 @@
 // learned positions, ReLU or GELU, embeddings scaled by sqrt(d_model) with model.scale_embeddings.
 // Exposed as embed -> encoder blocks / decoder blocks -> head, like the GPT.
 // Pipeline parallelism: the encoder blocks then the decoder blocks split into the stages (ModelStage over
-// ModelConfig::pipeline_layers(), models/gpt.h). The first stage embeds both the source and the target
+// ModelConfig::pipeline_layers(), models/model_stage.h). The first stage embeds both the source and the target
 // (so the shared token embedding, like the GPT's, lives on the first stage, and with a tied head also on
 // the last, their gradients summed); every stage passes on [source side (B, S, C), target side (B, T, C)]:
 // the encoder's hidden states and the embedded target through the encoder stages, then the memory
@@ -91,7 +91,7 @@ class EncoderDecoderImpl : public torch::nn::Module {
   int64_t sequence_multiple() const { return tp_.sequence_parallel() ? tp_.size() : 1; }
   // The token embedding when it is tied to the head and a pipeline puts embedding and head on different
   // stages: its gradient must be summed with the other stage's copy. Undefined otherwise.
-  torch::Tensor stage_tied_embedding() const;
+  torch::Tensor stage_tied_embedding() const { return ends_.stage_tied_embedding(); }
 
   enum class Side { kSource, kTarget };
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position, Side side);  // (B, T) -> (B, T, C)
@@ -109,7 +109,7 @@ class EncoderDecoderImpl : public torch::nn::Module {
   torch::Tensor run_decoder(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& source_padding,
                             DecoderState* state);
 
-  bool whole() const { return stage_.first && stage_.last; }
+  bool whole() const { return stage_.whole(); }
 
   ModelConfig config_;
   TensorParallelism tp_;
@@ -117,12 +117,11 @@ class EncoderDecoderImpl : public torch::nn::Module {
   bool ends_encoder_ = true;  // holds the last encoder block (and the pre-norm encoder's final norm)
   PositionKind position_;
   double embedding_scale_;
-  VocabParallelEmbedding token_embedding_{nullptr};
+  VocabularyEnds ends_;  // the shared token embedding and the head
   torch::nn::Embedding encoder_positions_{nullptr}, decoder_positions_{nullptr};  // learned positions only
   torch::nn::Dropout dropout_{nullptr};
   std::vector<Block> encoder_, decoder_;                // this stage's
   Norm encoder_norm_{nullptr}, decoder_norm_{nullptr};  // pre-norm only: the stacks' outputs are not normed
-  ColumnParallelLinear lm_head_{nullptr};               // only when untied
 };
 TORCH_MODULE(EncoderDecoder);
 

@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "parallel/pipeline_schedule.h"
 
 namespace loom {
 
@@ -51,64 +50,26 @@ torch::Tensor embedding_dropout(const torch::Tensor& x, torch::nn::Dropout& drop
   return dropout->forward(shard);
 }
 
-ModelStage model_stage(const ModelConfig& model, const ParallelConfig& parallel, int64_t stage) {
-  const auto layers = stage_layers(model.pipeline_layers(), parallel.pp, parallel.pp_layers);
-  const BlockRange blocks = stage_blocks(layers, stage);
-  return {blocks.first, blocks.end, stage == 0, stage == parallel.pp - 1};
-}
-
 GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const ModelStage& stage)
     : config_(config), tp_(tp), stage_(stage), position_(config.position) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
-  if (stage_.end_block < 0) stage_.end_block = config.n_layers;
-  LOOM_CHECK(0 <= stage_.first_block && stage_.first_block < stage_.end_block && stage_.end_block <= config.n_layers,
-             "pipeline stage blocks [", stage_.first_block, ", ", stage_.end_block, ") outside model.n_layers=",
-             config.n_layers);
-  const int64_t C = config.d_model;
+  StageBuilder build(*this, stage_, config.n_layers, "model.n_layers");
   const BlockOptions block = block_options(config, tp);
-  // Every part is built (drawing its initial weights) whether the stage keeps it or not, so that the RNG
-  // draws are those of the whole model; a part not kept is freed at once.
-  const bool holds_embedding = stage_.first || (stage_.last && config.tie_embeddings);
-  VocabParallelEmbeddingOptions embedding_options;
-  embedding_options.vocab_size = config.vocab_size;
-  embedding_options.dim = C;
-  embedding_options.tp = tp;
-  auto token_embedding = VocabParallelEmbedding(embedding_options);
-  if (holds_embedding) token_embedding_ = register_module("token_embedding", token_embedding);
+  // The whole model's parts in order, each drawing its initial weights; this stage keeps its own.
+  ends_.build_embedding(build, config, tp);
   torch::nn::Embedding position_embedding{nullptr};
   if (position_ == PositionKind::kLearned) {
-    position_embedding = torch::nn::Embedding(config.max_seq_len, C);
-    if (stage_.first) position_embedding_ = register_module("position_embedding", position_embedding);
+    position_embedding = torch::nn::Embedding(config.max_seq_len, config.d_model);
+    position_embedding_ = build.keep("position_embedding", position_embedding, stage_.first);
   }
   dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
-  // A plain module holding the blocks by their global index (a ModuleList would number them from 0).
-  auto blocks = register_module("blocks", std::make_shared<torch::nn::Module>());
-  for (int64_t i = 0; i < config.n_layers; ++i) {
-    Block b(block);
-    if (i < stage_.first_block || i >= stage_.end_block) continue;
-    blocks_.push_back(b);
-    blocks->register_module(std::to_string(i), b);
-  }
+  blocks_ = build.blocks<Block>("blocks", 0, config.n_layers, block);
   if (stage_.last) final_norm_ = register_module("final_norm", Norm(block.norm));
-  if (!config.tie_embeddings) {
-    ParallelLinearOptions head_options;
-    head_options.in = C;
-    head_options.out = config.vocab_size;
-    head_options.bias = false;
-    head_options.init_std = config.init_std;
-    head_options.tp = tp;
-    auto lm_head = ColumnParallelLinear(head_options);
-    if (stage_.last) lm_head_ = register_module("lm_head", lm_head);
-  }
+  ends_.build_head(build, config, tp);
 
   torch::NoGradGuard no_grad;
-  token_embedding->reset_normal(config.init_std);
+  ends_.init_embedding(config.init_std);
   if (position_embedding) torch::nn::init::normal_(position_embedding->weight, 0.0, config.init_std);
-}
-
-torch::Tensor GptImpl::stage_tied_embedding() const {
-  const bool split = !(stage_.first && stage_.last);
-  return split && config_.tie_embeddings && token_embedding_ ? token_embedding_->weight : torch::Tensor();
 }
 
 void GptImpl::set_activation_checkpointing(ActivationCheckpointing mode) {
@@ -119,7 +80,7 @@ torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position
   const int64_t T = tokens.size(1);
   TORCH_CHECK(first_position + T <= config_.max_seq_len, "sequence of ", first_position + T,
               " positions exceeds model.max_seq_len=", config_.max_seq_len);
-  auto x = token_embedding_->forward(tokens);  // (B, T, C)
+  auto x = ends_.embed(tokens);  // (B, T, C)
   if (position_ == PositionKind::kLearned) {
     auto positions = torch::arange(first_position, first_position + T, tokens.options().dtype(torch::kLong));
     x = x + position_embedding_->forward(positions);
@@ -129,12 +90,7 @@ torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position
   return embedding_dropout(x, dropout_, tp_);
 }
 
-torch::Tensor GptImpl::head(const torch::Tensor& hidden) {
-  auto h = final_norm_->forward(hidden);
-  return lm_head_ ? lm_head_->forward(h) : token_embedding_->logits(h);
-}
-
-const torch::Tensor& GptImpl::head_weight() const { return lm_head_ ? lm_head_->weight : token_embedding_->weight; }
+torch::Tensor GptImpl::head(const torch::Tensor& hidden) { return ends_.logits(final_norm_->forward(hidden)); }
 
 torch::Tensor GptImpl::forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden) {
   auto x = stage_.first ? embed(tokens, 0) : hidden;  // hidden_shape(B, T)
@@ -147,7 +103,7 @@ std::vector<int64_t> GptImpl::hidden_shape(int64_t B, int64_t T) const {
 }
 
 torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches) {
-  TORCH_CHECK(stage_.first && stage_.last, "forward() runs the whole model; a pipeline stage runs forward_stage()");
+  TORCH_CHECK(stage_.whole(), "forward() runs the whole model; a pipeline stage runs forward_stage()");
   TORCH_CHECK(caches == nullptr || static_cast<int64_t>(caches->size()) == n_blocks(), "one KV cache per block");
   TORCH_CHECK(caches == nullptr || !tp_.sequence_parallel(), "a sequence-parallel model does not generate: load it whole");
   const int64_t past = caches != nullptr ? (*caches)[0].seen : 0;

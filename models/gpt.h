@@ -2,10 +2,10 @@
 // blocks -> final norm -> LM head (tied to the token embedding unless model.tie_embeddings is false).
 // GPT-2, LLaMA and the rest of the zoo are this one model with different options (norm, positions,
 // activation, biases, kv heads, window): see configs/. Exposed as embed -> blocks -> head so that a
-// pipeline stage keeps only its own part (ModelStage): blocks keep their global names ("blocks.5" on the
-// second stage too), so a checkpoint's parameter names are the same under every layout. The first stage
-// holds the embeddings, the last the final norm and head; with tied embeddings the last stage holds its own
-// copy of the token embedding for the head, kept identical to the first's by summing their gradients.
+// pipeline stage keeps only its own part (models/model_stage.h): blocks keep their global names ("blocks.5"
+// on the second stage too), so a checkpoint's parameter names are the same under every layout. The first
+// stage holds the embeddings, the last the final norm and head; with tied embeddings the last stage holds its
+// own copy of the token embedding for the head, kept identical to the first's by summing their gradients.
 // Tensor parallelism: built with a TP group, the blocks split their heads and FFN columns, the token
 // embedding (and the untied LM head) split the vocabulary, and forward/head return this rank's vocabulary
 // columns of the logits (for vocab-parallel cross-entropy). No group, or a group of one: the plain model.
@@ -22,22 +22,9 @@
 #include "models/block.h"
 #include "models/estimates.h"
 #include "models/layers.h"
-#include "models/parallel_linear.h"
-#include "models/vocab_parallel_embedding.h"
+#include "models/model_stage.h"
 
 namespace loom {
-
-// The part of the model a pipeline stage holds; the default is the whole model. Blocks count over
-// ModelConfig::pipeline_layers(): the GPT's blocks, or the encoder-decoder's encoder blocks then its
-// decoder blocks (models/encoder_decoder.h).
-struct ModelStage {
-  int64_t first_block = 0;
-  int64_t end_block = -1;  // -1: model.pipeline_layers()
-  bool first = true;       // embeds the tokens
-  bool last = true;        // final norm, head (and the loss)
-};
-// Stage `stage` of the parallel.pp stages (parallel.pp_layers, or balanced).
-ModelStage model_stage(const ModelConfig& model, const ParallelConfig& parallel, int64_t stage);
 
 class GptImpl : public torch::nn::Module {
  public:
@@ -60,7 +47,7 @@ class GptImpl : public torch::nn::Module {
   // What the LM head multiplies, for a loss that fuses the head (optim/linear_cross_entropy.h):
   // forward(tokens) == final_hidden(tokens) @ head_weight()^T. tokens: (B, T) -> (B, T, C).
   torch::Tensor final_hidden(const torch::Tensor& tokens);
-  const torch::Tensor& head_weight() const;  // (V or V_r, C): the token embedding when tied
+  const torch::Tensor& head_weight() const { return ends_.head_weight(); }  // (V or V_r, C): the embedding's when tied
 
   const ModelConfig& config() const { return config_; }
   // Recompute block activations in backward (train.activation_checkpointing); training only.
@@ -71,7 +58,7 @@ class GptImpl : public torch::nn::Module {
   const ModelStage& stage() const { return stage_; }
   // The token embedding when it is tied to the head and a pipeline puts embedding and head on different
   // stages: its gradient must be summed with the other stage's copy. Undefined otherwise.
-  torch::Tensor stage_tied_embedding() const;
+  torch::Tensor stage_tied_embedding() const { return ends_.stage_tied_embedding(); }
 
  private:
   torch::Tensor trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches);  // embed -> blocks: (B, T, C)
@@ -80,12 +67,11 @@ class GptImpl : public torch::nn::Module {
   TensorParallelism tp_;
   ModelStage stage_;
   PositionKind position_;
-  VocabParallelEmbedding token_embedding_{nullptr};
+  VocabularyEnds ends_;  // the token embedding and the head
   torch::nn::Embedding position_embedding_{nullptr};  // only for learned positions
   torch::nn::Dropout dropout_{nullptr};
   std::vector<Block> blocks_;  // this stage's, blocks_[i] is global block stage_.first_block + i
   Norm final_norm_{nullptr};
-  ColumnParallelLinear lm_head_{nullptr};  // only when untied
 };
 TORCH_MODULE(Gpt);
 

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "train/checkpoint.h"
+#include "train/model_family.h"
 #include "train/runtime.h"
 
 namespace loom {
@@ -27,14 +28,10 @@ LoadedModel load_trained_model(const std::filesystem::path& run_dir, std::option
     spdlog::info("{} trained on a GPU; none is visible here, so its model runs on the CPU", run_dir.string());
     loaded.config.runtime.device = DeviceKind::kCpu;
   }
-  if (loaded.config.model.encoder_decoder()) {
-    loaded.translator = EncoderDecoder(loaded.config.model);
-  } else {
-    loaded.model = Gpt(loaded.config.model);
-  }
-  loaded.module().to(runtime_device(loaded.config.runtime));
+  loaded.model = model_family(loaded.config.model.arch).build(loaded.config, TensorParallelism(), ModelStage());
+  loaded.model->to(runtime_device(loaded.config.runtime));
   const Mesh mesh(loaded.config, 1, 0);
-  load_checkpoint(run_dir, *step, mesh, {loaded.module(), nullptr}, /*restore_rng=*/false);
+  load_checkpoint(run_dir, *step, mesh, {*loaded.model, nullptr}, /*restore_rng=*/false);
   loaded.step = *step;
   return loaded;
 }

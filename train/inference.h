@@ -2,21 +2,22 @@
 // generation and evaluation. Nothing of the optimizer or RNG state is touched.
 #pragma once
 #include <filesystem>
+#include <memory>
 #include <optional>
 
 #include "core/config.h"
-#include "models/encoder_decoder.h"
-#include "models/gpt.h"
 
 namespace loom {
 
-// One of model and translator is set, as the run's model.arch says.
 struct LoadedModel {
   Config config;
-  Gpt model{nullptr};
-  EncoderDecoder translator{nullptr};
+  std::shared_ptr<torch::nn::Module> model;  // of the family config.model.arch names (train/model_family.h)
   int64_t step = 0;
-  torch::nn::Module& module() { return translator ? static_cast<torch::nn::Module&>(*translator) : *model; }
+  // The model as a family's module holder (Gpt, EncoderDecoder); an empty holder if it is of another family.
+  template <class Holder>
+  Holder as() const {
+    return Holder(std::dynamic_pointer_cast<typename Holder::ContainedType>(model));
+  }
 };
 
 // step: a checkpoint step, or the newest complete one. The model is on its run's runtime.device, or on the CPU

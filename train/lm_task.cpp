@@ -16,6 +16,7 @@ LmTask::LmTask(Gpt model, std::unique_ptr<LmBatches> batches, std::unique_ptr<To
       batches_(std::move(batches)),
       valid_(std::move(valid)),
       sampler_(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
+      valid_name_(config.data.valid),
       batch_size_(config.train.batch_size),
       loss_chunk_tokens_(config.train.loss_chunk_tokens) {
   tp_rng_ = std::move(tp_rng);
@@ -37,7 +38,7 @@ torch::Tensor LmTask::loss(const TaskBatch& batch, torch::Device device, double 
 
 std::vector<torch::Tensor> LmTask::stage_forward(const TaskBatch& batch, torch::Device device,
                                                  const std::vector<torch::Tensor>& inputs, double label_smoothing) {
-  const auto& b = std::get<LmBatch>(batch);
+  const auto& b = batch.as<LmBatch>();
   const auto& stage = model_->stage();
   // The fused head + loss for a whole, unsplit model (under TP its gradients do not yet match the
   // vocabulary-parallel path: tests/e2e/test_tensor_parallel.sh).
@@ -55,14 +56,14 @@ std::vector<torch::Tensor> LmTask::stage_forward(const TaskBatch& batch, torch::
 }
 
 std::vector<std::vector<int64_t>> LmTask::stage_output_shapes(const TaskBatch& batch) const {
-  const auto& b = std::get<LmBatch>(batch);
+  const auto& b = batch.as<LmBatch>();
   return {model_->hidden_shape(b.inputs.size(0), b.inputs.size(1))};
 }
 
 void LmTask::load_weights(const fs::path& file) { load_weights_file(*model_, file); }
 
-std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskData data, Gpt trained,
-                                     Communicator* tp, std::unique_ptr<LmBatches> train_batches, int64_t pp_stage) {
+std::unique_ptr<LmTask> make_lm_task(Config& config, TaskData data, const ModelSource& model,
+                                     std::unique_ptr<LmBatches> train_batches) {
   std::vector<LmSource> sources;
   if (data == TaskData::kTraining && !train_batches) {
     if (config.data.train.empty())
@@ -85,18 +86,10 @@ std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskD
     train_batches = std::make_unique<LmMixture>(
         std::move(sources), LmSampler(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
         config.train.batch_size);
-  std::unique_ptr<TensorParallelRng> tp_rng;
-  if (!trained) {
-    // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
-    torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-    tp_rng = make_tp_rng(config, tp, pp_stage);
-    trained = Gpt(config.model, TensorParallelism{tp, tp_rng.get(), config.parallel.sequence_parallel},
-                  model_stage(config.model, config.parallel, pp_stage));
-    trained->to(device);
-    trained->set_activation_checkpointing(config.train.activation_checkpointing);
-    seed_stage_dropout(config, pp_stage);
-  }
-  return std::make_unique<LmTask>(trained, std::move(train_batches), std::move(valid), config, std::move(tp_rng));
+  TaskModel built = model(config);
+  Gpt gpt(std::dynamic_pointer_cast<GptImpl>(built.module));
+  LOOM_CHECK(gpt, "make_lm_task: the model is not a gpt");
+  return std::make_unique<LmTask>(gpt, std::move(train_batches), std::move(valid), config, std::move(built.tp_rng));
 }
 
 }  // namespace loom

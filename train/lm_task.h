@@ -21,6 +21,7 @@ class LmTask : public Task {
   int64_t train_batch_size(int64_t) const override { return batch_size_; }
   TaskBatch eval_batch(int64_t first, int64_t count) const override;
   bool can_evaluate() const override { return valid_ != nullptr; }
+  std::string eval_data_name() const override { return valid_name_; }
   std::vector<std::string> source_names() const override { return batches_ ? batches_->source_names() : std::vector<std::string>{}; }
   std::vector<int64_t> source_tokens(int64_t step) const override {
     return batches_ ? batches_->source_tokens(step) : std::vector<int64_t>{};
@@ -38,18 +39,17 @@ class LmTask : public Task {
   std::unique_ptr<LmBatches> batches_;
   std::unique_ptr<TokenCorpus> valid_;
   LmSampler sampler_;
+  std::string valid_name_;  // data.valid
   int64_t batch_size_;  // train.batch_size
   int64_t loss_chunk_tokens_;  // train.loss_chunk_tokens: the fused head + loss, 0 the plain logits
 };
 
-// Opens data.train (each source: a token file or a prepared directory's train split) and data.valid (a
-// token file or a prepared directory's valid split) as `data` asks, checks them against tokenizer.model
-// and fills model.vocab_size from the training (else validation) data when it is 0. A fresh model is built with the
-// TP group `tp` (null: the whole model), its dropout stream, parallel.sequence_parallel, as pipeline
-// stage `pp_stage` of parallel.pp and with train.activation_checkpointing. train_batches, when given,
-// replace data.train (`loom bench`'s synthetic tokens; model.vocab_size must then be set).
-std::unique_ptr<LmTask> make_lm_task(Config& config, torch::Device device, TaskData data, Gpt trained,
-                                     Communicator* tp = nullptr, std::unique_ptr<LmBatches> train_batches = nullptr,
-                                     int64_t pp_stage = 0);
+// The gpt family's task (train/model_family.h): opens data.train (each source: a token file or a prepared
+// directory's train split) and data.valid (a token file or a prepared directory's valid split) as `data`
+// asks, checks them against tokenizer.model, fills model.vocab_size from the training (else validation)
+// data when it is 0, then takes a Gpt from `model`. train_batches, when given, replace data.train (`loom
+// bench`'s synthetic tokens; model.vocab_size must then be set).
+std::unique_ptr<LmTask> make_lm_task(Config& config, TaskData data, const ModelSource& model,
+                                     std::unique_ptr<LmBatches> train_batches = nullptr);
 
 }  // namespace loom

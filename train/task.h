@@ -3,28 +3,58 @@
 // checkpoints, metrics) for every task; a task knows only what a batch is and how a model scores it.
 //   LmTask (train/lm_task.h):                   the GPT on windows of a token file
 //   TranslationTask (train/translation_task.h): the encoder-decoder on Seq2SeqBatch pairs
+// Which task and model a config means (model.arch) is train/model_family.h's; make_task() below builds
+// any of them the one way (seed, TP stream, model, stage dropout).
 #pragma once
 #include <torch/torch.h>
 
+#include <any>
 #include <filesystem>
+#include <functional>
 #include <memory>
-#include <variant>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/config.h"
+#include "core/error.h"
 #include "data/lm_batches.h"
-#include "data/lm_sampler.h"
-#include "data/seq2seq_batch.h"
 #include "parallel/communicator.h"
 #include "parallel/tensor_parallel_rng.h"
 
 namespace loom {
 
-struct LoadedModel;
+// One batch of a task's data, of the task's own type (LmBatch, Seq2SeqBatch, ...). Everything outside the
+// task (the Trainer, evaluation, the pipeline runner) passes it from the task's train_batch() or
+// eval_batch() back to its loss() and counts the tokens that loss averages over, which any batch type
+// says with loss_tokens().
+class TaskBatch {
+ public:
+  template <class Batch, class = std::enable_if_t<!std::is_same_v<std::decay_t<Batch>, TaskBatch>>>
+  TaskBatch(Batch batch) : tokens_(batch.loss_tokens()), batch_(std::move(batch)) {}  // implicit: any batch is one
 
-using TaskBatch = std::variant<LmBatch, Seq2SeqBatch>;
+  int64_t tokens() const { return tokens_; }
+  template <class Batch>
+  const Batch& as() const {
+    const Batch* batch = std::any_cast<Batch>(&batch_);
+    LOOM_CHECK(batch != nullptr, "a task was handed a batch of another task");
+    return *batch;
+  }
 
-// The tokens a batch's loss averages over: every target of an LM batch, the non-padding targets of a pair batch.
-int64_t batch_tokens(const TaskBatch& batch);
+ private:
+  int64_t tokens_;
+  std::any batch_;
+};
+
+// What `loom eval` reports besides the loss, from a model's own outputs over the evaluation set.
+struct OutputScores {
+  nlohmann::json fields;           // for --json ("exact_match", "bleu", ...)
+  std::string summary;             // appended to the text line: " | exact match ..."
+  std::vector<std::string> lines;  // the outputs, one per evaluation item in order (--translations FILE)
+};
 
 class Task {
  public:
@@ -42,13 +72,18 @@ class Task {
   // Sequences in the evaluation set when it is a fixed list (translation pairs), which evaluation then
   // covers at most once; 0: windows of a token stream, taken as train.eval_batches asks.
   virtual int64_t eval_size() const { return 0; }
+  // What the evaluation set is, for `loom eval`'s summary line: a file, "pairs", "synthetic reverse pairs".
+  virtual std::string eval_data_name() const = 0;
+  // Beyond the loss: the quality of the model's own outputs (translations' exact match and BLEU); none for
+  // a task whose outputs are not scored.
+  virtual std::optional<OutputScores> score_outputs(const Config&) { return std::nullopt; }
 
   // A mixture of training sources (data/lm_mixture.h): their names, and per source the tokens of the whole
   // global batch of `step`, for metrics.jsonl's tokens_by_source. Empty: one source.
   virtual std::vector<std::string> source_names() const { return {}; }
   virtual std::vector<int64_t> source_tokens(int64_t) const { return {}; }
 
-  // Forward pass: the mean loss over the batch's batch_tokens() (a scalar with gradient).
+  // Forward pass: the mean loss over the batch's tokens() (a scalar with gradient).
   virtual torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) = 0;
 
   // model.init_from: weights a fresh run starts from.
@@ -75,6 +110,28 @@ class Task {
   std::unique_ptr<TensorParallelRng> tp_rng_;
 };
 
+// Which data a task opens: training (data.train required, data.valid if given) or evaluation only.
+enum class TaskData { kTraining, kEvaluation };
+
+// A task's model and the TP dropout stream it was built with (null without TP).
+struct TaskModel {
+  std::shared_ptr<torch::nn::Module> module;
+  std::unique_ptr<TensorParallelRng> tp_rng;
+};
+// Where a task's model comes from, asked once the task has opened its data and resolved model.vocab_size
+// from it (the config passed is that resolved one).
+using ModelSource = std::function<TaskModel(const Config& resolved)>;
+
+// The task of config.model.arch with its data opened and config.model.vocab_size resolved from it. Its
+// model is `trained` (a loaded one), or else built afresh on `device` the one way for every family: from
+// torch::manual_seed(run.seed), so every rank draws the whole model's weights alike, split over the TP group
+// `tp` (null: whole; with parallel.sequence_parallel) with its own dropout stream, as pipeline stage
+// `pp_stage` of parallel.pp, whose dropout then draws from its own seed (seed_stage_dropout).
+// lm_batches replaces data.train for a family trained on LM windows (`loom bench`).
+std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
+                                std::shared_ptr<torch::nn::Module> trained = nullptr, Communicator* tp = nullptr,
+                                std::unique_ptr<LmBatches> lm_batches = nullptr, int64_t pp_stage = 0);
+
 // The TP dropout stream of this rank of `tp` in pipeline stage `pp_stage`, seeded from run.seed, the TP
 // rank and the stage (TensorParallelRng::stream_seed); null for no TP.
 std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Communicator* tp, int64_t pp_stage = 0);
@@ -84,16 +141,5 @@ std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Commu
 // stage s > 0 restarts it from run.seed + 100 * s, as Megatron's seed does, so stages holding blocks of the
 // same shape do not drop the same units.
 void seed_stage_dropout(const Config& config, int64_t pp_stage);
-
-// Which data a task opens: training (data.train required, data.valid if given) or evaluation only.
-enum class TaskData { kTraining, kEvaluation };
-
-// The task of config.model.arch with its data opened and config.model.vocab_size resolved from it. The
-// model is `trained`'s, or else built afresh on `device` from torch::manual_seed(run.seed), split over the
-// TP group `tp` (null: whole; with parallel.sequence_parallel), pipeline stage `pp_stage` of
-// parallel.pp. lm_batches replaces data.train for a GPT (`loom bench`).
-std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
-                                const LoadedModel* trained = nullptr, Communicator* tp = nullptr,
-                                std::unique_ptr<LmBatches> lm_batches = nullptr, int64_t pp_stage = 0);
 
 }  // namespace loom

@@ -251,7 +251,7 @@ double Trainer::forward_backward(PhaseClock& clock) {
   for (const auto& slice :
        micro_batches(task_->train_batch_size(state_.step), mesh_.dp(), mesh_.coords().dp, accumulation)) {
     batches.push_back(task_->train_batch(state_.step, slice.count > 0 ? slice.first : 0, std::max<int64_t>(slice.count, 1)));
-    tokens.push_back(slice.count > 0 ? batch_tokens(batches.back()) : 0);
+    tokens.push_back(slice.count > 0 ? batches.back().tokens() : 0);
   }
   const int64_t local_tokens = std::accumulate(tokens.begin(), tokens.end(), int64_t{0});
   step_tokens_ = static_cast<int64_t>(sum_over(mesh_.dp_group(), static_cast<double>(local_tokens)));

@@ -5,12 +5,16 @@
 #include "core/error.h"
 #include "data/data_files.h"
 #include "optim/cross_entropy.h"
+#include "train/translation_eval.h"
 
 namespace loom {
 
-TranslationTask::TranslationTask(EncoderDecoder model, std::unique_ptr<Seq2SeqSource> data,
+TranslationTask::TranslationTask(EncoderDecoder model, std::unique_ptr<Seq2SeqSource> data, std::string eval_data_name,
                                  std::unique_ptr<TensorParallelRng> tp_rng, int64_t pad_multiple)
-    : model_(std::move(model)), data_(std::move(data)), pad_multiple_(std::lcm(pad_multiple, model_->sequence_multiple())) {
+    : model_(std::move(model)),
+      data_(std::move(data)),
+      eval_data_name_(std::move(eval_data_name)),
+      pad_multiple_(std::lcm(pad_multiple, model_->sequence_multiple())) {
   tp_rng_ = std::move(tp_rng);
 }
 
@@ -23,7 +27,7 @@ TaskBatch TranslationTask::eval_batch(int64_t first, int64_t count) const {
 }
 
 torch::Tensor TranslationTask::loss(const TaskBatch& batch, torch::Device device, double label_smoothing) {
-  const auto& b = std::get<Seq2SeqBatch>(batch);
+  const auto& b = batch.as<Seq2SeqBatch>();
   // (B, T, V), or this TP rank's vocabulary slice (B, T, V_r): teacher forcing, every target position at once
   auto logits = model_->forward(b.source.to(device), b.source_lengths.to(device), b.target_inputs.to(device));
   return cross_entropy(logits.flatten(0, 1), b.target_labels.to(device).flatten(), label_smoothing, kIgnoreLabel,
@@ -33,7 +37,7 @@ torch::Tensor TranslationTask::loss(const TaskBatch& batch, torch::Device device
 std::vector<torch::Tensor> TranslationTask::stage_forward(const TaskBatch& batch, torch::Device device,
                                                           const std::vector<torch::Tensor>& inputs,
                                                           double label_smoothing) {
-  const auto& b = std::get<Seq2SeqBatch>(batch);
+  const auto& b = batch.as<Seq2SeqBatch>();
   const auto& stage = model_->stage();
   // Every stage has the batch: the source padding comes from it, not from the previous stage.
   const auto source = b.source.to(device);
@@ -46,7 +50,7 @@ std::vector<torch::Tensor> TranslationTask::stage_forward(const TaskBatch& batch
 }
 
 std::vector<std::vector<int64_t>> TranslationTask::stage_output_shapes(const TaskBatch& batch) const {
-  const auto& b = std::get<Seq2SeqBatch>(batch);
+  const auto& b = batch.as<Seq2SeqBatch>();
   return model_->stage_output_shapes(b.source.size(0), b.source.size(1), b.target_inputs.size(1));
 }
 
@@ -54,22 +58,34 @@ void TranslationTask::load_weights(const std::filesystem::path& file) {
   throw Error("model.init_from: " + file.string() + ": importing weights into model.arch=transformer is not available");
 }
 
-std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::Device device, TaskData data_use,
-                                                       EncoderDecoder trained, Communicator* tp,
-                                                       int64_t pp_stage) {
+std::optional<OutputScores> TranslationTask::score_outputs(const Config& config) {
+  const auto scores = evaluate_translation(model_, *data_, config.decode);
+  OutputScores out;
+  out.fields = {{"exact_match", scores.exact_match}, {"sentences", scores.references.size()}, {"beam", config.decode.beam}};
+  out.summary = " | exact match " + std::to_string(scores.exact_match) + " of " + std::to_string(scores.references.size()) +
+                " sentences (beam " + std::to_string(config.decode.beam) + ")";
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!config.tokenizer.model.empty()) {
+    tokenizer = load_tokenizer(config.tokenizer);
+    const BleuScore bleu = corpus_bleu(scores, *tokenizer);
+    out.fields["bleu"] = bleu.score;
+    out.summary += " | " + bleu.format();
+  }
+  for (const auto& ids : scores.hypotheses) out.lines.push_back(translation_text(ids, tokenizer.get()));
+  return out;
+}
+
+std::unique_ptr<TranslationTask> make_translation_task(Config& config, TaskData data_use, const ModelSource& model) {
   auto data = make_seq2seq_source(config, data_use == TaskData::kTraining);
   resolve_vocab(config, data->vocab_size(), "the training pairs");
-  std::unique_ptr<TensorParallelRng> tp_rng;
-  if (!trained) {
-    // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
-    torch::manual_seed(static_cast<uint64_t>(config.run.seed));
-    tp_rng = make_tp_rng(config, tp, pp_stage);
-    trained = EncoderDecoder(config.model, TensorParallelism{tp, tp_rng.get(), config.parallel.sequence_parallel},
-                             model_stage(config.model, config.parallel, pp_stage));
-    trained->to(device);
-    seed_stage_dropout(config, pp_stage);
-  }
-  return std::make_unique<TranslationTask>(trained, std::move(data), std::move(tp_rng), config.data.pad_to_multiple);
+  TaskModel built = model(config);
+  EncoderDecoder encoder_decoder(std::dynamic_pointer_cast<EncoderDecoderImpl>(built.module));
+  LOOM_CHECK(encoder_decoder, "make_translation_task: the model is not an encoder-decoder");
+  const std::string name = config.data.synthetic == SyntheticTask::kNone
+                               ? "pairs"
+                               : "synthetic " + std::string(enum_name(config.data.synthetic)) + " pairs";
+  return std::make_unique<TranslationTask>(encoder_decoder, std::move(data), name, std::move(built.tp_rng),
+                                           config.data.pad_to_multiple);
 }
 
 }  // namespace loom

@@ -13,7 +13,8 @@ namespace loom {
 
 class TranslationTask : public Task {
  public:
-  TranslationTask(EncoderDecoder model, std::unique_ptr<Seq2SeqSource> data,
+  // eval_data_name: "pairs", or "synthetic reverse pairs" (data.synthetic).
+  TranslationTask(EncoderDecoder model, std::unique_ptr<Seq2SeqSource> data, std::string eval_data_name,
                   std::unique_ptr<TensorParallelRng> tp_rng = nullptr, int64_t pad_multiple = 1);
 
   torch::nn::Module& model() override { return *model_; }
@@ -22,6 +23,10 @@ class TranslationTask : public Task {
   TaskBatch eval_batch(int64_t first, int64_t count) const override;
   bool can_evaluate() const override { return data_->eval_size() > 0; }
   int64_t eval_size() const override { return data_->eval_size(); }
+  std::string eval_data_name() const override { return eval_data_name_; }
+  // Every evaluation pair decoded as decode.* says: exact match, and corpus BLEU of the detokenized
+  // translations when the run has a tokenizer (train/translation_eval.h).
+  std::optional<OutputScores> score_outputs(const Config& config) override;
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
   void load_weights(const std::filesystem::path& file) override;
   Communicator* tp_group() const override { return model_->tp_group(); }
@@ -36,14 +41,13 @@ class TranslationTask : public Task {
  private:
   EncoderDecoder model_;
   std::unique_ptr<Seq2SeqSource> data_;
+  std::string eval_data_name_;
   int64_t pad_multiple_;  // S and T of every batch are multiples of this
 };
 
-// Opens the config's pair source (training data only for TaskData::kTraining) and fills model.vocab_size
-// from it when it is 0. A fresh model is split over the TP group `tp` (null: whole; with
-// parallel.sequence_parallel), as pipeline stage `pp_stage` of parallel.pp.
-std::unique_ptr<TranslationTask> make_translation_task(Config& config, torch::Device device, TaskData data,
-                                                       EncoderDecoder trained, Communicator* tp = nullptr,
-                                                       int64_t pp_stage = 0);
+// The transformer family's task (train/model_family.h): opens the config's pair source (training data only
+// for TaskData::kTraining), fills model.vocab_size from it when it is 0, then takes an EncoderDecoder from
+// `model`.
+std::unique_ptr<TranslationTask> make_translation_task(Config& config, TaskData data, const ModelSource& model);
 
 }  // namespace loom

@@ -212,7 +212,7 @@ TEST_CASE("synthetic pairs: deterministic reversals, collated as Seq2SeqBatch sa
     CHECK((a.source[i].narrow(0, 0, n) >= 3).all().item<bool>());
     CHECK((a.source[i] < 12).all().item<bool>());
   }
-  CHECK(a.target_tokens() == (a.source_lengths + 1).sum().item<int64_t>());
+  CHECK(a.loss_tokens() == (a.source_lengths + 1).sum().item<int64_t>());
   // The evaluation set is fixed and wraps around.
   CHECK(torch::equal(data.eval_batch(50, 2).source, data.eval_batch(0, 2).source));
   CHECK(!torch::equal(data.eval_batch(0, 2).source, data.train_batch(0, 0, 2).source));

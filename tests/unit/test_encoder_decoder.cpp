@@ -189,22 +189,22 @@ TEST_CASE("translation task: the loss is the token-weighted mean of per-pair los
                                                  "model.n_heads=4", "model.max_seq_len=16", "data.seq_len=16",
                                                  "model.dropout=0", "data.synthetic=reverse", "data.synthetic_vocab=40",
                                                  "data.synthetic_max_len=10"});
-  auto task = loom::make_translation_task(config, torch::kCPU, loom::TaskData::kTraining, loom::EncoderDecoder(nullptr));
+  auto task = loom::make_task(config, torch::kCPU, loom::TaskData::kTraining);
   CHECK(config.model.vocab_size == 40);  // from the data
   task->model().eval();
   torch::NoGradGuard no_grad;
-  const auto& data = dynamic_cast<const loom::SyntheticPairs&>(task->data());
+  const auto& data = dynamic_cast<const loom::SyntheticPairs&>(dynamic_cast<loom::TranslationTask&>(*task).data());
   std::vector<loom::TokenPair> pairs = {data.pair(5, 0), data.pair(5, 1), data.pair(5, 2)};
   for (double smoothing : {0.0, 0.1}) {
     double weighted = 0;
     int64_t tokens = 0;
     for (const auto& pair : pairs) {
       const auto one = loom::collate_pairs({pair});
-      weighted += task->loss(one, torch::kCPU, smoothing).item<double>() * static_cast<double>(one.target_tokens());
-      tokens += one.target_tokens();
+      weighted += task->loss(one, torch::kCPU, smoothing).item<double>() * static_cast<double>(one.loss_tokens());
+      tokens += one.loss_tokens();
     }
     const auto batch = loom::collate_pairs(pairs);
-    CHECK(batch.target_tokens() == tokens);
+    CHECK(batch.loss_tokens() == tokens);
     CHECK(task->loss(batch, torch::kCPU, smoothing).item<double>() == Approx(weighted / tokens).epsilon(1e-5));
   }
 }
@@ -217,8 +217,7 @@ TEST_CASE("pipeline stages: stage s > 0 draws its dropout from run.seed + 100 s,
                                                    "data.seq_len=16", "model.dropout=0.1", "data.synthetic=reverse",
                                                    "data.synthetic_vocab=40", "data.synthetic_max_len=10", "run.seed=5",
                                                    "parallel.pp=" + std::to_string(pp)});
-    loom::make_translation_task(config, torch::kCPU, loom::TaskData::kTraining, loom::EncoderDecoder(nullptr), nullptr,
-                                stage);
+    loom::make_task(config, torch::kCPU, loom::TaskData::kTraining, nullptr, nullptr, nullptr, stage);
     return torch::rand({16});
   };
   const auto whole = draw_after_build(1, 0), stage0 = draw_after_build(2, 0), stage1 = draw_after_build(2, 1);
@@ -241,7 +240,7 @@ TEST_CASE("pair batches padded to a multiple: lengths rounded up, the loss uncha
   CHECK(padded.target_inputs.narrow(1, 4, 4).eq(0).all().item<bool>());
   CHECK(padded.target_labels.narrow(1, 4, 4).eq(loom::kIgnoreLabel).all().item<bool>());
   CHECK(torch::equal(padded.source_lengths, batch.source_lengths));
-  CHECK(padded.target_tokens() == batch.target_tokens());
+  CHECK(padded.loss_tokens() == batch.loss_tokens());
   CHECK(loom::pad_to_multiple(batch, 1).source.size(1) == 5);
   CHECK(loom::pad_to_multiple(padded, 4).source.size(1) == 8);  // already a multiple
 
@@ -252,26 +251,27 @@ TEST_CASE("pair batches padded to a multiple: lengths rounded up, the loss uncha
                                          "model.dropout=0",        "data.synthetic=reverse", "data.synthetic_vocab=40",
                                          "data.synthetic_max_len=10"};
   auto config = loom::parse_config("", "test", sets);
-  auto plain = loom::make_translation_task(config, torch::kCPU, loom::TaskData::kTraining, loom::EncoderDecoder(nullptr));
+  auto plain = loom::make_task(config, torch::kCPU, loom::TaskData::kTraining);
   auto sets8 = sets;
   sets8.push_back("data.pad_to_multiple=8");
   auto config8 = loom::parse_config("", "test", sets8);
-  auto task8 = loom::make_translation_task(config8, torch::kCPU, loom::TaskData::kTraining, plain->encoder_decoder());
+  auto task8 = loom::make_task(config8, torch::kCPU, loom::TaskData::kTraining,
+                               dynamic_cast<loom::TranslationTask&>(*plain).encoder_decoder().ptr());
   plain->model().eval();
   torch::NoGradGuard no_grad;
   for (int64_t step : {0, 3}) {
-    const auto a = std::get<loom::Seq2SeqBatch>(plain->train_batch(step, 0, 5));
-    const auto b = std::get<loom::Seq2SeqBatch>(task8->train_batch(step, 0, 5));
+    const auto a = plain->train_batch(step, 0, 5).as<loom::Seq2SeqBatch>();
+    const auto b = task8->train_batch(step, 0, 5).as<loom::Seq2SeqBatch>();
     CHECK(b.source.size(1) % 8 == 0);
     CHECK(b.target_inputs.size(1) % 8 == 0);
-    CHECK(b.target_tokens() == a.target_tokens());
+    CHECK(b.loss_tokens() == a.loss_tokens());
     const bool grew = b.source.size(1) > a.source.size(1) || b.target_inputs.size(1) > a.target_inputs.size(1);
     CHECK(grew);  // reversal: T = S + 1, so S and T are never both multiples of 8 already
     for (double smoothing : {0.0, 0.1})
       CHECK(plain->loss(b, torch::kCPU, smoothing).item<double>() ==
             Approx(plain->loss(a, torch::kCPU, smoothing).item<double>()).epsilon(1e-6));
   }
-  const auto e = std::get<loom::Seq2SeqBatch>(task8->eval_batch(0, 4));
+  const auto e = task8->eval_batch(0, 4).as<loom::Seq2SeqBatch>();
   CHECK(e.source.size(1) % 8 == 0);
   CHECK(e.target_inputs.size(1) % 8 == 0);
 }

@@ -126,7 +126,7 @@ TEST_CASE("pair_sampler: batches are laid out as seq2seq_batch.h says", "[data][
     CHECK(batch.target_labels[i].slice(0, t + 1).eq(loom::kIgnoreLabel).all().item<bool>());
     tokens += t + 1;
   }
-  CHECK(batch.target_tokens() == tokens);
+  CHECK(batch.loss_tokens() == tokens);
 }
 
 TEST_CASE("pair_sampler: the batch of a step is a pure function of (seed, step)", "[data][pairs]") {
@@ -219,7 +219,7 @@ TEST_CASE("pair_sampler: DP slices partition the global batch", "[data][pairs]")
       REQUIRE(end > begin);  // min_pairs = dp: no rank is left without pairs
       next = end;
       const auto slice = sampler.train_batch(step, begin, end - begin);
-      target_tokens += slice.target_tokens();
+      target_tokens += slice.loss_tokens();
       for (int64_t i = 0; i < end - begin; ++i) {
         const int64_t s = slice.source_lengths[i].item<int64_t>(), t = slice.target_lengths[i].item<int64_t>();
         CHECK(s == whole.source_lengths[begin + i].item<int64_t>());
@@ -229,7 +229,7 @@ TEST_CASE("pair_sampler: DP slices partition the global batch", "[data][pairs]")
       }
     }
     CHECK(next == b);
-    CHECK(target_tokens == whole.target_tokens());
+    CHECK(target_tokens == whole.loss_tokens());
   }
 }
 
