@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/mpi_communicator.h"
+#include "parallel/process_group.h"
 
 namespace loom::cli {
 

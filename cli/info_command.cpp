@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "data/data_files.h"
 #include "models/estimates.h"
+#include "parallel/mesh.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace loom::cli {
@@ -78,7 +79,10 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                           {"total", e.total()}};
   };
   const int64_t micro_batch = config.micro_batch_size(std::max<int64_t>(1, p.dp));
+  const MeshShape layout(p);  // as asked for: dp -1 is whatever the world leaves
   if (args.flag("json")) {
+    nlohmann::json layout_json = nlohmann::json::object();
+    for (const auto& [axis, size] : layout.named_sizes()) layout_json[axis] = size;
     nlohmann::json out = {
         {"parameters", parameters},
         {"flops_per_token", flops},
@@ -86,7 +90,7 @@ int info_command(const Argv& argv, const ProcessGroup&) {
         {"micro_batch_size", micro_batch},
         {"precision", enum_name(config.precision.dtype)},
         {"param_dtype", enum_name(config.precision.param_dtype)},
-        {"layout", {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}}},
+        {"layout", layout_json},
         {"memory", memory_json(memory)}};
     if (p.pp > 1) {
       out["layout"]["pp_schedule"] = enum_name(p.pp_schedule);
@@ -109,10 +113,8 @@ int info_command(const Argv& argv, const ProcessGroup&) {
   std::printf("variant        %s\n", describe_variant(m).c_str());
   std::printf("parameters     %s\n", grouped(parameters).c_str());
   std::printf("FLOPs/token    %.4g (training, seq_len %ld)\n", flops, static_cast<long>(config.data.seq_len));
-  std::printf("memory/rank    %s, dp %ld x tp %ld x pp %ld, micro-batch %ld x %ld tokens\n",
-              config.precision.label().c_str(),
-              static_cast<long>(p.dp), static_cast<long>(p.tp), static_cast<long>(p.pp), static_cast<long>(micro_batch),
-              static_cast<long>(config.data.seq_len));
+  std::printf("memory/rank    %s, %s, micro-batch %ld x %ld tokens\n", config.precision.label().c_str(),
+              layout.describe(" x ", " ").c_str(), static_cast<long>(micro_batch), static_cast<long>(config.data.seq_len));
   const std::pair<const char*, int64_t> rows[] = {{"weights", memory.weights},
                                                   {"gradients", memory.gradients},
                                                   {"optimizer", memory.optimizer},

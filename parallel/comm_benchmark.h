@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "parallel/communicator.h"
-#include "parallel/mpi_communicator.h"
+#include "parallel/process_group.h"
 
 namespace loom {
 

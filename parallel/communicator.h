@@ -2,7 +2,8 @@
 // handle; the blocking form is the async one waited on. A Work that does not finish within the
 // group's timeout throws loom::Error naming the collective and the group: a failed or stalled peer
 // ends the job instead of hanging it.
-// Backends: MPI for CPU tensors (mpi_communicator.h); a group of one rank needs no backend at all.
+// Backends: MPI for CPU tensors (mpi_communicator.cpp), NCCL for CUDA tensors (nccl_communicator.h); a
+// group of one rank needs no backend at all. Which one a group uses is the Mesh's choice (parallel/mesh.h).
 #pragma once
 #include <torch/torch.h>
 

@@ -1,72 +1,223 @@
 #include "parallel/mesh.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "parallel/nccl_communicator.h"
 
 namespace loom {
-
-Mesh::Mesh(const Config& config, int64_t world_size, int64_t rank)
-    : dp_(config.parallel.dp), tp_(config.parallel.tp), pp_(config.parallel.pp), rank_(rank) {
-  const auto& p = config.parallel;
-  if (dp_ == -1) {
-    if (world_size % (tp_ * pp_) != 0)
-      throw ConfigError(config.where("parallel.tp") + ": parallel.tp * parallel.pp = " + std::to_string(tp_ * pp_) +
-                        " does not divide the world size " + std::to_string(world_size));
-    dp_ = world_size / (tp_ * pp_);
-  }
-  if (dp_ * tp_ * pp_ != world_size)
-    throw ConfigError(config.where("parallel.dp") + ": parallel.dp * tp * pp = " + std::to_string(p.dp) + " * " +
-                      std::to_string(tp_) + " * " + std::to_string(pp_) + " = " + std::to_string(dp_ * tp_ * pp_) +
-                      " but the job has " + std::to_string(world_size) + " process(es)" +
-                      (world_size == 1 ? "; start it with mpirun -np " + std::to_string(dp_ * tp_ * pp_) : ""));
-  LOOM_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside a world of ", world_size);
-  if (world_size == 1) {
-    own_world_ = make_self_communicator("world");
-    world_ = own_world_.get();
-    dp_group_ = make_self_communicator("dp group");
-    tp_group_ = make_self_communicator("tp group");
-    pp_group_ = make_self_communicator("pp group");
-    embedding_group_ = make_self_communicator("embedding group");
-  }
-}
-
-Mesh::Mesh(const Config& config, Communicator& world) : Mesh(config, world.size(), world.rank()) {
-  own_world_.reset();
-  world_ = &world;
-  const auto c = coords();
-  // Each group holds the ranks equal in the other two coordinates, ordered by their own coordinate.
-  dp_group_ = world.split(static_cast<int>(c.tp + tp_ * c.pp), static_cast<int>(c.dp), "dp group of " + coords_name());
-  tp_group_ = world.split(static_cast<int>(c.dp + dp_ * c.pp), static_cast<int>(c.tp), "tp group of " + coords_name());
-  pp_group_ = world.split(static_cast<int>(c.tp + tp_ * c.dp), static_cast<int>(c.pp), "pp group of " + coords_name());
-  // Colors past the tp * dp first/last-stage groups leave each middle stage on its own.
-  const bool end_stage = c.pp == 0 || c.pp == pp_ - 1;
-  embedding_group_ = world.split(static_cast<int>(end_stage ? c.tp + tp_ * c.dp : tp_ * dp_ + rank_),
-                                 static_cast<int>(c.pp), "embedding group of " + coords_name());
-}
-
 namespace {
-Communicator& require(Communicator* group, const char* name) {
-  LOOM_CHECK(group != nullptr, "this mesh was built without communicators: no ", name);
-  return *group;
+
+struct AxisInfo {
+  MeshAxis axis;
+  const char* name;  // the parallel.<name> key, and the axis's name in logs and checkpoints
+  int naming_order;  // where names list it: dp first, as every log line and checkpoint shard has it
+};
+// Every axis, in the rank order (innermost first).
+constexpr AxisInfo kMeshAxes[kMeshAxisCount] = {
+    {MeshAxis::kTp, "tp", 1}, {MeshAxis::kDp, "dp", 0}, {MeshAxis::kPp, "pp", 2}};
+// The axis a config may leave at -1, for what the world leaves of it.
+constexpr MeshAxis kFillAxis = MeshAxis::kDp;
+
+// The groups a mesh builds (every rank is in one of each), by the axes their ranks differ in: data
+// parallelism's (gradient sync, loss and token sums), tensor parallelism's (the layers' collectives,
+// norms' partial sums) and the pipeline's (messages between stages). A group over several axes (context
+// parallelism's gradient sync over dp x cp) is one more entry.
+const AxisSet kMeshGroups[] = {AxisSet(MeshAxis::kDp), AxisSet(MeshAxis::kTp), AxisSet(MeshAxis::kPp)};
+
+// The axes in the order names list them.
+std::vector<AxisInfo> naming_order() {
+  std::vector<AxisInfo> axes(std::begin(kMeshAxes), std::end(kMeshAxes));
+  std::sort(axes.begin(), axes.end(), [](const AxisInfo& a, const AxisInfo& b) { return a.naming_order < b.naming_order; });
+  return axes;
 }
+
+std::string set_name(AxisSet axes) {
+  std::string name;
+  for (const auto& a : naming_order())
+    if (axes.contains(a.axis)) name += (name.empty() ? "" : " x ") + std::string(a.name);
+  return name;
+}
+
 }  // namespace
 
-Communicator& Mesh::world() const { return require(world_, "world"); }
-Communicator& Mesh::dp_group() const { return require(dp_group_.get(), "dp group"); }
-Communicator& Mesh::tp_group() const { return require(tp_group_.get(), "tp group"); }
-Communicator& Mesh::pp_group() const { return require(pp_group_.get(), "pp group"); }
-Communicator& Mesh::embedding_group() const { return require(embedding_group_.get(), "embedding group"); }
+MeshShape::MeshShape(const ParallelConfig& parallel) {
+  sizes_[MeshAxis::kTp] = parallel.tp;
+  sizes_[MeshAxis::kDp] = parallel.dp;
+  sizes_[MeshAxis::kPp] = parallel.pp;
+}
 
-MeshCoords Mesh::coords_of(int64_t rank) const {
+MeshShape MeshShape::resolved(const Config& config, int64_t world_size) const {
+  MeshShape out = *this;
+  int64_t fixed = 1;  // the product of the sizes besides the fill axis's
+  std::string fixed_keys, first_fixed;
+  for (const auto& a : naming_order()) {
+    if (a.axis == kFillAxis) continue;
+    fixed *= sizes_[a.axis];
+    fixed_keys += (fixed_keys.empty() ? "parallel." : " * parallel.") + std::string(a.name);
+    if (first_fixed.empty()) first_fixed = a.name;
+  }
+  const std::string fill_name = kMeshAxes[static_cast<size_t>(kFillAxis)].name;
+  if (sizes_[kFillAxis] == -1) {
+    if (world_size % fixed != 0)
+      throw ConfigError(config.where("parallel." + first_fixed) + ": " + fixed_keys + " = " + std::to_string(fixed) +
+                        " does not divide the world size " + std::to_string(world_size));
+    out.sizes_[kFillAxis] = world_size / fixed;
+  }
+  if (out.world_size() != world_size) {
+    std::string keys, values;
+    for (const auto& a : naming_order()) {
+      keys += (keys.empty() ? "parallel." : " * ") + std::string(a.name);
+      values += (values.empty() ? "" : " * ") + std::to_string(out.sizes_[a.axis]);
+    }
+    const std::string product = std::to_string(out.world_size());
+    throw ConfigError(config.where("parallel." + fill_name) + ": " + keys + " = " + values + " = " + product +
+                      " but the job has " + std::to_string(world_size) + " process(es)" +
+                      (world_size == 1 ? "; start it with mpirun -np " + product : ""));
+  }
+  return out;
+}
+
+int64_t MeshShape::world_size() const {
+  int64_t n = 1;
+  for (const auto& a : kMeshAxes) n *= sizes_[a.axis];
+  return n;
+}
+
+std::vector<std::pair<std::string, int64_t>> MeshShape::named_sizes() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& a : naming_order()) out.emplace_back(a.name, sizes_[a.axis]);
+  return out;
+}
+
+std::string MeshShape::describe(const std::string& between_axes, const std::string& name_size) const {
+  std::string out;
+  for (const auto& [name, size] : named_sizes())
+    out += (out.empty() ? "" : between_axes) + name + name_size + std::to_string(size);
+  return out;
+}
+
+MeshCoords MeshShape::coords_of(int64_t rank) const {
   MeshCoords c;
-  c.tp = rank % tp_;
-  c.dp = (rank / tp_) % dp_;
-  c.pp = rank / (tp_ * dp_);
+  for (const auto& a : kMeshAxes) {
+    c[a.axis] = rank % sizes_[a.axis];
+    rank /= sizes_[a.axis];
+  }
   return c;
 }
 
-std::string Mesh::coords_name() const {
-  const auto c = coords();
-  return "dp" + std::to_string(c.dp) + "-tp" + std::to_string(c.tp) + "-pp" + std::to_string(c.pp);
+int64_t MeshShape::rank_of(const MeshCoords& c) const {
+  int64_t rank = 0;
+  for (size_t i = kMeshAxisCount; i-- > 0;) rank = rank * sizes_[kMeshAxes[i].axis] + c[kMeshAxes[i].axis];
+  return rank;
+}
+
+std::string MeshShape::coords_name(const MeshCoords& c) const {
+  std::string out;
+  for (const auto& a : naming_order()) out += (out.empty() ? "" : "-") + std::string(a.name) + std::to_string(c[a.axis]);
+  return out;
+}
+
+int64_t MeshShape::group_color(int64_t rank, AxisSet axes) const {
+  const MeshCoords c = coords_of(rank);
+  int64_t color = 0, stride = 1;
+  for (const auto& a : kMeshAxes) {
+    if (axes.contains(a.axis)) continue;
+    color += c[a.axis] * stride;
+    stride *= sizes_[a.axis];
+  }
+  return color;
+}
+
+int64_t MeshShape::group_key(int64_t rank, AxisSet axes) const {
+  const MeshCoords c = coords_of(rank);
+  int64_t key = 0, stride = 1;
+  for (const auto& a : kMeshAxes) {
+    if (!axes.contains(a.axis)) continue;
+    key += c[a.axis] * stride;
+    stride *= sizes_[a.axis];
+  }
+  return key;
+}
+
+int64_t MeshShape::group_size(AxisSet axes) const {
+  int64_t n = 1;
+  for (const auto& a : kMeshAxes)
+    if (axes.contains(a.axis)) n *= sizes_[a.axis];
+  return n;
+}
+
+Mesh::Mesh(const Config& config, int64_t world_size, int64_t rank)
+    : shape_(MeshShape(config.parallel).resolved(config, world_size)), rank_(rank) {
+  LOOM_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside a world of ", world_size);
+  if (world_size != 1) return;
+  own_world_ = make_self_communicator("world");
+  world_ = own_world_.get();
+  for (AxisSet axes : kMeshGroups) groups_.push_back({axes, make_self_communicator(set_name(axes) + " group"), nullptr});
+  embedding_ = {AxisSet(), make_self_communicator("embedding group"), nullptr};
+}
+
+Mesh::Mesh(const Config& config, Communicator& world, torch::Device device) : Mesh(config, world.size(), world.rank()) {
+  own_world_.reset();
+  world_ = &world;
+  build_groups(config, device);
+}
+
+Mesh::Mesh(const Config& config, std::unique_ptr<Communicator> world, torch::Device device)
+    : Mesh(config, *world, device) {
+  own_world_ = std::move(world);
+}
+
+Mesh::~Mesh() = default;
+
+void Mesh::build_groups(const Config& config, torch::Device device) {
+  groups_.clear();
+  // The device's groups of more than one rank go over NCCL, each made from the MPI group of its ranks
+  // (which carries NCCL's unique id). Every rank makes them in the same order.
+  auto device_twin = [&](Communicator& host) -> std::unique_ptr<Communicator> {
+    if (!device.is_cuda() || host.size() == 1) return nullptr;
+    return make_nccl_communicator(host, device.index(), "NCCL " + host.name(), config.parallel.timeout_s);
+  };
+  for (AxisSet axes : kMeshGroups) {
+    Group g{axes, world_->split(static_cast<int>(shape_.group_color(rank_, axes)),
+                                static_cast<int>(shape_.group_key(rank_, axes)),
+                                set_name(axes) + " group of " + coords_name()),
+            nullptr};
+    g.device = device_twin(*g.host);
+    groups_.push_back(std::move(g));
+  }
+  // The first and last stage of each (dp, tp) position; colors past those tp * dp groups leave each middle
+  // stage on its own.
+  const AxisSet stages(MeshAxis::kPp);
+  const int64_t positions = shape_.world_size() / pp();
+  const int64_t color = first_stage() || last_stage() ? shape_.group_color(rank_, stages) : positions + rank_;
+  embedding_.host = world_->split(static_cast<int>(color), static_cast<int>(coord(MeshAxis::kPp)),
+                                  "embedding group of " + coords_name());
+  embedding_.device = device_twin(*embedding_.host);
+}
+
+Communicator& Mesh::world() const {
+  LOOM_CHECK(world_ != nullptr, "this mesh was built without communicators: no world");
+  return *world_;
+}
+
+const Mesh::Group& Mesh::group(AxisSet axes) const {
+  for (const auto& g : groups_)
+    if (g.axes == axes) return g;
+  LOOM_CHECK(world_ != nullptr, "this mesh was built without communicators: no ", set_name(axes), " group");
+  throw Error("the mesh builds no " + set_name(axes) + " group: add it to kMeshGroups (parallel/mesh.cpp)");
+}
+
+Communicator& Mesh::device_group(AxisSet axes) const {
+  const Group& g = group(axes);
+  return g.device ? *g.device : *g.host;
+}
+
+Communicator& Mesh::host_group(AxisSet axes) const { return *group(axes).host; }
+
+Communicator& Mesh::embedding_group() const {
+  LOOM_CHECK(embedding_.host != nullptr, "this mesh was built without communicators: no embedding group");
+  return embedding_.device ? *embedding_.device : *embedding_.host;
 }
 
 }  // namespace loom

@@ -1,58 +1,155 @@
-// The device mesh: world = dp x tp x pp with TP innermost, then DP, then PP:
-//   rank = tp_rank + tp * (dp_rank + dp * pp_rank).
-// Built over a world communicator, it owns one sub-communicator per axis (the ranks that differ only
-// in that coordinate). Built from a world size and rank alone, it is the rank arithmetic only, except
-// for a world of one, whose groups are the process itself. Besides the three axes it has the group of the
-// first and last pipeline stage (tied embeddings).
+// The device mesh: the world's ranks as a grid of named axes, listed innermost first. Today the axes are
+// tp, dp, pp (TP innermost: the ranks of a TP group are neighbours, on one node):
+//   rank = tp_rank + tp * (dp_rank + dp * pp_rank),
+// in general rank = c[0] + n[0] * (c[1] + n[1] * (c[2] + ...)) over the axes' coordinates c and sizes n.
+// This file is the one place that knows the axes: their order and names (kMeshAxes, mesh.cpp), the sizes a
+// config asks for and the one check that they fill the world (MeshShape), the rank arithmetic, how a
+// layout and a rank's place in it are named in logs, checkpoints and `loom info`, and every process group.
+// A group is the ranks that differ only in some axes (the dp group: the ranks equal in tp and pp). The mesh
+// builds each of its groups twice over, for tensors on its device (NCCL on a GPU, MPI on the CPU) and for
+// host scalars (MPI always: loss sums, token counts, partial norms, flags), so that nothing above
+// parallel/ picks a backend. A set of axes reads as one flattened axis (Mesh::size, Mesh::coord), so a
+// group over dp x cp, or the dp of an axis split in two, is addressed like a single axis. Adding an axis
+// (context parallelism's cp; dp split into shard and replica axes for hybrid sharding) is a MeshAxis, its
+// line in kMeshAxes, its size in MeshShape's constructor and the groups that span it in kMeshGroups, all
+// in this file and mesh.cpp (docs/ARCHITECTURE.md, "Adding things").
 #pragma once
+#include <torch/torch.h>
+
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/config.h"
 #include "parallel/communicator.h"
 
 namespace loom {
 
-struct MeshCoords {
-  int64_t dp = 0;
-  int64_t tp = 0;
-  int64_t pp = 0;
+// The axes, by their place in the rank order (innermost first).
+enum class MeshAxis { kTp = 0, kDp = 1, kPp = 2 };
+constexpr size_t kMeshAxisCount = 3;
+
+// A set of axes: the coordinates the ranks of a group differ in.
+class AxisSet {
+ public:
+  constexpr AxisSet() = default;
+  constexpr AxisSet(MeshAxis axis) : bits_(bit(axis)) {}  // implicit: an axis is the set of itself
+  constexpr AxisSet(std::initializer_list<MeshAxis> axes) {
+    for (MeshAxis a : axes) bits_ |= bit(a);
+  }
+  constexpr bool contains(MeshAxis axis) const { return (bits_ & bit(axis)) != 0; }
+  constexpr bool operator==(AxisSet other) const { return bits_ == other.bits_; }
+
+ private:
+  static constexpr unsigned bit(MeshAxis axis) { return 1u << static_cast<unsigned>(axis); }
+  unsigned bits_ = 0;
+};
+
+// A coordinate per axis.
+class MeshCoords {
+ public:
+  int64_t& operator[](MeshAxis axis) { return values_[static_cast<size_t>(axis)]; }
+  int64_t operator[](MeshAxis axis) const { return values_[static_cast<size_t>(axis)]; }
+  bool operator==(const MeshCoords& other) const { return values_ == other.values_; }
+
+ private:
+  std::array<int64_t, kMeshAxisCount> values_{};
+};
+
+// The axes' sizes: as a config asks for them (the data-parallel size may be -1, "what the world leaves"),
+// or resolved against a world.
+class MeshShape {
+ public:
+  explicit MeshShape(const ParallelConfig& parallel);
+  // The -1 size filled in from world_size, and the check that the sizes multiply to it (ConfigError naming
+  // the keys and where they were set).
+  MeshShape resolved(const Config& config, int64_t world_size) const;
+
+  int64_t size(MeshAxis axis) const { return sizes_[axis]; }
+  int64_t world_size() const;  // the product of the sizes
+  // In the naming order (dp, tp, pp): the layout of a checkpoint's manifest and of `loom info --json`.
+  std::vector<std::pair<std::string, int64_t>> named_sizes() const;
+  // "dp=2 tp=2 pp=1" (between_axes " ", name_size "="), "dp 2 x tp 2 x pp 1" (" x ", " ").
+  std::string describe(const std::string& between_axes = " ", const std::string& name_size = "=") const;
+
+  MeshCoords coords_of(int64_t rank) const;
+  int64_t rank_of(const MeshCoords& coords) const;
+  // "dp0-tp1-pp0": a rank's place, in the naming order.
+  std::string coords_name(const MeshCoords& coords) const;
+  // The group of `rank` over `axes`, as MPI_Comm_split takes it: ranks with the same color form a group,
+  // ordered by key. color indexes the coordinates outside `axes`, key those inside (both innermost first).
+  int64_t group_color(int64_t rank, AxisSet axes) const;
+  int64_t group_key(int64_t rank, AxisSet axes) const;
+  int64_t group_size(AxisSet axes) const;
+
+ private:
+  MeshCoords sizes_;
 };
 
 class Mesh {
  public:
-  // Resolves dp = -1 to world / (tp * pp); throws ConfigError if the layout does not fill the world.
+  // The rank arithmetic of `rank` in a world of `world_size`, without groups (a world of one gets the
+  // process itself as every group). Throws ConfigError if the layout does not fill the world.
   Mesh(const Config& config, int64_t world_size, int64_t rank);
-  // The same, plus the dp, tp and pp groups split from `world` (which must outlive the mesh).
-  Mesh(const Config& config, Communicator& world);
+  // The same over `world` (which must outlive the mesh), with every group built for tensors on `device`.
+  Mesh(const Config& config, Communicator& world, torch::Device device = torch::kCPU);
+  // The same, owning the world.
+  Mesh(const Config& config, std::unique_ptr<Communicator> world, torch::Device device);
+  ~Mesh();
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
 
-  int64_t dp() const { return dp_; }
-  int64_t tp() const { return tp_; }
-  int64_t pp() const { return pp_; }
-  int64_t world_size() const { return dp_ * tp_ * pp_; }
+  const MeshShape& shape() const { return shape_; }
+  // The ranks of this rank's group over `axes` (a single axis, or several flattened innermost first, as the
+  // rank formula orders them): how many, and this rank's place among them.
+  int64_t size(AxisSet axes) const { return shape_.group_size(axes); }
+  int64_t coord(AxisSet axes) const { return shape_.group_key(rank_, axes); }
+  int64_t dp() const { return size(MeshAxis::kDp); }
+  int64_t tp() const { return size(MeshAxis::kTp); }
+  int64_t pp() const { return size(MeshAxis::kPp); }
+  int64_t world_size() const { return shape_.world_size(); }
   int64_t rank() const { return rank_; }
 
-  MeshCoords coords() const { return coords_of(rank_); }
-  MeshCoords coords_of(int64_t rank) const;
-  int64_t rank_of(const MeshCoords& c) const { return c.tp + tp_ * (c.dp + dp_ * c.pp); }
+  MeshCoords coords() const { return shape_.coords_of(rank_); }
+  MeshCoords coords_of(int64_t rank) const { return shape_.coords_of(rank); }
+  int64_t rank_of(const MeshCoords& c) const { return shape_.rank_of(c); }
+  bool first_stage() const { return coord(MeshAxis::kPp) == 0; }
+  bool last_stage() const { return coord(MeshAxis::kPp) == pp() - 1; }
 
-  // "dp0-tp0-pp0": names this rank's checkpoint shard and tags its log lines.
-  std::string coords_name() const;
+  // "dp0-tp0-pp0": names this rank's log lines and its groups.
+  std::string coords_name() const { return shape_.coords_name(coords()); }
+  // "dp=1 tp=2 pp=1": the layout, as logs name it.
+  std::string describe() const { return shape_.describe(); }
 
+  // Every rank (host scalars: flags, the checkpoint step to resume).
   Communicator& world() const;
-  Communicator& dp_group() const;
-  Communicator& tp_group() const;
-  Communicator& pp_group() const;
-  // The first and the last pipeline stage of this rank's (dp, tp) position, which both hold the tied token
-  // embedding; on a middle stage (or with pp = 1) this rank alone.
+  // This rank's group over `axes` (one of kMeshGroups): for tensors on the mesh's device (gradients,
+  // activations), and for CPU scalars (sums of losses and tokens, norms' partial sums).
+  Communicator& device_group(AxisSet axes) const;
+  Communicator& host_group(AxisSet axes) const;
+  // The first and the last pipeline stage of this rank's (dp, tp) position, which both hold a tied token
+  // embedding, for device tensors; on a middle stage (or with pp = 1) this rank alone.
   Communicator& embedding_group() const;
 
  private:
-  int64_t dp_, tp_, pp_, rank_;
-  std::unique_ptr<Communicator> own_world_;  // a world of one made here
+  struct Group {
+    AxisSet axes;
+    std::unique_ptr<Communicator> host;
+    std::unique_ptr<Communicator> device;  // null: host serves device tensors too (CPU, or a group of one)
+  };
+  const Group& group(AxisSet axes) const;
+  void build_groups(const Config& config, torch::Device device);
+
+  MeshShape shape_;
+  int64_t rank_;
+  std::unique_ptr<Communicator> own_world_;
   Communicator* world_ = nullptr;
-  std::unique_ptr<Communicator> dp_group_, tp_group_, pp_group_, embedding_group_;
+  std::vector<Group> groups_;
+  Group embedding_;
 };
 
 }  // namespace loom

@@ -1,4 +1,8 @@
-#include "parallel/mpi_communicator.h"
+// The MPI backend of Communicator (CPU tensors), and the process set-up that goes with it
+// (parallel/process_group.h). Each communicator owns worker threads that run its MPI calls in order
+// (collectives on one, sends and receives on one each), so an async collective really proceeds while the
+// caller computes (backward overlaps gradient all-reduce), and waiting on it can time out.
+#include "parallel/process_group.h"
 
 // The C API only: OpenMPI's deprecated C++ bindings would need their own library.
 #define OMPI_SKIP_MPICXX 1

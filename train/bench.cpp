@@ -82,11 +82,11 @@ std::vector<RankMemory> rank_memory(const Config& config, const Mesh& mesh, doub
   const int64_t world = mesh.world().size(), rank = mesh.world().rank();
   Config planned = config;
   planned.parallel.dp = mesh.dp();
-  const auto& c = mesh.coords();
+  const MeshCoords c = mesh.coords();
   auto rows = torch::zeros({world, 7}, torch::kDouble);
-  rows[rank] = torch::tensor({static_cast<double>(c.dp), static_cast<double>(c.tp), static_cast<double>(c.pp), base_mb,
-                              peak_mb - base_mb, tensors_mb,
-                              static_cast<double>(estimate_memory(planned, c.pp).total()) / (1024.0 * 1024.0)},
+  rows[rank] = torch::tensor({static_cast<double>(c[MeshAxis::kDp]), static_cast<double>(c[MeshAxis::kTp]),
+                              static_cast<double>(c[MeshAxis::kPp]), base_mb, peak_mb - base_mb, tensors_mb,
+                              static_cast<double>(estimate_memory(planned, c[MeshAxis::kPp]).total()) / (1024.0 * 1024.0)},
                              torch::kDouble);
   mesh.world().all_reduce(rows);
   std::vector<RankMemory> out;
@@ -219,7 +219,8 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   if (const Mesh& mesh = trainer.mesh(); mesh.pp() > 1) {
     // Each stage's first rank reports its idle share; the sum over the world puts them side by side.
     auto idle = torch::zeros({mesh.pp()}, torch::kDouble);
-    if (mesh.coords().dp == 0 && mesh.coords().tp == 0) idle[mesh.coords().pp] = trainer.pipeline_stats().idle_fraction();
+    if (mesh.coord(MeshAxis::kDp) == 0 && mesh.coord(MeshAxis::kTp) == 0)
+      idle[mesh.coord(MeshAxis::kPp)] = trainer.pipeline_stats().idle_fraction();
     mesh.world().all_reduce(idle);
     for (int64_t s = 0; s < mesh.pp(); ++s) r.pipeline_idle.push_back(idle[s].item<double>());
     r.pipeline_ideal_bubble = ideal_bubble_fraction(mesh.pp(), config.accumulation_steps(mesh.dp()));

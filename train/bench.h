@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "parallel/mpi_communicator.h"
+#include "parallel/process_group.h"
 #include "train/step_phases.h"
 
 namespace loom {

@@ -23,10 +23,16 @@ constexpr int kFormat = 2;  // 2: optimizer state by parameter range (train/opti
 
 // The shard holding this rank's state: DP replicas share the one written by DP rank 0, unless each
 // holds its own part of the optimizer state.
-std::string shard_name(int64_t dp, const MeshCoords& c) { return shard_file_name(dp, c.tp, c.pp); }
-std::string shard_name(const Mesh& mesh, bool per_dp_rank) {
-  return shard_name(per_dp_rank ? mesh.coords().dp : 0, mesh.coords());
+std::string shard_name(int64_t dp, const Mesh& mesh) {
+  return shard_file_name(dp, mesh.coord(MeshAxis::kTp), mesh.coord(MeshAxis::kPp));
 }
+std::string shard_name(const Mesh& mesh, bool per_dp_rank) {
+  return shard_name(per_dp_rank ? mesh.coord(MeshAxis::kDp) : 0, mesh);
+}
+
+// The size of an axis in a manifest's layout (written as MeshShape::named_sizes() plus "zero"): an axis
+// a checkpoint does not name is one its writer did not have, of size 1.
+int64_t saved_size(const nlohmann::json& layout, const char* axis) { return layout.value(axis, int64_t{1}); }
 
 OptimizerLayout optimizer_layout(const CheckpointParts& parts) {
   if (parts.optimizer_slices.empty()) return whole_parameter_layout(*parts.optimizer);
@@ -169,10 +175,9 @@ nlohmann::json stage_record(const torch::nn::Module& model) {
 // Collective over the PP group of rank 0 (dp 0, tp 0): rank 0 gets every stage's record, in stage order
 // (sent as JSON text, its length first); the other ranks get nothing.
 std::vector<nlohmann::json> gather_stage_records(const Mesh& mesh, const torch::nn::Module& model) {
-  const auto c = mesh.coords();
-  if (c.dp != 0 || c.tp != 0) return {};
-  auto& group = mesh.pp_group();
-  if (c.pp > 0) {
+  if (mesh.coord(MeshAxis::kDp) != 0 || mesh.coord(MeshAxis::kTp) != 0) return {};
+  auto& group = mesh.host_group(MeshAxis::kPp);
+  if (!mesh.first_stage()) {
     const std::string text = stage_record(model).dump();
     auto bytes = torch::empty({static_cast<int64_t>(text.size())}, torch::kByte);
     std::memcpy(bytes.data_ptr(), text.data(), text.size());
@@ -198,7 +203,9 @@ void write_manifest(const fs::path& dir, const Config& config, const Mesh& mesh,
   manifest["format"] = kFormat;
   manifest["step"] = state.step;
   manifest["tokens"] = state.tokens;
-  manifest["layout"] = {{"dp", mesh.dp()}, {"tp", mesh.tp()}, {"pp", mesh.pp()}, {"zero", config.parallel.zero}};
+  manifest["layout"] = nlohmann::json::object();
+  for (const auto& [axis, size] : mesh.shape().named_sizes()) manifest["layout"][axis] = size;
+  manifest["layout"]["zero"] = config.parallel.zero;
   // How each tensor-parallel parameter is cut into the tp shards (the others are whole in every shard),
   // and which parameters each pipeline stage holds (so that another layout finds them).
   manifest["tensor_parallel"] = nlohmann::json::object();
@@ -240,7 +247,7 @@ void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& 
       fs::create_directories(tmp_dir);
     });
   bool ok = all_ranks_ok(world, error.empty());
-  if (ok && (mesh.coords().dp == 0 || parts.sharded_optimizer))
+  if (ok && (mesh.coord(MeshAxis::kDp) == 0 || parts.sharded_optimizer))
     attempt([&] { write_shard(tmp_dir / shard_name(mesh, parts.sharded_optimizer), parts, state); });
   ok = ok && all_ranks_ok(world, error.empty());
   const auto stages = ok ? gather_stage_records(mesh, parts.model) : std::vector<nlohmann::json>{};
@@ -305,26 +312,26 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   const auto& layout = manifest.at("layout");
   // Any DP size can resume (replicas are identical, optimizer state is re-partitioned), any TP size and
   // pipeline split by resharding. The same split: this stage held exactly this model's names.
-  bool same_stage = layout.at("pp") == mesh.pp();
+  bool same_stage = saved_size(layout, "pp") == mesh.pp();
   if (same_stage && manifest.contains("pipeline")) {
-    const auto& names = manifest.at("pipeline").at("names").at(static_cast<size_t>(mesh.coords().pp));
+    const auto& names = manifest.at("pipeline").at("names").at(static_cast<size_t>(mesh.coord(MeshAxis::kPp)));
     same_stage = names == stage_record(parts.model).at("names");
   }
-  const bool reshard = layout.at("tp") != mesh.tp() || !same_stage;
+  const bool reshard = saved_size(layout, "tp") != mesh.tp() || !same_stage;
   if (reshard && !manifest.contains("tensor_parallel"))
     throw Error("checkpoint " + dir.string() + " was written with layout " + layout.dump() +
                 " by a loom that did not record its tensor-parallel layout: resume it with parallel.tp=" +
                 layout.at("tp").dump());
   // Every shard of a (tp, pp) position holds the same model; with ZeRO-1 each holds its part of the optimizer.
-  const int64_t saved_dp = layout.value("zero", 0) == 1 ? layout.at("dp").get<int64_t>() : 1;
+  const int64_t saved_dp = layout.value("zero", 0) == 1 ? saved_size(layout, "dp") : 1;
   std::vector<fs::path> shard_paths;
-  for (int64_t d = 0; d < saved_dp; ++d) shard_paths.push_back(dir / shard_name(d, mesh.coords()));
+  for (int64_t d = 0; d < saved_dp; ++d) shard_paths.push_back(dir / shard_name(d, mesh));
   const bool same_partition = !reshard && saved_dp == mesh.dp() && parts.sharded_optimizer;
   // Resharded, the counters and RNG state come from the first TP shard (TP ranks hold the same ones) of
   // the same stage, or the last stage there was.
-  const int64_t saved_pp = layout.at("pp").get<int64_t>();
-  const auto shard_path = reshard          ? dir / shard_file_name(0, 0, std::min(mesh.coords().pp, saved_pp - 1))
-                          : same_partition ? shard_paths[mesh.coords().dp]
+  const int64_t saved_pp = saved_size(layout, "pp");
+  const auto shard_path = reshard          ? dir / shard_file_name(0, 0, std::min(mesh.coord(MeshAxis::kPp), saved_pp - 1))
+                          : same_partition ? shard_paths[mesh.coord(MeshAxis::kDp)]
                                            : shard_paths[0];
   torch::serialize::InputArchive shard;
   try {

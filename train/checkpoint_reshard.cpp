@@ -41,10 +41,10 @@ std::vector<std::set<std::string>> stage_names(const nlohmann::json& manifest) {
 void load_resharded(const fs::path& dir, const nlohmann::json& manifest, const Mesh& mesh, torch::nn::Module& model,
                     const OptimizerLayout* optimizer) {
   const auto& saved = manifest.at("layout");
-  const int64_t old_tp = saved.at("tp").get<int64_t>();
+  const int64_t old_tp = saved.value("tp", int64_t{1});
   // With ZeRO-1 every DP rank's file holds a part of the optimizer state; the model is in each.
-  const int64_t saved_dp = saved.value("zero", 0) == 1 ? saved.at("dp").get<int64_t>() : 1;
-  const int64_t tp = mesh.tp(), rank = mesh.coords().tp;
+  const int64_t saved_dp = saved.value("zero", 0) == 1 ? saved.value("dp", int64_t{1}) : 1;
+  const int64_t tp = mesh.tp(), rank = mesh.coord(MeshAxis::kTp);
   std::map<std::string, ShardLayout> layouts;
   for (const auto& [name, l] : manifest.at("tensor_parallel").items())
     layouts[name] = ShardLayout{l.at("dim").get<int64_t>(), l.at("sections").get<std::vector<int64_t>>()};

@@ -9,8 +9,7 @@
 
 namespace loom {
 
-EvalLoss evaluate_loss(Task& task, const Config& config, const Mesh& mesh, torch::Device device,
-                       Communicator* pp_group) {
+EvalLoss evaluate_loss(Task& task, const Config& config, const Mesh& mesh, torch::Device device) {
   torch::NoGradGuard no_grad;
   task.model().eval();
   AutocastGuard autocast(config.precision, device);
@@ -23,13 +22,13 @@ EvalLoss evaluate_loss(Task& task, const Config& config, const Mesh& mesh, torch
   for (int64_t start = 0; start < sequences; start += batch_size) {
     const int64_t size = std::min(batch_size, sequences - start);
     std::vector<TaskBatch> pipelined;  // with pipeline stages: the batch's micro-batches, run together
-    for (const auto& slice : micro_batches(size, mesh.dp(), mesh.coords().dp, accumulation)) {
+    for (const auto& slice : micro_batches(size, mesh.dp(), mesh.coord(MeshAxis::kDp), accumulation)) {
       if (slice.count == 0) continue;  // a short last batch
       const auto batch = task.eval_batch(start + slice.first, slice.count);
       const int64_t n = batch.tokens();
       if (mesh.pp() > 1) {
         pipelined.push_back(batch);
-        if (mesh.coords().pp == mesh.pp() - 1) tokens += n;  // the loss is known on the last stage
+        if (mesh.last_stage()) tokens += n;  // the loss is known on the last stage
         continue;
       }
       loss_sum += task.loss(batch, device, /*label_smoothing=*/0.0).item<double>() * static_cast<double>(n);
@@ -38,14 +37,12 @@ EvalLoss evaluate_loss(Task& task, const Config& config, const Mesh& mesh, torch
     if (!pipelined.empty()) {
       PipelineStep forwards;
       forwards.train = false;
-      loss_sum += run_pipeline(task, pipelined, pp_group != nullptr ? *pp_group : mesh.pp_group(),
-                               config.parallel.pp_schedule, device, forwards)
-                      .item<double>();
+      loss_sum += run_pipeline(task, pipelined, mesh, config.parallel.pp_schedule, device, forwards).item<double>();
     }
   }
   auto sums = torch::tensor({loss_sum, static_cast<double>(tokens)}, torch::kDouble);
-  mesh.dp_group().all_reduce(sums);
-  if (mesh.pp() > 1) mesh.pp_group().all_reduce(sums);  // only the last stage has counted
+  mesh.host_group(MeshAxis::kDp).all_reduce(sums);
+  if (mesh.pp() > 1) mesh.host_group(MeshAxis::kPp).all_reduce(sums);  // only the last stage has counted
   const double total_tokens = sums[1].item<double>();
   return {total_tokens > 0 ? sums[0].item<double>() / total_tokens : 0.0, static_cast<int64_t>(total_tokens)};
 }

@@ -17,9 +17,8 @@ struct EvalLoss {
 };
 
 // Each DP rank of the mesh evaluates its slice in micro-batches; the mean is over the mesh's DP group.
-// With pipeline stages the micro-batches go through the pipeline (forwards only) over `pp_group` (null:
-// the mesh's) and the last stage's loss reaches every stage.
-EvalLoss evaluate_loss(Task& task, const Config& config, const Mesh& mesh, torch::Device device,
-                       Communicator* pp_group = nullptr);
+// With pipeline stages the micro-batches go through the pipeline (forwards only) and the last stage's
+// loss reaches every stage.
+EvalLoss evaluate_loss(Task& task, const Config& config, const Mesh& mesh, torch::Device device);
 
 }  // namespace loom

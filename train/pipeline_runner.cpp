@@ -26,9 +26,10 @@ struct InFlight {
 
 }  // namespace
 
-torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Communicator& pp_group,
+torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, const Mesh& mesh,
                            PipelineSchedule schedule, torch::Device device, const PipelineStep& step,
                            PipelineStats* stats) {
+  Communicator& pp_group = mesh.device_group(MeshAxis::kPp);
   const int64_t stages = pp_group.size(), stage = pp_group.rank();
   const bool first = stage == 0, last = stage == stages - 1;
   const auto m = static_cast<int64_t>(batches.size());

@@ -13,7 +13,7 @@
 #include <functional>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "parallel/mesh.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/task.h"
 
@@ -40,8 +40,8 @@ struct PipelineStats {
 };
 
 // Returns the sum over micro-batches of mean loss x their tokens on the last stage (a double scalar on
-// `device`, not read back), zero on the others. `stage`/`stages`: this rank's place in `pp_group`.
-torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, Communicator& pp_group,
+// `device`, not read back), zero on the others. The stages talk over the mesh's pipeline group.
+torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, const Mesh& mesh,
                            PipelineSchedule schedule, torch::Device device, const PipelineStep& step,
                            PipelineStats* stats = nullptr);
 

@@ -16,7 +16,6 @@
 #include "data/batch_slices.h"
 #include "models/estimates.h"
 #include "optim/optimizer.h"
-#include "parallel/nccl_communicator.h"
 #include "train/evaluate.h"
 #include "train/memory_check.h"
 #include "train/progress.h"
@@ -70,48 +69,32 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<LmBatches> train_batches)
     : config_(std::move(config)),
-      world_(processes.world(config_.parallel.timeout_s)),
-      mesh_(config_, *world_),
       device_(runtime_device(config_.runtime, processes.info().local_rank)),
+      mesh_(config_, processes.world(config_.parallel.timeout_s), device_),
       schedule_(config_),
       loss_scaler_(config_.precision),
       nonfinite_guard_(config_.train.max_bad_steps) {
   validate_batch_split(config_, mesh_.dp());
   if (processes.distributed()) set_log_tag("rank " + std::to_string(mesh_.rank()) + " " + mesh_.coords_name());
   const int64_t threads = configure_cpu(config_.runtime, processes.info().local_size);
-  // CUDA tensors of the TP group travel over NCCL (its unique id over the MPI group of the same ranks).
-  if (device_.is_cuda() && mesh_.tp() > 1)
-    nccl_tp_group_ = make_nccl_communicator(mesh_.tp_group(), device_.index(), "NCCL " + mesh_.tp_group().name(),
-                                            config_.parallel.timeout_s);
   check_memory_fits(config_, mesh_.dp(), device_, processes.info().local_size);  // before the model is built
   // Resolves model.vocab_size from the data.
-  task_ = make_task(config_, device_, TaskData::kTraining, nullptr,
-                    nccl_tp_group_ ? nccl_tp_group_.get() : &mesh_.tp_group(), std::move(train_batches),
-                    mesh_.coords().pp);
-  if (device_.is_cuda() && mesh_.pp() > 1) {
-    nccl_pp_group_ = make_nccl_communicator(mesh_.pp_group(), device_.index(), "NCCL " + mesh_.pp_group().name(),
-                                            config_.parallel.timeout_s);
-    nccl_embedding_group_ = make_nccl_communicator(mesh_.embedding_group(), device_.index(),
-                                                   "NCCL " + mesh_.embedding_group().name(), config_.parallel.timeout_s);
-  }
+  task_ = make_task(config_, device_, TaskData::kTraining, nullptr, &mesh_.device_group(MeshAxis::kTp),
+                    std::move(train_batches), mesh_.coord(MeshAxis::kPp));
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
     task_->load_weights(config_.model.init_from);
-  // CUDA gradients are reduced by NCCL; the MPI group of the same ranks carries its unique id.
-  if (device_.is_cuda() && mesh_.dp() > 1)
-    nccl_dp_group_ = make_nccl_communicator(mesh_.dp_group(), device_.index(), "NCCL " + mesh_.dp_group().name(),
-                                            config_.parallel.timeout_s);
   gradient_sync_ = std::make_unique<GradientSync>(weight_decay_groups(task_->model()),
-                                                  nccl_dp_group_ ? *nccl_dp_group_ : mesh_.dp_group(),
+                                                  mesh_.device_group(MeshAxis::kDp),
                                                   config_.parallel.bucket_mb, config_.parallel.zero == 1,
                                                   config_.precision.param_dtype == ParamDtype::kBf16 ? torch::kBFloat16 : torch::kFloat);
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
   tp_sharded_ = tensor_parallel_ranges(task_->model(), gradient_sync_->optimizer_slices());
   // The last stage's copy of a tied embedding: its gradient is the first stage's, counted there.
-  if (auto tied = task_->stage_tied_parameter(); tied.defined() && mesh_.coords().pp == mesh_.pp() - 1)
+  if (auto tied = task_->stage_tied_parameter(); tied.defined() && mesh_.last_stage())
     duplicated_ = parameter_ranges({tied}, gradient_sync_->optimizer_slices());
-  spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout dp={} tp={} pp={}, {} gradient buckets",
-               count_parameters(config_.model), threads, config_.precision.label(), device_.str(), mesh_.dp(), mesh_.tp(),
-               mesh_.pp(), gradient_sync_->bucket_count());
+  spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout {}, {} gradient buckets",
+               count_parameters(config_.model), threads, config_.precision.label(), device_.str(), mesh_.describe(),
+               gradient_sync_->bucket_count());
 }
 
 void Trainer::resume_or_start() {
@@ -231,10 +214,10 @@ void Trainer::count_source_tokens() {
 GradientNorm Trainer::global_gradient_norm() {
   // With ZeRO-1 each rank holds a disjoint shard of the gradients: norms span the DP group. Under TP the
   // sharded parameters' squares sum over the TP group and the replicated ones count once.
-  // The sums of squares are CPU doubles by then: they travel over the MPI groups, never NCCL's.
-  Communicator* shards = gradient_sync_->sharded() ? &mesh_.dp_group() : nullptr;
-  return gradient_norm(gradient_sync_->optimizer_parameters(), shards, &mesh_.tp_group(), tp_sharded_,
-                       &mesh_.pp_group(), duplicated_);
+  // The sums of squares are CPU doubles by then: the host groups carry them.
+  Communicator* shards = gradient_sync_->sharded() ? &mesh_.host_group(MeshAxis::kDp) : nullptr;
+  return gradient_norm(gradient_sync_->optimizer_parameters(), shards, &mesh_.host_group(MeshAxis::kTp), tp_sharded_,
+                       &mesh_.host_group(MeshAxis::kPp), duplicated_);
 }
 
 double Trainer::forward_backward(PhaseClock& clock) {
@@ -249,12 +232,13 @@ double Trainer::forward_backward(PhaseClock& clock) {
   std::vector<TaskBatch> batches;
   std::vector<int64_t> tokens;  // per micro-batch: the tokens its loss counts for
   for (const auto& slice :
-       micro_batches(task_->train_batch_size(state_.step), mesh_.dp(), mesh_.coords().dp, accumulation)) {
+       micro_batches(task_->train_batch_size(state_.step), mesh_.dp(), mesh_.coord(MeshAxis::kDp), accumulation)) {
     batches.push_back(task_->train_batch(state_.step, slice.count > 0 ? slice.first : 0, std::max<int64_t>(slice.count, 1)));
     tokens.push_back(slice.count > 0 ? batches.back().tokens() : 0);
   }
+  Communicator& dp_sums = mesh_.host_group(MeshAxis::kDp);
   const int64_t local_tokens = std::accumulate(tokens.begin(), tokens.end(), int64_t{0});
-  step_tokens_ = static_cast<int64_t>(sum_over(mesh_.dp_group(), static_cast<double>(local_tokens)));
+  step_tokens_ = static_cast<int64_t>(sum_over(dp_sums, static_cast<double>(local_tokens)));
   const double weight_per_token = static_cast<double>(mesh_.dp()) / static_cast<double>(step_tokens_);
   clock.lap(&StepPhases::data_s);
   if (mesh_.pp() > 1) {
@@ -268,8 +252,8 @@ double Trainer::forward_backward(PhaseClock& clock) {
               &StepPhases::sync_s);
     local_loss_sum_ = loss_sum.item<double>();  // zero on all but the last stage
     auto sums = loss_sum.cpu().reshape({1});
-    mesh_.pp_group().all_reduce(sums);  // the loss is known on the last stage only
-    const double loss = sum_over(mesh_.dp_group(), sums.item<double>()) / static_cast<double>(step_tokens_);
+    mesh_.host_group(MeshAxis::kPp).all_reduce(sums);  // the loss is known on the last stage only
+    const double loss = sum_over(dp_sums, sums.item<double>()) / static_cast<double>(step_tokens_);
     clock.lap(&StepPhases::sync_s);
     return loss;
   }
@@ -289,7 +273,7 @@ double Trainer::forward_backward(PhaseClock& clock) {
   }
   gradient_sync_->finish();
   local_loss_sum_ = loss_sum.item<double>();
-  const double loss = sum_over(mesh_.dp_group(), local_loss_sum_) / static_cast<double>(step_tokens_);
+  const double loss = sum_over(dp_sums, local_loss_sum_) / static_cast<double>(step_tokens_);
   clock.lap(&StepPhases::sync_s);
   return loss;
 }
@@ -307,11 +291,10 @@ torch::Tensor Trainer::pipeline_forward_backward(const std::vector<TaskBatch>& b
   // DP reduction cannot start during backward; otherwise it overlaps this stage's last backward.
   auto tied = task_->stage_tied_parameter();
   if (!tied.defined()) step.before_last_backward = [this] { gradient_sync_->prepare_last_backward(); };
-  auto loss_sum = run_pipeline(*task_, batches, pp_group(), config_.parallel.pp_schedule, device_,
-                               step, &pipeline_stats_);
+  auto loss_sum = run_pipeline(*task_, batches, mesh_, config_.parallel.pp_schedule, device_, step, &pipeline_stats_);
   if (tied.defined()) {
     if (tied.grad().defined())
-      (nccl_embedding_group_ ? *nccl_embedding_group_ : mesh_.embedding_group()).all_reduce(tied.grad());
+      mesh_.embedding_group().all_reduce(tied.grad());
     gradient_sync_->prepare_last_backward();
   }
   gradient_sync_->finish();
@@ -326,7 +309,7 @@ bool Trainer::any_rank_stopping() {
 
 double Trainer::evaluate() {
   LOOM_CHECK(task_->can_evaluate(), "no validation data (data.valid)");
-  return evaluate_loss(*task_, config_, mesh_, device_, &pp_group()).loss;
+  return evaluate_loss(*task_, config_, mesh_, device_).loss;
 }
 
 void Trainer::maybe_evaluate(bool final_step) {

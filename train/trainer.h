@@ -3,8 +3,8 @@
 // clip -> AdamW at the scheduled LR -> metrics -> maybe eval -> maybe checkpoint; a stop signal on any
 // rank ends it after the step with a checkpoint. With parallel.pp > 1 the micro-batches go through the
 // pipeline schedule instead (train/pipeline_runner.h). What is trained (the GPT on token windows, the
-// encoder-decoder on pairs) is the Task's business (train/task.h); the loss of a step is the mean over
-// every token of the global batch.
+// encoder-decoder on pairs) is the Task's business (train/task.h); the process groups are the Mesh's
+// (parallel/mesh.h); the loss of a step is the mean over every token of the global batch.
 #pragma once
 #include <torch/torch.h>
 
@@ -18,7 +18,7 @@
 #include "optim/schedule.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/mesh.h"
-#include "parallel/mpi_communicator.h"
+#include "parallel/process_group.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/nonfinite_guard.h"
@@ -64,7 +64,6 @@ class Trainer {
   // The pipeline's part of forward_backward (parallel.pp > 1): returns this rank's sum of loss x tokens.
   torch::Tensor pipeline_forward_backward(const std::vector<TaskBatch>& batches, const std::vector<int64_t>& tokens,
                                           double weight_per_token);
-  Communicator& pp_group() const { return nccl_pp_group_ ? *nccl_pp_group_ : mesh_.pp_group(); }
   bool any_rank_stopping();
   void count_source_tokens();  // a mixture's tokens per source of this step's global batch
   void log_step(double loss, double lr, double grad_norm);
@@ -74,14 +73,10 @@ class Trainer {
   bool is_leader() const { return mesh_.rank() == 0; }
 
   Config config_;
-  std::unique_ptr<Communicator> world_;
-  Mesh mesh_;
   torch::Device device_;
+  Mesh mesh_;  // every process group: the world, dp, tp, pp
   std::unique_ptr<Task> task_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
-  std::unique_ptr<Communicator> nccl_dp_group_;  // CUDA runs: the DP group over NCCL
-  std::unique_ptr<Communicator> nccl_tp_group_;  // CUDA runs with tp > 1: the TP group over NCCL
-  std::unique_ptr<Communicator> nccl_pp_group_, nccl_embedding_group_;  // CUDA runs with pp > 1
   std::vector<std::vector<ElementRange>> tp_sharded_;  // per optimizer tensor: its elements split over TP
   std::vector<std::vector<ElementRange>> duplicated_;  // per optimizer tensor: elements another stage counts
   std::unique_ptr<GradientSync> gradient_sync_;

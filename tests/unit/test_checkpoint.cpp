@@ -270,3 +270,23 @@ TEST_CASE("checkpoint: a model with other shapes is refused", "[checkpoint]") {
   CHECK_THROWS_AS(loom::load_checkpoint(run, 3, loom::Mesh(wider, 1, 0), wide.parts()), loom::Error);
   CHECK(wide.model->named_parameters()["token_embedding.weight"].sizes() == std::vector<int64_t>({61, 64}));
 }
+
+// The manifest's layout is the mesh's axis sizes by name plus "zero", as loom has always written it; an axis
+// a manifest does not name (one its writer did not have, like a future cp) reads as size 1.
+TEST_CASE("checkpoint: a layout without an axis of this mesh loads as that axis of size 1", "[checkpoint]") {
+  const auto run = loom::test::scratch_dir("ckpt-axes");
+  const auto config = tiny_config();
+  Trainee t(config, 1);
+  loom::save_checkpoint(run, config, loom::Mesh(config, 1, 0), t.parts(), {3, 0, 0});
+  const auto path = loom::checkpoint_dir(run, 3) / "manifest.json";
+  auto manifest = nlohmann::json::parse(loom::read_file(path));
+  // Exactly the keys a loom with the three fixed axes wrote (and read with layout.at("tp")): old and new
+  // manifests are one format.
+  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"pp", 1}, {"tp", 1}, {"zero", 0}}));
+  manifest["layout"] = {{"dp", 1}, {"zero", 0}};  // no tp, no pp
+  loom::write_file_atomic(path, manifest.dump(2) + "\n");  // the manifest is not among its own checksums
+  REQUIRE_FALSE(loom::checkpoint_problem(loom::checkpoint_dir(run, 3)));
+  Trainee restored(config, 2);
+  CHECK(loom::load_checkpoint(run, 3, loom::Mesh(config, 1, 0), restored.parts()).step == 3);
+  CHECK(bitwise_equal(restored.snapshot(), t.snapshot()));
+}

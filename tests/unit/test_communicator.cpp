@@ -6,7 +6,7 @@
 
 #include "core/config.h"
 #include "parallel/mesh.h"
-#include "parallel/mpi_communicator.h"
+#include "parallel/process_group.h"
 #include "test_util.h"
 
 namespace {
@@ -98,18 +98,20 @@ TEST_CASE("communicator: mesh groups reduce within their axis only", "[mpi]") {
   const auto config = loom::parse_config("", "mesh.yaml", {"parallel.dp=-1", "parallel.tp=" + std::to_string(tp)});
   const loom::Mesh mesh(config, *comm);
   const auto c = mesh.coords();
-  // Sum of world ranks over the dp group: ranks tp_rank + tp * d for every d.
-  auto t = torch::tensor({static_cast<double>(mesh.rank())}, torch::kDouble);
-  mesh.dp_group().all_reduce(t);
-  double expected = 0;
-  for (int64_t d = 0; d < mesh.dp(); ++d) expected += static_cast<double>(mesh.rank_of({d, c.tp, c.pp}));
-  CHECK(t.item<double>() == expected);
-  CHECK(mesh.dp_group().size() == mesh.dp());
-  CHECK(mesh.dp_group().rank() == c.dp);
-  auto u = torch::tensor({static_cast<double>(mesh.rank())}, torch::kDouble);
-  mesh.tp_group().all_reduce(u);
-  expected = 0;
-  for (int64_t k = 0; k < mesh.tp(); ++k) expected += static_cast<double>(mesh.rank_of({c.dp, k, c.pp}));
-  CHECK(u.item<double>() == expected);
-  CHECK(mesh.tp_group().rank() == c.tp);
+  // Sum of world ranks over each group: the ranks that differ from this one in that axis only.
+  for (const auto axis : {loom::MeshAxis::kDp, loom::MeshAxis::kTp, loom::MeshAxis::kPp}) {
+    CAPTURE(static_cast<int>(axis));
+    auto t = torch::tensor({static_cast<double>(mesh.rank())}, torch::kDouble);
+    mesh.host_group(axis).all_reduce(t);
+    double expected = 0;
+    for (int64_t k = 0; k < mesh.size(axis); ++k) {
+      auto other = c;
+      other[axis] = k;
+      expected += static_cast<double>(mesh.rank_of(other));
+    }
+    CHECK(t.item<double>() == expected);
+    CHECK(mesh.host_group(axis).size() == mesh.size(axis));
+    CHECK(mesh.host_group(axis).rank() == c[axis]);
+    CHECK(&mesh.device_group(axis) == &mesh.host_group(axis));  // on the CPU one MPI group serves both
+  }
 }

@@ -1,4 +1,4 @@
-// Config parsing, validation messages and round trips; the mesh's rank arithmetic; durable file I/O.
+// Config parsing, validation messages and round trips; durable file I/O.
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/system.h"
-#include "parallel/mesh.h"
 #include "test_util.h"
 
 using loom::Config;
@@ -242,43 +241,6 @@ TEST_CASE("config: micro-batches and accumulation steps", "[config]") {
   CHECK(c.micro_batch_size(4) == 8);
   CHECK(c.accumulation_steps(4) == 1);
   CHECK(c.accumulation_steps(1) == 1);
-}
-
-TEST_CASE("mesh: ranks are TP innermost, then DP, then PP", "[mesh]") {
-  const Config c = parse_config("", "x.yaml", {"parallel.dp=-1", "parallel.tp=2", "parallel.pp=2"});
-  const int64_t world = 12;
-  for (int64_t rank = 0; rank < world; ++rank) {
-    const loom::Mesh mesh(c, world, rank);
-    REQUIRE(mesh.dp() == 3);  // -1 resolves to 12 / (2 * 2)
-    CHECK(mesh.world_size() == world);
-    const auto coords = mesh.coords();
-    CHECK(coords.tp == rank % 2);
-    CHECK(coords.dp == (rank / 2) % 3);
-    CHECK(coords.pp == rank / 6);
-    CHECK(coords.tp + 2 * (coords.dp + 3 * coords.pp) == rank);
-    CHECK(mesh.rank_of(coords) == rank);
-  }
-  const loom::Mesh mesh(c, world, 9);  // 9 = 1 + 2 * (1 + 3 * 1)
-  CHECK(mesh.coords_name() == "dp1-tp1-pp1");
-  CHECK(mesh.rank_of({/*dp=*/2, /*tp=*/0, /*pp=*/1}) == 0 + 2 * (2 + 3 * 1));
-}
-
-TEST_CASE("mesh: a layout that does not fill the world is a ConfigError", "[mesh]") {
-  const Config c = parse_config("parallel:\n  dp: 2\n  tp: 2\n", "x.yaml");
-  CHECK(loom::Mesh(c, 4, 3).coords_name() == "dp1-tp1-pp0");
-  CHECK_THROWS_AS(loom::Mesh(c, 8, 0), ConfigError);
-  try {
-    loom::Mesh(c, 1, 0);
-    FAIL("expected a ConfigError");
-  } catch (const ConfigError& e) {
-    const std::string message = e.what();
-    CHECK(starts_with(message, "x.yaml:2: parallel.dp * tp * pp = 2 * 2 * 1 = 4 but the job has 1 process(es)"));
-    CHECK(message.find("mpirun -np 4") != std::string::npos);
-  }
-  const Config auto_dp = parse_config("", "x.yaml", {"parallel.dp=-1", "parallel.tp=4"});
-  CHECK(loom::Mesh(auto_dp, 8, 0).dp() == 2);
-  CHECK_THROWS_AS(loom::Mesh(auto_dp, 6, 0), ConfigError);
-  CHECK_THROWS_AS(loom::Mesh(auto_dp, 8, 8), loom::Error);  // rank outside the world
 }
 
 TEST_CASE("file_io: CRC-32 check value and chaining", "[file_io]") {

@@ -18,7 +18,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
-#include "parallel/mpi_communicator.h"
+#include "parallel/process_group.h"
 
 namespace loom::test {
 

@@ -1,8 +1,8 @@
-// The MPI backend of Communicator (CPU tensors), and the process set-up that goes with it.
-// Each communicator owns worker threads that run its MPI calls in order (collectives on one, sends and
-// receives on one each), so an async collective
-// really proceeds while the caller computes (backward overlaps gradient all-reduce), and waiting on it
-// can time out. MPI is initialised with MPI_THREAD_MULTIPLE: several groups (dp, tp, pp) talk at once.
+// The job's processes: how many there are, which one this is, and the communicator over all of them,
+// from which the Mesh (parallel/mesh.h) splits every group. MPI is set up when mpirun (or srun) started
+// the job, with MPI_THREAD_MULTIPLE since several groups (dp, tp, pp) talk at once; a process started on
+// its own is a world of one and makes no MPI call. Implemented with the MPI backend in
+// mpi_communicator.cpp, the one file that calls MPI.
 #pragma once
 #include <memory>
 #include <string>

@@ -1,0 +1,133 @@
+// The mesh's rank arithmetic (parallel/mesh.h): the rank formula, the groups over any set of axes, the one
+// check that a layout fills the world, and the names logs and checkpoints give a layout and a rank.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "parallel/mesh.h"
+
+using loom::AxisSet;
+using loom::MeshAxis;
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+loom::Config layout(const std::vector<std::string>& sets) { return loom::parse_config("", "x.yaml", sets); }
+
+}  // namespace
+
+TEST_CASE("mesh: ranks are TP innermost, then DP, then PP", "[mesh]") {
+  const auto c = layout({"parallel.dp=-1", "parallel.tp=2", "parallel.pp=2"});
+  const int64_t world = 12;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    const loom::Mesh mesh(c, world, rank);
+    REQUIRE(mesh.dp() == 3);  // -1 resolves to 12 / (2 * 2)
+    CHECK(mesh.world_size() == world);
+    const auto coords = mesh.coords();
+    CHECK(coords[MeshAxis::kTp] == rank % 2);
+    CHECK(coords[MeshAxis::kDp] == (rank / 2) % 3);
+    CHECK(coords[MeshAxis::kPp] == rank / 6);
+    CHECK(mesh.rank_of(coords) == rank);
+    CHECK(mesh.first_stage() == (rank < 6));
+    CHECK(mesh.last_stage() == (rank >= 6));
+  }
+  const loom::Mesh mesh(c, world, 9);  // 9 = 1 + 2 * (1 + 3 * 1)
+  CHECK(mesh.coords_name() == "dp1-tp1-pp1");
+  CHECK(mesh.describe() == "dp=3 tp=2 pp=2");
+  CHECK(mesh.shape().describe(" x ", " ") == "dp 3 x tp 2 x pp 2");
+  const std::vector<std::pair<std::string, int64_t>> sizes{{"dp", 3}, {"tp", 2}, {"pp", 2}};
+  CHECK(mesh.shape().named_sizes() == sizes);
+  loom::MeshCoords c2;
+  c2[MeshAxis::kDp] = 2;
+  c2[MeshAxis::kPp] = 1;
+  CHECK(mesh.rank_of(c2) == 0 + 2 * (2 + 3 * 1));
+  // A set of axes as one flattened axis, innermost first: rank 9 is tp 1, dp 1, pp 1.
+  CHECK(mesh.size(MeshAxis::kDp) == 3);
+  CHECK(mesh.coord(MeshAxis::kDp) == 1);
+  CHECK(mesh.size({MeshAxis::kTp, MeshAxis::kDp}) == 6);
+  CHECK(mesh.coord({MeshAxis::kTp, MeshAxis::kDp}) == 1 + 2 * 1);
+  CHECK(mesh.size({MeshAxis::kDp, MeshAxis::kPp}) == 6);
+  CHECK(mesh.coord({MeshAxis::kDp, MeshAxis::kPp}) == 1 + 3 * 1);
+  CHECK(mesh.coord({MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp}) == 9);  // every axis: the rank itself
+}
+
+TEST_CASE("mesh: a group over any set of axes holds the ranks equal outside it, in their order inside it", "[mesh]") {
+  // (a batch that splits over dp 3: the config's own check)
+  const auto c = layout({"parallel.dp=3", "parallel.tp=2", "parallel.pp=2", "train.batch_size=30"});
+  const loom::MeshShape shape = loom::MeshShape(c.parallel).resolved(c, 12);
+  const MeshAxis axes[] = {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp};
+  for (unsigned bits = 1; bits < 8; ++bits) {
+    // Every subset of {tp, dp, pp}.
+    std::vector<MeshAxis> members;
+    for (unsigned i = 0; i < 3; ++i)
+      if (bits & (1u << i)) members.push_back(axes[i]);
+    const AxisSet set = members.size() == 1   ? AxisSet(members[0])
+                        : members.size() == 2 ? AxisSet({members[0], members[1]})
+                                              : AxisSet({members[0], members[1], members[2]});
+    CAPTURE(bits);
+    int64_t expected_size = 1;
+    for (MeshAxis a : members) expected_size *= shape.size(a);
+    CHECK(shape.group_size(set) == expected_size);
+    std::map<int64_t, std::vector<int64_t>> groups;  // color -> ranks in key order
+    for (int64_t rank = 0; rank < 12; ++rank) {
+      auto& group = groups[shape.group_color(rank, set)];
+      const int64_t key = shape.group_key(rank, set);
+      if (static_cast<int64_t>(group.size()) <= key) group.resize(static_cast<size_t>(key + 1), -1);
+      CHECK(group[static_cast<size_t>(key)] == -1);  // keys are distinct within a group
+      group[static_cast<size_t>(key)] = rank;
+    }
+    CHECK(static_cast<int64_t>(groups.size()) == 12 / expected_size);
+    for (const auto& [color, ranks] : groups) {
+      REQUIRE(static_cast<int64_t>(ranks.size()) == expected_size);
+      for (size_t k = 0; k < ranks.size(); ++k) {
+        const auto a = shape.coords_of(ranks[0]), b = shape.coords_of(ranks[k]);
+        for (MeshAxis axis : axes)
+          if (!set.contains(axis)) CHECK(a[axis] == b[axis]);  // equal outside the set
+        if (k > 0) CHECK(ranks[k - 1] < ranks[k]);              // key order is rank order
+      }
+    }
+  }
+  // The dp group of rank 9 (dp1-tp1-pp1): tp 1 and pp 1 with every dp, 1 + 2 * (d + 3).
+  std::vector<int64_t> dp_group;
+  for (int64_t rank = 0; rank < 12; ++rank)
+    if (shape.group_color(rank, MeshAxis::kDp) == shape.group_color(9, MeshAxis::kDp)) dp_group.push_back(rank);
+  CHECK(dp_group == std::vector<int64_t>{7, 9, 11});
+}
+
+TEST_CASE("mesh: a layout that does not fill the world is a ConfigError", "[mesh]") {
+  const loom::Config c = loom::parse_config("parallel:\n  dp: 2\n  tp: 2\n", "x.yaml");
+  CHECK(loom::Mesh(c, 4, 3).coords_name() == "dp1-tp1-pp0");
+  CHECK_THROWS_AS(loom::Mesh(c, 8, 0), loom::ConfigError);
+  try {
+    loom::Mesh(c, 1, 0);
+    FAIL("expected a ConfigError");
+  } catch (const loom::ConfigError& e) {
+    const std::string message = e.what();
+    CHECK(starts_with(message, "x.yaml:2: parallel.dp * tp * pp = 2 * 2 * 1 = 4 but the job has 1 process(es)"));
+    CHECK(message.find("mpirun -np 4") != std::string::npos);
+  }
+  const auto auto_dp = layout({"parallel.dp=-1", "parallel.tp=4"});
+  CHECK(loom::Mesh(auto_dp, 8, 0).dp() == 2);
+  try {
+    loom::Mesh(auto_dp, 6, 0);
+    FAIL("expected a ConfigError");
+  } catch (const loom::ConfigError& e) {
+    CHECK(std::string(e.what()) == "--set parallel.tp=4: parallel.tp * parallel.pp = 4 does not divide the world size 6");
+  }
+  CHECK_THROWS_AS(loom::Mesh(auto_dp, 8, 8), loom::Error);  // rank outside the world
+}
+
+TEST_CASE("mesh: a world of one is every group; a mesh without a world has none", "[mesh]") {
+  const auto c = layout({});
+  const loom::Mesh alone(c, 1, 0);
+  CHECK(alone.host_group(MeshAxis::kDp).size() == 1);
+  CHECK(&alone.device_group(MeshAxis::kTp) == &alone.host_group(MeshAxis::kTp));
+  CHECK(alone.embedding_group().size() == 1);
+  const loom::Mesh rank_only(layout({"parallel.dp=2"}), 2, 1);
+  CHECK_THROWS_WITH(rank_only.host_group(MeshAxis::kDp), Catch::Contains("built without communicators"));
+  CHECK_THROWS_WITH(alone.host_group(AxisSet({MeshAxis::kDp, MeshAxis::kTp})),
+                    Catch::Contains("the mesh builds no dp x tp group"));
+}
