@@ -47,20 +47,19 @@ Fault parse_fault(const char* spec) {
   return fault;
 }
 
-void maybe_inject_fault(int64_t step, int64_t rank) {
+StepFaults inject_step_faults(int64_t step, int64_t rank) {
   const Fault& fault = configured_fault();
-  if (!fault.applies(step, rank)) return;
+  StepFaults out;
+  if (!fault.applies(step, rank)) return out;
   if (fault.kind == "throw")
     throw Error("injected fault (LOOM_FAULT_INJECTION) on rank " + std::to_string(rank) + " at step " +
                 std::to_string(step));
   if (fault.kind == "crash") std::_Exit(3);
   if (fault.kind == "stall")
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-}
-
-bool fault_injected(const std::string& kind, int64_t step, int64_t rank) {
-  const Fault& fault = configured_fault();
-  return fault.kind == kind && fault.applies(step, rank);
+  out.nan_loss = fault.kind == "nan_loss";
+  out.nan_grad = fault.kind == "nan_grad";
+  return out;
 }
 
 }  // namespace loom

@@ -14,11 +14,13 @@
 
 namespace loom {
 
-// throw / stall / crash, when LOOM_FAULT_INJECTION asks for one at this step on this rank.
-void maybe_inject_fault(int64_t step, int64_t rank);
-
-// True when LOOM_FAULT_INJECTION asks for `kind` (nan_loss or nan_grad) at this step on this rank.
-bool fault_injected(const std::string& kind, int64_t step, int64_t rank);
+// The one seam between a training step and LOOM_FAULT_INJECTION, asked once as optimizer step `step`
+// starts on `rank`: throw, stall and crash happen right here; what the step must do itself comes back.
+struct StepFaults {
+  bool nan_loss = false;  // make each micro-batch's loss NaN before its backward
+  bool nan_grad = false;  // make the first gradient NaN after the data-parallel sync
+};
+StepFaults inject_step_faults(int64_t step, int64_t rank);
 
 // The parsed form of a LOOM_FAULT_INJECTION value, exposed for the unit test of its syntax.
 struct Fault {

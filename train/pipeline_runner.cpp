@@ -42,6 +42,7 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, co
   int64_t last_backward = -1;
   for (size_t i = 0; i < actions.size(); ++i)
     if (actions[i].kind == PipelineAction::kBackward) last_backward = static_cast<int64_t>(i);
+  const torch::Tensor tied = step.train ? task.stage_tied_parameter() : torch::Tensor();
 
   PipelineStats local;
   // Waited for at the end, for their errors: a sent tensor itself is freed once the send completes (the
@@ -99,7 +100,8 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, co
         for (size_t k = 0; k < slot.outputs.size(); ++k)
           grads.push_back(receive(slot.outputs[k].sizes().vec(), static_cast<int>(stage + 1), tag_of(kGradientTag, k)));
       const auto start = Clock::now();
-      if (static_cast<int64_t>(i) == last_backward && step.before_last_backward) step.before_last_backward();
+      if (static_cast<int64_t>(i) == last_backward && !tied.defined() && step.start_gradient_sync)
+        step.start_gradient_sync();
       if (last) {
         slot.outputs.at(0).backward();
       } else {
@@ -130,6 +132,11 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, co
     stats->forward_s += local.forward_s;
     stats->backward_s += local.backward_s;
     stats->idle_s += local.idle_s;
+  }
+  // The first and the last stage each hold the tied parameter and gave it part of its gradient.
+  if (tied.defined()) {
+    if (tied.grad().defined()) mesh.embedding_group().all_reduce(tied.grad());
+    if (step.start_gradient_sync) step.start_gradient_sync();
   }
   return loss_sum;
 }

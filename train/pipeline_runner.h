@@ -6,7 +6,9 @@
 // Sends are asynchronous (a stage never waits for its neighbour to take a message); receives block, and
 // the time spent blocked is the stage's idle time, the pipeline bubble measured.
 // What a micro-batch's forward is belongs to the Task (Task::stage_forward); what the last stage
-// backpropagates (loss scaling, the micro-batch's weight in the global mean) to the caller.
+// backpropagates (loss scaling, the micro-batch's weight in the global mean) to the caller. A parameter the
+// first and the last stage both hold (Task::stage_tied_parameter: the tied token embedding) has its two
+// gradients summed here, over the mesh's embedding group, once the step's backwards are done.
 #pragma once
 #include <torch/torch.h>
 
@@ -27,8 +29,10 @@ struct PipelineStep {
   std::vector<int64_t> micro_tokens;
   // Last stage, training: the scalar to backpropagate for micro-batch m's mean loss.
   std::function<torch::Tensor(const torch::Tensor& loss, int64_t micro)> backward_loss;
-  // Called just before this stage's last backward of the step (gradient sync overlapping it); may be empty.
-  std::function<void()> before_last_backward;
+  // Training: called once this stage's gradients may start their data-parallel reduction: just before its
+  // last backward of the step (the reduction overlaps it), or, with a stage-tied parameter, only after the
+  // two stages' gradients of it are summed (it is not complete before). May be empty.
+  std::function<void()> start_gradient_sync;
 };
 
 struct PipelineStats {

@@ -70,11 +70,6 @@ std::string tokens_rate(double tokens_per_s) {
 
 }  // namespace
 
-double eta_seconds(double seconds, int64_t done, int64_t left) {
-  if (done <= 0 || left <= 0) return 0;
-  return seconds / static_cast<double>(done) * static_cast<double>(left);
-}
-
 std::string progress_bar(int64_t step, int64_t total, int width) {
   const int64_t filled = total > 0 ? std::clamp<int64_t>(step * width / total, 0, width) : 0;
   return "[" + std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(width - filled), '.') +
@@ -117,16 +112,8 @@ ProgressBar::~ProgressBar() {
   screen().line.clear();
 }
 
-void ProgressBar::update(int64_t step, int64_t max_steps, double loss, int64_t steps, int64_t tokens, double elapsed_s) {
+void ProgressBar::update(const ProgressState& state) {
   if (!enabled_) return;
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  ProgressState state;
-  state.step = step;
-  state.max_steps = max_steps;
-  state.loss = loss;
-  state.tokens_per_s = seconds > 0 ? static_cast<double>(tokens) / seconds : 0;
-  state.elapsed_s = elapsed_s;
-  state.eta_s = eta_seconds(seconds, steps, max_steps - step);
   show(progress_line(state, terminal_columns()));
 }
 

@@ -3,9 +3,9 @@
 // redrawn in place after every step. Log lines still appear above it (a pair of spdlog sinks takes the bar
 // away before each message and draws it again after), so nothing is lost from the scroll-back. When stderr
 // is not a terminal (a log file, a pipe, a cluster job) there is no bar and the output is the plain log
-// lines alone, unchanged. Only rank 0 draws it.
+// lines alone, unchanged. Only rank 0 draws it. The rate and ETA it shows are the run's ThroughputMeter's
+// (train/throughput.h), the same as the log lines'.
 #pragma once
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,9 +13,6 @@
 #include <spdlog/sinks/sink.h>
 
 namespace loom {
-
-// Seconds left at the mean pace so far: `done` steps took `seconds`, `left` remain (0 before any step).
-double eta_seconds(double seconds, int64_t done, int64_t left);
 
 // "[#####.....]": width characters between the brackets, '#' for the fraction step / total (rounded down).
 std::string progress_bar(int64_t step, int64_t total, int width);
@@ -41,15 +38,14 @@ class ProgressBar {
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;
 
-  // After a step: `steps` steps and `tokens` tokens so far in this session, elapsed_s of the whole run.
-  void update(int64_t step, int64_t max_steps, double loss, int64_t steps, int64_t tokens, double elapsed_s);
+  // After a step: what the bar shows (ProgressState) but its width, which the terminal decides.
+  void update(const ProgressState& state);
   // Any other line in the same place (`loom prepare`'s bytes, MB/s and ETA).
   void show(const std::string& line);
   bool enabled() const { return enabled_; }
 
  private:
   bool enabled_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::shared_ptr<spdlog::sinks::sink> erase_, redraw_;
 };
 

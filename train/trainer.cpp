@@ -9,7 +9,6 @@
 
 #include "core/cpu_allocator.h"
 #include "core/error.h"
-#include "core/fault_injection.h"
 #include "core/file_io.h"
 #include "core/logging.h"
 #include "core/signals.h"
@@ -73,7 +72,8 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
       mesh_(config_, processes.world(config_.parallel.timeout_s), device_),
       schedule_(config_),
       loss_scaler_(config_.precision),
-      nonfinite_guard_(config_.train.max_bad_steps) {
+      nonfinite_guard_(config_.train.max_bad_steps),
+      throughput_(config_.train.log_every) {
   validate_batch_split(config_, mesh_.dp());
   if (processes.distributed()) set_log_tag("rank " + std::to_string(mesh_.rank()) + " " + mesh_.coords_name());
   const int64_t threads = configure_cpu(config_.runtime, processes.info().local_size);
@@ -127,21 +127,27 @@ TrainState Trainer::run() {
     spdlog::info("nothing to do: the run is at step {} and train.max_steps is {}", state_.step, max_steps);
     return state_;
   }
-  session_start_ = interval_start_ = std::chrono::steady_clock::now();
-  elapsed_at_start_ = state_.elapsed_s;
+  const auto session_start = std::chrono::steady_clock::now();
+  const double elapsed_at_start = state_.elapsed_s;
+  throughput_.start(session_start);
   ProgressBar progress(is_leader() && stderr_is_terminal());  // terminals only: log files stay plain lines
-  const int64_t first_step = state_.step, first_tokens = state_.tokens;
   while (state_.step < max_steps) {
-    maybe_inject_fault(state_.step + 1, mesh_.rank());
     const StepResult result = step();
-    interval_tokens_ += step_tokens_;
-    interval_steps_ += 1;
-    state_.elapsed_s = elapsed_at_start_ + seconds_since(session_start_);
-    progress.update(state_.step, max_steps, result.loss, state_.step - first_step, state_.tokens - first_tokens,
-                    state_.elapsed_s);
+    throughput_.step_done(result.tokens);
+    state_.elapsed_s = elapsed_at_start + seconds_since(session_start);
+    if (progress.enabled()) {
+      ProgressState shown;
+      shown.step = state_.step;
+      shown.max_steps = max_steps;
+      shown.loss = result.loss;
+      shown.tokens_per_s = throughput_.tokens_per_s();
+      shown.elapsed_s = state_.elapsed_s;
+      shown.eta_s = throughput_.eta_s(max_steps - state_.step);
+      progress.update(shown);
+    }
 
     const bool final_step = state_.step == max_steps;
-    if (state_.step % config_.train.log_every == 0 || final_step) log_step(result.loss, result.lr, result.grad_norm);
+    if (state_.step % config_.train.log_every == 0 || final_step) log_step(result);
     maybe_evaluate(final_step);
     const int64_t every = config_.checkpoint.every;
     if (final_step || (every > 0 && state_.step % every == 0)) checkpoint();
@@ -155,12 +161,15 @@ TrainState Trainer::run() {
 }
 
 StepResult Trainer::step() {
+  const StepFaults faults = inject_step_faults(state_.step + 1, mesh_.rank());  // tests only (LOOM_FAULT_INJECTION)
   PhaseClock clock(phases_, device_, synchronize_phases_);
   StepResult result;
   result.lr = schedule_.at(state_.step);
   set_learning_rate(*optimizer_, result.lr);
-  result.loss = forward_backward(clock);
-  if (fault_injected("nan_grad", state_.step + 1, mesh_.rank()))
+  const Backward backward = forward_backward(clock, faults);
+  result.loss = backward.loss;
+  result.tokens = backward.tokens;
+  if (faults.nan_grad)
     gradient_sync_->optimizer_parameters().front().grad().view(-1)[0].fill_(std::numeric_limits<double>::quiet_NaN());
   // One agreement over every rank on whether to update: no rank steps while another skips. With ZeRO-1
   // or TP the ranks' gradients differ, and a fault can corrupt one replica. fp16: the unscaling pass flags
@@ -169,7 +178,8 @@ StepResult Trainer::step() {
   if (!loss_scaler_.enabled()) norm = global_gradient_norm();
   const bool local_finite = norm ? norm->local_finite : loss_scaler_.unscale(gradient_sync_->optimizer_parameters());
   const StepHealth health = nonfinite_guard_.check(
-      state_.step + 1, local_loss_sum_, local_finite, loss_scaler_.enabled() && loss_scaler_.scale() > 1, mesh_,
+      state_.step + 1, backward.local_loss_sum, local_finite, loss_scaler_.enabled() && loss_scaler_.scale() > 1,
+      mesh_,
       [&] {
         return first_nonfinite_gradient(gradient_sync_->optimizer_parameters(), gradient_sync_->optimizer_slices(),
                                         task_->model());
@@ -194,7 +204,7 @@ StepResult Trainer::step() {
   clock.lap(&StepPhases::optimizer_s);
   count_source_tokens();
   state_.step += 1;
-  state_.tokens += step_tokens_;
+  state_.tokens += result.tokens;
   return result;
 }
 
@@ -220,7 +230,7 @@ GradientNorm Trainer::global_gradient_norm() {
                        &mesh_.host_group(MeshAxis::kPp), duplicated_);
 }
 
-double Trainer::forward_backward(PhaseClock& clock) {
+Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults& faults) {
   task_->model().train();
   gradient_sync_->zero_grad();
   const int64_t accumulation = config_.accumulation_steps(mesh_.dp());
@@ -237,9 +247,10 @@ double Trainer::forward_backward(PhaseClock& clock) {
     tokens.push_back(slice.count > 0 ? batches.back().tokens() : 0);
   }
   Communicator& dp_sums = mesh_.host_group(MeshAxis::kDp);
+  Backward out;
   const int64_t local_tokens = std::accumulate(tokens.begin(), tokens.end(), int64_t{0});
-  step_tokens_ = static_cast<int64_t>(sum_over(dp_sums, static_cast<double>(local_tokens)));
-  const double weight_per_token = static_cast<double>(mesh_.dp()) / static_cast<double>(step_tokens_);
+  out.tokens = static_cast<int64_t>(sum_over(dp_sums, static_cast<double>(local_tokens)));
+  const double weight_per_token = static_cast<double>(mesh_.dp()) / static_cast<double>(out.tokens);
   clock.lap(&StepPhases::data_s);
   if (mesh_.pp() > 1) {
     const PipelineStats before = pipeline_stats_;
@@ -250,32 +261,31 @@ double Trainer::forward_backward(PhaseClock& clock) {
                {&StepPhases::backward_s, pipeline_stats_.backward_s - before.backward_s},
                {&StepPhases::pipeline_wait_s, pipeline_stats_.idle_s - before.idle_s}},
               &StepPhases::sync_s);
-    local_loss_sum_ = loss_sum.item<double>();  // zero on all but the last stage
+    out.local_loss_sum = loss_sum.item<double>();  // zero on all but the last stage
     auto sums = loss_sum.cpu().reshape({1});
     mesh_.host_group(MeshAxis::kPp).all_reduce(sums);  // the loss is known on the last stage only
-    const double loss = sum_over(dp_sums, sums.item<double>()) / static_cast<double>(step_tokens_);
+    out.loss = sum_over(dp_sums, sums.item<double>()) / static_cast<double>(out.tokens);
     clock.lap(&StepPhases::sync_s);
-    return loss;
+    return out;
   }
   // Summed over this rank's tokens on the device, read once at the end: no device wait per micro-batch.
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device_));
   AutocastGuard autocast(config_.precision, device_);
-  const bool nan_loss = fault_injected("nan_loss", state_.step + 1, mesh_.rank());
   for (int64_t m = 0; m < accumulation; ++m) {
     if (m == accumulation - 1) gradient_sync_->prepare_last_backward();
     const auto weight = static_cast<double>(tokens[m]);
     auto loss = task_->loss(batches[m], device_, config_.optim.label_smoothing);
-    if (nan_loss) loss = loss * std::numeric_limits<double>::quiet_NaN();
+    if (faults.nan_loss) loss = loss * std::numeric_limits<double>::quiet_NaN();
     clock.lap(&StepPhases::forward_s);
     (loss_scaler_.scale_loss(loss) * (weight * weight_per_token)).backward();
     loss_sum += loss.detach() * weight;
     clock.lap(&StepPhases::backward_s);
   }
   gradient_sync_->finish();
-  local_loss_sum_ = loss_sum.item<double>();
-  const double loss = sum_over(dp_sums, local_loss_sum_) / static_cast<double>(step_tokens_);
+  out.local_loss_sum = loss_sum.item<double>();
+  out.loss = sum_over(dp_sums, out.local_loss_sum) / static_cast<double>(out.tokens);
   clock.lap(&StepPhases::sync_s);
-  return loss;
+  return out;
 }
 
 torch::Tensor Trainer::pipeline_forward_backward(const std::vector<TaskBatch>& batches,
@@ -287,16 +297,8 @@ torch::Tensor Trainer::pipeline_forward_backward(const std::vector<TaskBatch>& b
   step.backward_loss = [&](const torch::Tensor& loss, int64_t m) {
     return loss_scaler_.scale_loss(loss) * (static_cast<double>(tokens[static_cast<size_t>(m)]) * weight_per_token);
   };
-  // A tied embedding's gradient is complete only once the first and last stage have summed theirs, so the
-  // DP reduction cannot start during backward; otherwise it overlaps this stage's last backward.
-  auto tied = task_->stage_tied_parameter();
-  if (!tied.defined()) step.before_last_backward = [this] { gradient_sync_->prepare_last_backward(); };
+  step.start_gradient_sync = [this] { gradient_sync_->prepare_last_backward(); };
   auto loss_sum = run_pipeline(*task_, batches, mesh_, config_.parallel.pp_schedule, device_, step, &pipeline_stats_);
-  if (tied.defined()) {
-    if (tied.grad().defined())
-      mesh_.embedding_group().all_reduce(tied.grad());
-    gradient_sync_->prepare_last_backward();
-  }
   gradient_sync_->finish();
   return loss_sum;
 }
@@ -323,21 +325,18 @@ void Trainer::maybe_evaluate(bool final_step) {
                    {"tokens", state_.tokens}, {"elapsed_s", state_.elapsed_s}});
 }
 
-void Trainer::log_step(double loss, double lr, double grad_norm) {
+void Trainer::log_step(const StepResult& result) {
   if (!is_leader()) return;
-  const double interval = seconds_since(interval_start_);
-  const double tokens_per_s = interval > 0 ? static_cast<double>(interval_tokens_) / interval : 0.0;
-  const double seconds_per_step = interval_steps_ > 0 ? interval / static_cast<double>(interval_steps_) : 0.0;
-  const double eta = seconds_per_step * static_cast<double>(config_.train.max_steps - state_.step);
+  const double tokens_per_s = throughput_.tokens_per_s();
   spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:.0f} tok/s | {} elapsed | ETA {}", state_.step,
-               config_.train.max_steps, loss, lr, grad_norm, tokens_per_s, format_duration(state_.elapsed_s),
-               format_duration(eta));
+               config_.train.max_steps, result.loss, result.lr, result.grad_norm, tokens_per_s,
+               format_duration(state_.elapsed_s), format_duration(throughput_.eta_s(config_.train.max_steps - state_.step)));
   // A skipped step's grad_norm, and a non-finite loss, are written as null (JSON has no nan or inf).
   const auto finite_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
-  nlohmann::json row = {{"step", state_.step},   {"split", "train"},     {"loss", finite_or_null(loss)},
-                        {"lr", lr},              {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s},
+  nlohmann::json row = {{"step", state_.step},       {"split", "train"},        {"loss", finite_or_null(result.loss)},
+                        {"lr", result.lr},           {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s},
                         {"elapsed_s", state_.elapsed_s}, {"skipped_steps", state_.skipped_steps}};
-  row["grad_norm"] = finite_or_null(grad_norm);
+  row["grad_norm"] = finite_or_null(result.grad_norm);
   const auto names = task_->source_names();
   if (!names.empty() && names.size() == state_.tokens_by_source.size()) {
     auto& by_source = row["tokens_by_source"] = nlohmann::json::object();
@@ -345,9 +344,6 @@ void Trainer::log_step(double loss, double lr, double grad_norm) {
   }
   if (loss_scaler_.enabled()) row["loss_scale"] = loss_scaler_.scale();
   metrics_->write(row);
-  interval_start_ = std::chrono::steady_clock::now();
-  interval_tokens_ = 0;
-  interval_steps_ = 0;
 }
 
 CheckpointParts Trainer::checkpoint_parts() {

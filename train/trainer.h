@@ -8,10 +8,10 @@
 #pragma once
 #include <torch/torch.h>
 
-#include <chrono>
 #include <memory>
 
 #include "core/config.h"
+#include "core/fault_injection.h"
 #include "data/lm_batches.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
@@ -25,6 +25,7 @@
 #include "train/pipeline_runner.h"
 #include "train/step_phases.h"
 #include "train/task.h"
+#include "train/throughput.h"
 
 namespace loom {
 
@@ -33,6 +34,7 @@ struct StepResult {
   double lr = 0;         // the scheduled learning rate the step used
   double grad_norm = 0;  // before clipping
   bool skipped = false;  // no update: non-finite loss or gradients (train/nonfinite_guard.h), or fp16 overflow
+  int64_t tokens = 0;    // in the global batch
 };
 
 class Trainer {
@@ -58,15 +60,23 @@ class Trainer {
   torch::Device device() const { return device_; }
 
  private:
-  void resume_or_start();
-  double forward_backward(PhaseClock& clock);
-  GradientNorm global_gradient_norm();  // over every rank's share of the gradients (gradient_norm's groups)  // this rank's micro-batches; returns the global batch's mean loss
-  // The pipeline's part of forward_backward (parallel.pp > 1): returns this rank's sum of loss x tokens.
+  // What the forward and backward passes of a step's micro-batches leave for the rest of the step.
+  struct Backward {
+    double loss = 0;            // the global batch's mean loss
+    double local_loss_sum = 0;  // this rank's share of it: summed token losses (non-finite: a bad step)
+    int64_t tokens = 0;         // in the global batch
+  };
+  Backward forward_backward(PhaseClock& clock, const StepFaults& faults);
+  // The micro-batches through this rank's pipeline stage (parallel.pp > 1): this rank's sum of loss x tokens.
   torch::Tensor pipeline_forward_backward(const std::vector<TaskBatch>& batches, const std::vector<int64_t>& tokens,
                                           double weight_per_token);
+  // Over every rank's share of the gradients: ZeRO shards over DP, TP shards, pipeline stages.
+  GradientNorm global_gradient_norm();
+
+  void resume_or_start();
   bool any_rank_stopping();
   void count_source_tokens();  // a mixture's tokens per source of this step's global batch
-  void log_step(double loss, double lr, double grad_norm);
+  void log_step(const StepResult& result);
   void maybe_evaluate(bool final_step);
   void checkpoint();
   CheckpointParts checkpoint_parts();
@@ -76,27 +86,21 @@ class Trainer {
   torch::Device device_;
   Mesh mesh_;  // every process group: the world, dp, tp, pp
   std::unique_ptr<Task> task_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
-  std::vector<std::vector<ElementRange>> tp_sharded_;  // per optimizer tensor: its elements split over TP
-  std::vector<std::vector<ElementRange>> duplicated_;  // per optimizer tensor: elements another stage counts
   std::unique_ptr<GradientSync> gradient_sync_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  // Per optimizer tensor, for the gradient norm: its elements split over TP, and those another stage counts.
+  std::vector<std::vector<ElementRange>> tp_sharded_, duplicated_;
   LrSchedule schedule_;
   LossScaler loss_scaler_;
   NonFiniteGuard nonfinite_guard_;
-  std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
+
   TrainState state_;
   int64_t last_checkpoint_step_ = -1;
+  std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
+  ThroughputMeter throughput_;
   StepPhases phases_;
   bool synchronize_phases_ = false;
   PipelineStats pipeline_stats_;
-
-  // Throughput between progress lines.
-  std::chrono::steady_clock::time_point session_start_, interval_start_;
-  int64_t interval_tokens_ = 0;
-  int64_t interval_steps_ = 0;
-  int64_t step_tokens_ = 0;  // tokens of the last step's global batch
-  double local_loss_sum_ = 0;  // this rank's summed token losses of the last step (non-finite: a bad step)
-  double elapsed_at_start_ = 0;
 };
 
 }  // namespace loom

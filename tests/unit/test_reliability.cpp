@@ -1,5 +1,6 @@
 // Reliability pieces with closed-form answers: the LOOM_FAULT_INJECTION syntax, the non-finite step
-// guard's counting and stop message, the progress bar's arithmetic and layout, and the memory check.
+// guard's counting and stop message, the throughput meter, the progress bar's arithmetic and layout, and
+// the memory check.
 #include <limits>
 
 #include "core/error.h"
@@ -9,6 +10,7 @@
 #include "train/memory_check.h"
 #include "train/nonfinite_guard.h"
 #include "train/progress.h"
+#include "train/throughput.h"
 
 TEST_CASE("fault injection: step ranges and ranks", "[reliability]") {
   const auto one = loom::parse_fault("nan_loss@5");
@@ -119,6 +121,27 @@ TEST_CASE("progress: ETA arithmetic and bar layout", "[reliability]") {
   CHECK(loom::progress_line(state, 40).size() == 40);  // a narrow terminal: cut, never wrapped
   state.loss = std::numeric_limits<double>::quiet_NaN();
   CHECK(loom::progress_line(state, 200).find("loss non-finite") != std::string::npos);
+}
+
+TEST_CASE("throughput: tokens/s and ETA over the last log_every steps, from step end to step end", "[reliability]") {
+  using namespace std::chrono_literals;
+  const loom::ThroughputMeter::Clock::time_point t0{};
+  loom::ThroughputMeter meter(/*window=*/2);
+  CHECK(meter.tokens_per_s() == 0.0);  // nothing measured yet
+  CHECK(meter.eta_s(10) == 0.0);
+  meter.start(t0);
+  meter.step_done(100, t0 + 1s);
+  CHECK(meter.tokens_per_s() == 100.0);
+  CHECK(meter.eta_s(10) == 10.0);
+  meter.step_done(300, t0 + 2s);  // 400 tokens in 2 s
+  CHECK(meter.tokens_per_s() == 200.0);
+  // A checkpoint of 3 s before the third step ends counts; the window now holds the last two steps, from
+  // the end of the first (1 s) to the end of the third (6 s): 300 + 600 tokens in 5 s.
+  meter.step_done(600, t0 + 6s);
+  CHECK(meter.tokens_per_s() == 180.0);
+  CHECK(meter.eta_s(4) == 10.0);  // 2.5 s a step
+  meter.start(t0 + 10s);  // a new session forgets the old pace
+  CHECK(meter.tokens_per_s() == 0.0);
 }
 
 TEST_CASE("memory check: MemAvailable, the estimate, and the refusal", "[reliability]") {
