@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "models/estimates.h"
+#include "parallel/mesh.h"
 
 #ifdef LOOM_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -57,7 +58,7 @@ std::optional<std::string> memory_shortfall(const Config& config, int64_t availa
   const MemoryEstimate memory = estimate_memory(config);
   const int64_t model = memory.weights + memory.gradients + memory.optimizer;
   const auto& p = config.parallel;
-  const std::string layout = fmt::format("dp {} x tp {} x pp {}{}", p.dp, p.tp, p.pp, p.zero == 1 ? " with ZeRO-1" : "");
+  const std::string layout = MeshShape(p).describe(" x ", " ") + (p.zero == 1 ? " with ZeRO-1" : "");  // as loom info names it
   if (model > available)
     return fmt::format(
         "the model does not fit: each rank needs {} for weights, gradients and AdamW state (plus about {} of "
