@@ -14,16 +14,14 @@ const std::set<std::string>& tokenizer_options() {
 }
 
 TokenizerConfig tokenizer_config_from_args(const Args& args) {
-  // The pattern is taken as it is (a regex is no YAML); the special tokens parse as the config key does,
-  // and validate() checks all as it checks the tokenizer.* keys.
-  Config config;
+  // The pattern is taken as it is (a regex is no YAML); the type and the special tokens parse as their
+  // config keys do, and validate() checks all as it checks the tokenizer.* keys.
+  std::vector<std::string> sets;
+  if (auto type = args.option("type")) sets.push_back("tokenizer.type=" + *type);
+  if (auto special = args.option("special-tokens")) sets.push_back("tokenizer.special_tokens=" + *special);
+  Config config = parse_config("", "command line", sets);
   config.tokenizer.model = args.option_or("tokenizer", "");
-  config.tokenizer.type = args.option_or("type", "auto");
   config.tokenizer.pattern = args.option_or("pattern", "");
-  if (auto special = args.option("special-tokens")) {
-    const Config parsed = parse_config("", "command line", {"tokenizer.special_tokens=" + *special});
-    config.tokenizer.special_tokens = parsed.tokenizer.special_tokens;
-  }
   validate(config);
   return config.tokenizer;
 }

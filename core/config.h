@@ -92,7 +92,7 @@ struct SpecialTokensSetting {
 
 struct TokenizerConfig {
   std::string model;          // a SentencePiece .model, a Hugging Face tokenizer.json or a .tiktoken rank file
-  std::string type = "auto";  // auto (from the file's content) | sentencepiece | huggingface | tiktoken
+  TokenizerType type = TokenizerType::kAuto;
   std::string pattern;        // tiktoken: the split regex, or a name (data/tokenizer_presets.h)
   SpecialTokensSetting special_tokens;  // tiktoken only
 };

@@ -25,6 +25,8 @@ enum class ParamDtype { kFp32, kBf16 };
 enum class PipelineSchedule { kGPipe, k1F1B };
 enum class DeviceKind { kCpu, kCuda };
 enum class CpuAllocatorKind { kCaching, kSystem };
+// A loaded tokenizer's type is never kAuto (data/tokenizer.h reads it from the file).
+enum class TokenizerType { kAuto, kSentencePiece, kHuggingFace, kTiktoken };
 
 // One value of a config enum: its name in YAML and, for the reference, what it means (may be empty).
 template <class E>
@@ -131,6 +133,14 @@ struct EnumTable<CpuAllocatorKind> {
       {CpuAllocatorKind::kCaching, "caching",
        "large blocks kept and reused across steps: no page faults, no heap fragmentation"},
       {CpuAllocatorKind::kSystem, "system", "malloc"}};
+};
+template <>
+struct EnumTable<TokenizerType> {
+  static constexpr EnumValue<TokenizerType> values[] = {
+      {TokenizerType::kAuto, "auto", "from the file's content"},
+      {TokenizerType::kSentencePiece, "sentencepiece", "a SentencePiece .model"},
+      {TokenizerType::kHuggingFace, "huggingface", "a Hugging Face tokenizer.json (byte-level BPE)"},
+      {TokenizerType::kTiktoken, "tiktoken", "a tiktoken rank file"}};
 };
 
 // Whether E is a config enum (has a table).

@@ -279,8 +279,6 @@ void validate(const Config& c) {
   check.require(c.runtime.threads >= 0, "runtime.threads", c.runtime.threads, " must be >= 0 (0: all cores)");
   check_resource_bounds(check, c);
   const TokenizerConfig& tk = c.tokenizer;
-  check.require(one_of(tk.type, {"auto", "sentencepiece", "huggingface", "tiktoken"}), "tokenizer.type", "'", tk.type,
-                "' is not one of auto, sentencepiece, huggingface, tiktoken");
   for (const auto& [text, id] : tk.special_tokens.ids) {
     check.require(!text.empty(), "tokenizer.special_tokens", "a special token's text is empty");
     check.require(id >= 0 && id <= 0x7fffffff, "tokenizer.special_tokens", "'", text, "': id ", id,

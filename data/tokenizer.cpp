@@ -18,10 +18,7 @@ bool any_of(std::string_view text, std::initializer_list<std::string_view> names
 }
 
 TokenizerType parse_type(const TokenizerConfig& config) {
-  if (config.type == "sentencepiece") return TokenizerType::kSentencePiece;
-  if (config.type == "huggingface") return TokenizerType::kHuggingFace;
-  if (config.type == "tiktoken") return TokenizerType::kTiktoken;
-  return detect_tokenizer_type(config.model);
+  return config.type == TokenizerType::kAuto ? detect_tokenizer_type(config.model) : config.type;
 }
 
 // A tiktoken line: base64 text, one space, decimal rank.
@@ -38,15 +35,6 @@ bool looks_like_tiktoken_line(const std::string& line) {
 }
 
 }  // namespace
-
-const char* tokenizer_type_name(TokenizerType type) {
-  switch (type) {
-    case TokenizerType::kSentencePiece: return "sentencepiece";
-    case TokenizerType::kHuggingFace: return "huggingface";
-    case TokenizerType::kTiktoken: return "tiktoken";
-  }
-  return "unknown";
-}
 
 std::optional<int32_t> Tokenizer::special_id(std::string_view text) const {
   for (const auto& t : special_)
@@ -107,13 +95,14 @@ std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerConfig& config) {
              ".tiktoken file; scripts/prepare_kjv.sh makes a SentencePiece one)");
   const TokenizerType type = parse_type(config);
   if (type != TokenizerType::kTiktoken && (!config.pattern.empty() || !config.special_tokens.empty()))
-    throw ConfigError(path + " is a " + tokenizer_type_name(type) +
+    throw ConfigError(path + " is a " + enum_name(type) +
                       " tokenizer: tokenizer.pattern and tokenizer.special_tokens apply to .tiktoken files only "
                       "(a tokenizer.json and a SentencePiece model carry their own)");
   switch (type) {
     case TokenizerType::kSentencePiece: return std::make_unique<SentencePieceTokenizer>(path);
     case TokenizerType::kHuggingFace: return load_hf_tokenizer(path);
     case TokenizerType::kTiktoken: return load_tiktoken_tokenizer(path, config.pattern, config.special_tokens);
+    case TokenizerType::kAuto: break;
   }
   throw Error("unknown tokenizer type");
 }

@@ -16,8 +16,6 @@
 
 namespace loom {
 
-enum class TokenizerType { kSentencePiece, kHuggingFace, kTiktoken };
-const char* tokenizer_type_name(TokenizerType type);
 
 struct EncodeOptions {
   // Special tokens written in the text ("<|endoftext|>") become their ids, as Hugging Face's encode
@@ -55,7 +53,7 @@ class Tokenizer {
   // One more than the largest id (the embedding rows a model needs).
   virtual int64_t vocab_size() const = 0;
   virtual TokenizerType type() const = 0;
-  const char* type_name() const { return tokenizer_type_name(type()); }
+  const char* type_name() const { return enum_name(type()); }
 
   // CRC-32 of the file, and for tiktoken of the pattern and special tokens too (they change the ids).
   uint32_t checksum() const { return checksum_; }
