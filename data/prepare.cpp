@@ -117,7 +117,11 @@ PrepareResult prepare(const PrepareOptions& options, const std::function<void(co
   manifest.inputs = describe_inputs(inputs);
   manifest.options = output_options(options);
   TokenizerConfig tokenizer_config = options.tokenizer;
-  if (options.train_tokenizer) tokenizer_config = {(dir / kTrainedTokenizer).string(), "sentencepiece", "", {}};
+  if (options.train_tokenizer) {
+    tokenizer_config = TokenizerConfig{};
+    tokenizer_config.model = (dir / kTrainedTokenizer).string();
+    tokenizer_config.type = TokenizerType::kSentencePiece;
+  }
   const fs::path tokenizer_path = tokenizer_config.model;
   LOOM_CHECK(options.train_tokenizer || fs::is_regular_file(tokenizer_path), tokenizer_path.string(),
              ": no tokenizer there (--tokenizer FILE)");

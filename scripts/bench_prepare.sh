@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # `loom prepare` against a reference on the same JSONL corpus, tokenizer and thread count, alternating
 # for several rounds (so machine noise hits both alike); prints each round's MB/s (bytes of JSONL per
-# wall-clock second) and the medians.
-# The reference is the sentencepiece PyPI package (the same library and the same .model file as loom's
-# tokenizer, hence the same ids): the JSONL read and parsed by Python's json, documents in batches of
-# 1,000 encoded by SentencePieceProcessor.encode(batch, num_threads=N), EOS appended, the ids written as
-# uint16/uint32 to one file; its encode-only rate is printed too. (Hugging Face tokenizers' encode_batch
-# would be the reference for a tokenizer.json; it cannot run a SentencePiece model, so with loom's
-# SentencePiece tokenizer it would time another algorithm.)
+# wall-clock second) and the medians. The reference is the PyPI package of the tokenizer's own kind, run on
+# the same file (hence the same ids): the JSONL read and parsed by Python's json, documents in batches of
+# 1,000 encoded, EOS appended, the ids written as uint16/uint32 to one file; its encode-only rate is printed too.
+#   - a tokenizer.json (the default: GPT-2's, built from gpt2.tiktoken as tests/golden/tokenizer_golden.py
+#     does): Hugging Face tokenizers' encode_batch(batch, add_special_tokens=False) on RAYON_NUM_THREADS=N;
+#   - a SentencePiece .model: the sentencepiece package's encode(batch, num_threads=N).
 # The corpus (under $TMPDIR, removed at exit): KJV and WEB verses from diatheke, 10 verses a document,
 # repeated to --mb megabytes, as {"id", "text", "meta"} records.
-#   scripts/bench_prepare.sh --tokenizer MODEL [--mb 100] [--threads N] [--rounds 3] [--loom build/loom]
+#   scripts/bench_prepare.sh [--tokenizer FILE] [--mb 100] [--threads N] [--rounds 3] [--loom build/loom]
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 tokenizer= mb=100 threads=$(nproc) rounds=3 loom=${LOOM:-$SRC/build/loom}
@@ -25,10 +24,18 @@ while [ $# -gt 0 ]; do
     *) echo "bench_prepare.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[ -n "$tokenizer" ] || { echo "bench_prepare.sh: --tokenizer MODEL is missing (e.g. datasets/kjv/tokenizer.model)" >&2; exit 2; }
 [ -x "$loom" ] || { echo "bench_prepare.sh: $loom is not built (cmake --build build)" >&2; exit 2; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench-prepare.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+if [ -z "$tokenizer" ]; then
+  ranks=${LOOM_CACHE:-$HOME/.cache/loom}/gpt2.tiktoken
+  [ -s "$ranks" ] || { echo "bench_prepare.sh: $ranks is missing: run scripts/setup.sh" >&2; exit 1; }
+  tokenizer=$work/gpt2-tokenizer.json
+  PYTHONPATH="$SRC/tests/golden" python3 -c "import sys, tokenizer_golden as g; g.gpt2_tokenizer_json(g.load_ranks(sys.argv[1]), sys.argv[2])" \
+    "$ranks" "$tokenizer"
+fi
+case $tokenizer in *.json) reference=tokenizers ;; *) reference=sentencepiece ;; esac
+export RAYON_NUM_THREADS=$threads
 
 { "$SRC/scripts/bible_verses.sh" engKJV2006eb; "$SRC/scripts/bible_verses.sh" engWEB2015eb; } | cut -f3 > "$work/verses.txt"
 python3 - "$work/verses.txt" "$work/corpus.jsonl" "$mb" <<'PY'
@@ -49,17 +56,25 @@ PY
 cat > "$work/reference.py" <<'PY'
 import json, sys, time
 import numpy as np
-import sentencepiece as spm
-corpus, model, threads, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-sp = spm.SentencePieceProcessor(model_file=model)
-dtype, eos = (np.uint16 if sp.vocab_size() <= 65536 else np.uint32), sp.eos_id()
+corpus, model, threads, out, kind = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+if kind == "tokenizers":
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(model)
+    vocab, eos = tok.get_vocab_size(), tok.token_to_id("<|endoftext|>") or 0
+    encode = lambda batch: [e.ids for e in tok.encode_batch(batch, add_special_tokens=False)]
+else:
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=model)
+    vocab, eos = sp.vocab_size(), sp.eos_id()
+    encode = lambda batch: sp.encode(batch, num_threads=threads)
+dtype = np.uint16 if vocab <= 65536 else np.uint32
 start, encoding, size = time.perf_counter(), 0.0, 0
 with open(corpus, "rb") as f, open(out, "wb") as o:
     batch = []
     def flush():
         global encoding
         t = time.perf_counter()
-        ids = sp.encode(batch, num_threads=threads)
+        ids = encode(batch)
         encoding += time.perf_counter() - t
         o.write(np.fromiter((i for doc in ids for i in doc + [eos]), dtype=dtype).tobytes())
         batch.clear()
@@ -84,12 +99,12 @@ for round in $(seq "$rounds"); do
     --valid-fraction 0.01 > "$work/loom.log" 2>&1 || { cat "$work/loom.log" >&2; exit 1; }
   loom_rate=$(python3 -c "import sys; print(f'{float(sys.argv[1]) / (float(sys.argv[3]) - float(sys.argv[2])):.2f}')" \
     "$size_mb" "$start" "$(date +%s.%N)")
-  read -r ref_rate ref_encode < <(python3 "$work/reference.py" "$work/corpus.jsonl" "$tokenizer" "$threads" "$work/ref.bin")
+  read -r ref_rate ref_encode < <(python3 "$work/reference.py" "$work/corpus.jsonl" "$tokenizer" "$threads" "$work/ref.bin" "$reference")
   loom_rates+=("$loom_rate") ref_rates+=("$ref_rate")
-  echo "round $round: loom prepare $loom_rate MB/s | sentencepiece (PyPI) $ref_rate MB/s end to end, $ref_encode MB/s in encode alone"
+  echo "round $round: loom prepare $loom_rate MB/s | $reference (PyPI) $ref_rate MB/s end to end, $ref_encode MB/s in encode alone"
 done
-python3 - "${loom_rates[*]}" "${ref_rates[*]}" <<'PY'
+python3 - "${loom_rates[*]}" "${ref_rates[*]}" "$reference" <<'PY'
 import statistics, sys
 loom, ref = (statistics.median(map(float, a.split())) for a in sys.argv[1:3])
-print(f"median: loom prepare {loom:.2f} MB/s, sentencepiece {ref:.2f} MB/s: loom / reference = {loom / ref:.2f}")
+print(f"median: loom prepare {loom:.2f} MB/s, {sys.argv[3]} {ref:.2f} MB/s: loom / reference = {loom / ref:.2f}")
 PY

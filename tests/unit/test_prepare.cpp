@@ -21,6 +21,12 @@ using loom::test::write_bytes;
 
 namespace {
 
+loom::TokenizerConfig tokenizer_file(const fs::path& path) {
+  loom::TokenizerConfig config;
+  config.model = path.string();
+  return config;
+}
+
 struct Corpus {
   fs::path dir;
   std::vector<std::string> texts;  // every document's text, in input order
@@ -131,7 +137,7 @@ TEST_CASE("prepare: documents are the tokenizer's ids + EOS, in input order, spl
   const auto result = loom::prepare(options);
   CHECK_FALSE(result.up_to_date);
 
-  const auto tokenizer = loom::open_prepare_tokenizer({loom::test::tiny_tokenizer().string()});
+  const auto tokenizer = loom::open_prepare_tokenizer(tokenizer_file(loom::test::tiny_tokenizer()));
   std::array<std::vector<std::vector<int32_t>>, 2> expected;
   for (const auto& text : corpus.texts) {
     auto ids = tokenizer->encode(text);
@@ -283,7 +289,7 @@ TEST_CASE("prepare: --train-tokenizer trains a SentencePiece model into DIR firs
   const auto result = loom::prepare(options);
   const auto model = corpus.dir / "out" / "tokenizer.model";
   REQUIRE(fs::exists(model));
-  const auto tokenizer = loom::open_prepare_tokenizer({model.string()});
+  const auto tokenizer = loom::open_prepare_tokenizer(tokenizer_file(model));
   CHECK(tokenizer->type() == loom::TokenizerType::kSentencePiece);
   CHECK(tokenizer->vocab_size() == 400);
   CHECK(result.manifest.tokenizer.trained);
