@@ -1,7 +1,8 @@
 // `loom info CONFIG`: what the configured model costs, from closed forms and without building it: the
 // exact parameter count, training FLOPs per token, and memory per rank (weights, gradients, AdamW state,
-// activations of the micro-batches a rank keeps) for the config's precision and parallel layout, per
-// pipeline stage when parallel.pp > 1. --json for scripts.
+// activations of the micro-batches a rank keeps) for the config's precision and parallel layout (ZeRO
+// stage included), per pipeline stage when parallel.pp > 1, and the bytes a rank hands to the data-parallel
+// collectives per step. --json for scripts.
 #include <algorithm>
 #include <iostream>
 #include <string>
@@ -78,6 +79,14 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                           {"pipeline_sends", e.pipeline_sends},
                           {"total", e.total()}};
   };
+  // The busiest stage's: the one with the most parameters moves the most.
+  CommunicationEstimate communication;
+  for (int64_t s = 0; s < p.pp; ++s) {
+    const auto c = estimate_communication(config, s);
+    if (c.all_reduced + c.reduce_scattered + c.all_gathered >
+        communication.all_reduced + communication.reduce_scattered + communication.all_gathered)
+      communication = c;
+  }
   const int64_t micro_batch = config.micro_batch_size(std::max<int64_t>(1, p.dp));
   const MeshShape layout(p);  // as asked for: dp -1 is whatever the world leaves
   if (args.flag("json")) {
@@ -91,7 +100,12 @@ int info_command(const Argv& argv, const ProcessGroup&) {
         {"precision", enum_name(config.precision.dtype)},
         {"param_dtype", enum_name(config.precision.param_dtype)},
         {"layout", layout_json},
-        {"memory", memory_json(memory)}};
+        {"memory", memory_json(memory)},
+        {"communication",
+         {{"all_reduced", communication.all_reduced},
+          {"reduce_scattered", communication.reduce_scattered},
+          {"all_gathered", communication.all_gathered}}}};
+    out["layout"]["zero"] = p.zero;
     if (p.pp > 1) {
       out["layout"]["pp_schedule"] = enum_name(p.pp_schedule);
       out["layout"]["microbatches"] = config.accumulation_steps(std::max<int64_t>(1, p.dp));
@@ -113,8 +127,10 @@ int info_command(const Argv& argv, const ProcessGroup&) {
   std::printf("variant        %s\n", describe_variant(m).c_str());
   std::printf("parameters     %s\n", grouped(parameters).c_str());
   std::printf("FLOPs/token    %.4g (training, seq_len %ld)\n", flops, static_cast<long>(config.data.seq_len));
-  std::printf("memory/rank    %s, %s, micro-batch %ld x %ld tokens\n", config.precision.label().c_str(),
-              layout.describe(" x ", " ").c_str(), static_cast<long>(micro_batch), static_cast<long>(config.data.seq_len));
+  const std::string zero = p.zero >= 1 ? " with ZeRO-" + std::to_string(p.zero) : "";
+  std::printf("memory/rank    %s, %s%s, micro-batch %ld x %ld tokens\n", config.precision.label().c_str(),
+              layout.describe(" x ", " ").c_str(), zero.c_str(), static_cast<long>(micro_batch),
+              static_cast<long>(config.data.seq_len));
   const std::pair<const char*, int64_t> rows[] = {{"weights", memory.weights},
                                                   {"gradients", memory.gradients},
                                                   {"optimizer", memory.optimizer},
@@ -123,6 +139,14 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                                                   {"total", memory.total()}};
   for (const auto& [name, bytes] : rows)
     std::printf("  %-14s %10s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());
+  if (p.dp > 1) {
+    std::printf("dp collectives per step and rank (buffer bytes)\n");
+    const std::pair<const char*, int64_t> moved[] = {{"all-reduced", communication.all_reduced},
+                                                     {"reduce-scattered", communication.reduce_scattered},
+                                                     {"all-gathered", communication.all_gathered}};
+    for (const auto& [name, bytes] : moved)
+      std::printf("  %-16s %8s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());
+  }
   if (p.pp > 1) {
     std::printf("pipeline       %ld stages, %s, %ld micro-batches per step (the rows above: the busiest stage)\n",
                 static_cast<long>(p.pp), enum_name(p.pp_schedule),

@@ -98,7 +98,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("parallel.microbatches", c.parallel.microbatches, "Micro-batches per step and DP rank, pipelined through the stages (they are the gradient-accumulation micro-batches: sets train.micro_batch_size = batch_size / (dp * microbatches)); 0: as train.micro_batch_size says.");
   v("parallel.pp_schedule", c.parallel.pp_schedule, "Pipeline schedule.");
   v("parallel.bucket_mb", c.parallel.bucket_mb, "Size of the flat buckets in which data-parallel gradients are all-reduced, overlapping backward.");
-  v("parallel.zero", c.parallel.zero, "ZeRO stage: 0, or 1 to shard AdamW state across DP ranks (gradients reduce-scattered, parameters all-gathered).");
+  v("parallel.zero", c.parallel.zero, "ZeRO stage: 0; 1 shards AdamW state across DP ranks (gradients reduce-scattered, parameters all-gathered); 2 also shards the gradients (each bucket reduce-scattered in every micro-batch's backward and freed: a rank keeps 1/dp of them).");
   v("parallel.sequence_parallel", c.parallel.sequence_parallel, "With tp > 1 (training and evaluation; generation loads the model whole): norms, dropout and residuals work on this rank's 1/tp of the positions (all-gather before column-parallel layers, reduce-scatter after row-parallel ones) instead of all of them. model.arch=gpt: data.seq_len must be a multiple of tp. model.arch=transformer: both stacks and the encoder output (memory) are split so, cross-attention gathers the memory; pair batches are padded to multiples of tp (data.pad_to_multiple) and model.max_seq_len must be a multiple of tp.");
   v("parallel.timeout_s", c.parallel.timeout_s, "A collective that waits longer than this for a failed or stalled rank ends the whole job.");
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "parallel/gradient_sync.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace loom {
@@ -132,14 +133,24 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
 
   MemoryEstimate out;
   const int64_t params = (count_stage_parameters(config, stage) + tp - 1) / tp;
-  // ZeRO-1 keeps 1/dp of the AdamW state on each rank (its shard of every gradient bucket).
-  const int64_t optimizer_params = config.parallel.zero == 1 ? (params + dp - 1) / dp : params;
+  // ZeRO-1 and 2 keep 1/dp of the AdamW state on each rank (its shard of every gradient bucket).
+  const int64_t shard_params = (params + dp - 1) / dp;
+  const int64_t optimizer_params = config.parallel.zero >= 1 ? shard_params : params;
   // bf16 autocast runs over fp32 parameters and caches a bf16 copy of each weight for the step. bf16
-  // parameters (precision.param_dtype) are the bf16 weights plus an fp32 master copy, which ZeRO-1 shards
+  // parameters (precision.param_dtype) are the bf16 weights plus an fp32 master copy, which ZeRO-1/2 shard
   // like the AdamW state. Gradients are fp32 either way.
   const bool bf16_params = config.precision.param_dtype == ParamDtype::kBf16;
   out.weights = bf16_params ? 2 * params + 4 * optimizer_params : 4 * params + (bf16 ? 2 * params : 0);
   out.gradients = 4 * params;
+  if (config.parallel.zero >= 2 && dp > 1) {
+    // ZeRO-2 (parallel/gradient_sync.h): the shard's gradient, plus the buckets alive at once: the one
+    // backward is filling and those whose reduce-scatter is under way. A bucket closes at bucket_mb of
+    // parameters (bf16 parameters: twice as many fp32 gradients).
+    const auto bucket_params =
+        static_cast<int64_t>(config.parallel.bucket_mb * 1024 * 1024) / (bf16_params ? 2 : 4);
+    const auto alive = static_cast<int64_t>(GradientSync::kReductionsInFlight + 1) * bucket_params;
+    out.gradients = 4 * (shard_params + std::min(params, alive));
+  }
   out.optimizer = 8 * optimizer_params;
 
   const double e = bf16 ? 2 : 4;
@@ -193,6 +204,22 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   out.pipeline_sends =
       static_cast<int64_t>(sides * static_cast<double>(directions * in_flight) * (bf16_params ? 2 : 4) * s * b * h /
                            sequence);
+  return out;
+}
+
+CommunicationEstimate estimate_communication(const Config& config, int64_t stage) {
+  const int64_t tp = config.parallel.tp, dp = std::max<int64_t>(1, config.parallel.dp);
+  CommunicationEstimate out;
+  if (dp == 1) return out;
+  const int64_t params = (count_stage_parameters(config, stage) + tp - 1) / tp;
+  const int64_t zero = config.parallel.zero;
+  if (zero == 0) {
+    out.all_reduced = 4 * params;
+    return out;
+  }
+  // ZeRO-2 reduces every micro-batch's gradients (a pipeline stage: every micro-batch it runs).
+  out.reduce_scattered = 4 * params * (zero >= 2 ? config.accumulation_steps(dp) : 1);
+  out.all_gathered = (config.precision.param_dtype == ParamDtype::kBf16 ? 2 : 4) * params;
   return out;
 }
 

@@ -51,4 +51,14 @@ struct MemoryEstimate {
 };
 MemoryEstimate estimate_memory(const Config& config, int64_t stage = 0);
 
+// Bytes of the buffers one rank of pipeline stage `stage` hands to the data-parallel collectives per optimizer
+// step, padding to a multiple of dp aside (what the wire carries: a ring moves 2(dp - 1)/dp of an
+// all-reduce's buffer and (dp - 1)/dp of the others'). Nothing with one DP rank.
+struct CommunicationEstimate {
+  int64_t all_reduced = 0;       // zero 0: the fp32 gradients, once per step
+  int64_t reduce_scattered = 0;  // fp32 gradients: zero 1 once per step, zero 2 once per micro-batch
+  int64_t all_gathered = 0;      // zero 1, 2: the updated parameters (bf16 ones with precision.param_dtype bf16)
+};
+CommunicationEstimate estimate_communication(const Config& config, int64_t stage = 0);
+
 }  // namespace loom

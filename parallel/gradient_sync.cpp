@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace loom {
@@ -21,16 +22,23 @@ class ReadyHook : public torch::autograd::PostAccumulateGradHook {
 }  // namespace
 
 GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& dp_group,
-                           double bucket_mb, bool shard_optimizer_state, torch::ScalarType param_dtype)
+                           double bucket_mb, int64_t zero, torch::ScalarType param_dtype,
+                           const std::vector<torch::Tensor>& deferred)
     : dp_group_(dp_group),
-      sharded_(shard_optimizer_state),
+      sharded_(zero >= 1),
+      shard_gradients_(zero >= 2),
       master_(param_dtype != torch::kFloat),
       param_dtype_(param_dtype),
       group_count_(groups.size()) {
+  TORCH_CHECK(zero >= 0 && zero <= 2, "GradientSync: ZeRO stage ", zero, " is not 0, 1 or 2");
   TORCH_CHECK(param_dtype == torch::kFloat || param_dtype == torch::kBFloat16,
               "GradientSync: parameters are fp32 or bf16");
   const auto bucket_bytes = static_cast<int64_t>(bucket_mb * 1024 * 1024);
   const int64_t ranks = dp_group_.size();
+  auto is_deferred = [&deferred](const torch::Tensor& p) {
+    return std::any_of(deferred.begin(), deferred.end(),
+                       [&p](const torch::Tensor& d) { return d.unsafeGetTensorImpl() == p.unsafeGetTensorImpl(); });
+  };
   for (size_t g = 0; g < groups.size(); ++g) {
     // Backward produces gradients roughly from the last layer to the first: bucket in that order.
     std::vector<std::vector<torch::Tensor>> chunks(1);
@@ -53,23 +61,28 @@ GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups
       if (sharded_) numel = (numel + ranks - 1) / ranks * ranks;  // equal shards; the padding stays zero
       Bucket bucket;
       bucket.group = g;
+      bucket.numel = numel;
       const auto options = chunk.front().options().requires_grad(false);
+      bucket.grad_options = options;
       TORCH_CHECK(!master_ || options.dtype() == torch::kFloat, "GradientSync: bf16 parameters start from fp32 ones");
-      bucket.flat_grad = torch::zeros({numel}, options);  // fp32 with bf16 parameters too
+      // fp32 with bf16 parameters too; zero 2 allocates it when backward reaches the bucket.
+      if (!shard_gradients_) bucket.flat_grad = torch::zeros({numel}, options);
       if (sharded_ || master_) bucket.flat_param = torch::zeros({numel}, master_ ? options.dtype(param_dtype) : options);
-      int64_t offset = 0;
-      for (auto& p : chunk) {
-        p.mutable_grad() = bucket.flat_grad.narrow(0, offset, p.numel()).view_as(p);
-        offset += p.numel();
-        if (ranks > 1)
-          torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<ReadyHook>(this, buckets_.size()));
+      const size_t index = buckets_.size();
+      bucket.parameters = std::move(chunk);
+      for (auto& p : bucket.parameters) {
+        bucket.deferred = bucket.deferred || (shard_gradients_ && is_deferred(p));
+        if (shard_gradients_)
+          bucket.pre_hooks.push_back(p.register_hook([this, index](const at::TensorBase&) { on_gradient_arriving(index); }));
+        if (ranks > 1 || shard_gradients_)
+          torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<ReadyHook>(this, index));
       }
+      if (bucket.flat_grad.defined()) point_gradients_at(bucket, bucket.flat_grad);
       if (sharded_) {
         const int64_t size = numel / ranks;
         bucket.shard = master_ ? torch::zeros({size}, options) : bucket.flat_param.narrow(0, dp_group_.rank() * size, size);
         bucket.shard.mutable_grad() = torch::zeros({size}, options);
       }
-      bucket.parameters = std::move(chunk);
       buckets_.push_back(std::move(bucket));
     }
   }
@@ -81,7 +94,7 @@ void GradientSync::flatten_parameters() {
   torch::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
     // The parameters' fp32 values end to end: with bf16 parameters the master's start.
-    auto values = master_ ? torch::zeros_like(bucket.flat_grad) : bucket.flat_param;
+    auto values = master_ ? torch::zeros({bucket.numel}, bucket.grad_options) : bucket.flat_param;
     int64_t offset = 0;
     for (auto& p : bucket.parameters) {
       values.narrow(0, offset, p.numel()).view_as(p).copy_(p);
@@ -117,29 +130,69 @@ void GradientSync::point_parameters_at(const Bucket& bucket, const torch::Tensor
   }
 }
 
+void GradientSync::point_gradients_at(Bucket& bucket, const torch::Tensor& flat) {
+  int64_t offset = 0;
+  for (auto& p : bucket.parameters) {
+    p.mutable_grad() = flat.defined() ? flat.narrow(0, offset, p.numel()).view_as(p) : torch::Tensor();
+    offset += p.numel();
+  }
+}
+
 GradientSync::~GradientSync() {
-  for (auto& bucket : buckets_)
+  for (auto& bucket : buckets_) {
+    for (size_t i = 0; i < bucket.pre_hooks.size(); ++i) bucket.parameters[i].remove_hook(bucket.pre_hooks[i]);
     for (auto& p : bucket.parameters)
-      if (dp_group_.size() > 1) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+      if (dp_group_.size() > 1 || shard_gradients_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  }
 }
 
 void GradientSync::zero_grad() {
-  for (auto& bucket : buckets_) bucket.flat_grad.zero_();
+  for (auto& bucket : buckets_) {
+    if (!shard_gradients_) {
+      bucket.flat_grad.zero_();
+      continue;
+    }
+    // zero 2: what this step accumulates into; a bucket's buffer comes with its first gradient.
+    bucket.shard.mutable_grad().zero_();
+    bucket.flat_grad = torch::Tensor();
+    point_gradients_at(bucket, bucket.flat_grad);
+    bucket.ready = 0;
+  }
 }
 
 void GradientSync::prepare_last_backward() {
   // A group of one has nothing to reduce; with ZeRO-1 the reduce-scatter still fills the shard's gradient.
   armed_ = dp_group_.size() > 1 || sharded_;
   for (auto& bucket : buckets_) {
+    if (shard_gradients_ && !bucket.deferred) continue;  // reduced in every backward, counted throughout
     bucket.ready = 0;
     bucket.work.reset();
   }
 }
 
-void GradientSync::on_gradient_ready(size_t index) {
-  if (!armed_) return;
+void GradientSync::on_gradient_arriving(size_t index) {
   auto& bucket = buckets_[index];
-  if (++bucket.ready == bucket.parameters.size()) launch(bucket);
+  if (bucket.flat_grad.defined()) return;
+  bucket.flat_grad = torch::zeros({bucket.numel}, bucket.grad_options);
+  point_gradients_at(bucket, bucket.flat_grad);
+}
+
+void GradientSync::on_gradient_ready(size_t index) {
+  auto& bucket = buckets_[index];
+  if (shard_gradients_ && !bucket.deferred) {
+    // Counted over micro-batches: a parameter without a gradient in one of them leaves its bucket to fill
+    // in the next (a later arrival then starts a new buffer) or to be reduced by finish().
+    if (++bucket.ready == bucket.parameters.size()) launch_reduction(index);
+    return;
+  }
+  if (!armed_) return;
+  if (++bucket.ready == bucket.parameters.size()) {
+    if (shard_gradients_) {
+      launch_reduction(index);
+    } else {
+      launch(bucket);
+    }
+  }
 }
 
 void GradientSync::launch(Bucket& bucket) {
@@ -147,8 +200,44 @@ void GradientSync::launch(Bucket& bucket) {
                          : dp_group_.all_reduce_async(bucket.flat_grad);
 }
 
+void GradientSync::launch_reduction(size_t index) {
+  auto& bucket = buckets_[index];
+  Reduction reduction;
+  reduction.bucket = index;
+  reduction.input = bucket.flat_grad;
+  reduction.output = torch::empty({bucket.shard.numel()}, bucket.grad_options);
+  reduction.work = dp_group_.reduce_scatter_async(reduction.input, reduction.output);
+  // The parameters let go of the buffer: a later gradient of theirs starts a new one.
+  bucket.flat_grad = torch::Tensor();
+  point_gradients_at(bucket, bucket.flat_grad);
+  bucket.ready = 0;
+  reductions_.push_back(std::move(reduction));
+  while (reductions_.size() > kReductionsInFlight) finish_oldest_reduction();
+}
+
+void GradientSync::finish_oldest_reduction() {
+  Reduction& oldest = reductions_.front();
+  oldest.work->wait();
+  buckets_[oldest.bucket].shard.mutable_grad().add_(oldest.output);
+  reductions_.pop_front();  // frees the bucket's gradients
+}
+
 void GradientSync::finish() {
   last_wait_s_ = 0;
+  if (shard_gradients_) {
+    armed_ = false;
+    // Buckets still holding gradients: a deferred one, or one with a parameter that got none this step.
+    for (size_t i = 0; i < buckets_.size(); ++i)
+      if (buckets_[i].flat_grad.defined()) launch_reduction(i);
+    const auto start = std::chrono::steady_clock::now();
+    while (!reductions_.empty()) finish_oldest_reduction();
+    last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (auto& bucket : buckets_) {
+      bucket.ready = 0;
+      if (dp_group_.size() > 1) bucket.shard.mutable_grad().mul_(1.0 / static_cast<double>(dp_group_.size()));
+    }
+    return;
+  }
   if (!armed_) return;
   armed_ = false;
   // A bucket with a parameter that got no gradient this step never completed: reduce it now.
@@ -225,7 +314,7 @@ void GradientSync::show_master() {
   torch::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
     if (sharded_) {
-      bucket.shown = torch::empty_like(bucket.flat_grad);  // fp32, padded like the bucket
+      bucket.shown = torch::empty({bucket.numel}, bucket.grad_options);  // fp32, padded like the bucket
       dp_group_.all_gather(bucket.shard.detach(), bucket.shown);
     } else {
       bucket.shown = bucket.flat_master;  // a checkpoint read while shown writes straight into the master

@@ -1,14 +1,24 @@
-// Data-parallel gradient averaging in flat buckets (parallel.bucket_mb), and ZeRO-1 (parallel.zero: 1).
-// Every parameter's .grad is a view into its bucket's flat buffer, so accumulation over micro-batches
-// writes straight into what is reduced. During the step's last backward a bucket's reduction starts as
-// soon as all its gradients are accumulated (post-accumulate-grad hooks), overlapping the rest of
-// backward; earlier micro-batches only accumulate. A bucket never mixes parameter groups (weight decay
-// or not), so a bucket shard belongs to one optimizer group.
-//   zero 0: all-reduce each bucket; the optimizer steps the parameters themselves.
+// Data-parallel gradient averaging in flat buckets (parallel.bucket_mb), and ZeRO-1 and ZeRO-2
+// (parallel.zero: 1, 2). Every parameter's .grad is a view into its bucket's flat buffer, so accumulation
+// over micro-batches writes straight into what is reduced. A bucket's reduction starts as soon as all its
+// gradients are accumulated (post-accumulate-grad hooks), overlapping the rest of backward. A bucket never
+// mixes parameter groups (weight decay or not), so a bucket shard belongs to one optimizer group.
+//   zero 0: all-reduce each bucket during the step's last backward (earlier micro-batches only
+//           accumulate); the optimizer steps the parameters themselves.
 //   zero 1: the parameters become views into padded flat buffers; each bucket's gradient is
-//           reduce-scattered, each rank's optimizer steps only its shard of every bucket (so it keeps
-//           1/dp of the optimizer state), and gather_parameters() all-gathers the updated shards.
-// With a DP group of one there is no communication, just the flat buffers.
+//           reduce-scattered during the last backward, each rank's optimizer steps only its shard of every
+//           bucket (so it keeps 1/dp of the optimizer state), and gather_parameters() all-gathers the
+//           updated shards. The flat gradient buffers stay whole: 1/dp of them is what the optimizer reads.
+//   zero 2: as zero 1, but no rank keeps the whole gradient: a bucket's flat buffer is allocated when its
+//           first gradient of a backward arrives (a pre-accumulation hook), reduce-scattered in every
+//           micro-batch's backward as soon as it is full, added into this rank's shard gradient and freed.
+//           At most kReductionsInFlight reductions are outstanding (launching one more first finishes the
+//           oldest), so what is held is the shards plus a few buckets. Accumulation therefore costs one
+//           reduce-scatter per micro-batch (measured against local accumulation then one reduce-scatter:
+//           docs/ARCHITECTURE.md, section 5). `deferred` parameters (a pipeline stage's copy of the tied
+//           embedding, whose gradient is summed over the stages after the last backward) keep their bucket
+//           whole over the micro-batches and reduce it in finish(), as zero 1 does.
+// With a DP group of one there is no communication, just the flat buffers (zero 2: copies into the shard).
 // param_dtype bf16 (precision.param_dtype, Megatron's --bf16): the parameters become bf16 views into flat
 // buffers, their .grad stays the fp32 bucket views (autograd adds each bf16 micro-batch gradient into them
 // in fp32: accumulation and the DP reduction are fp32), and what the optimizer steps is an fp32 master
@@ -17,6 +27,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -36,14 +47,21 @@ struct ParameterSlice {
 
 class GradientSync {
  public:
-  // groups: fp32 parameters. param_dtype kBFloat16 turns them into bf16 working weights over an fp32 master.
+  // Reduce-scatters a zero 2 rank keeps outstanding during backward: enough to overlap communication with
+  // the next bucket's gradients, few enough that only a few buckets' buffers are alive beside the shards.
+  static constexpr size_t kReductionsInFlight = 2;
+
+  // groups: fp32 parameters. zero: the ZeRO stage, 0, 1 or 2. param_dtype kBFloat16 turns them into bf16
+  // working weights over an fp32 master. deferred: parameters whose gradient is completed after the last
+  // backward (zero 2 reduces their buckets in finish()).
   GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& dp_group, double bucket_mb,
-               bool shard_optimizer_state, torch::ScalarType param_dtype = torch::kFloat);
+               int64_t zero, torch::ScalarType param_dtype = torch::kFloat,
+               const std::vector<torch::Tensor>& deferred = {});
   ~GradientSync();
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
 
-  void zero_grad();              // zeros the buffers in place (the .grad views stay)
+  void zero_grad();              // zeros the buffers in place (the .grad views stay; zero 2: the shards')
   void prepare_last_backward();  // the next backward completes this step's gradients: reduce during it
   void finish();                 // starts what has not started, waits for all, divides by the DP size
 
@@ -54,7 +72,8 @@ class GradientSync {
   // Per optimizer_parameters() entry, the parameter elements it holds (zero 0: one whole parameter;
   // zero 1: the parts of the bucket's parameters that fall in this rank's shard; padding holds none).
   std::vector<std::vector<ParameterSlice>> optimizer_slices() const;
-  bool sharded() const { return sharded_; }
+  bool sharded() const { return sharded_; }  // zero 1 or 2: optimizer state and shards over the DP group
+  bool shards_gradients() const { return shard_gradients_; }  // zero 2
   // After the optimizer step: zero 1: every rank gets every updated shard; bf16 parameters: the weights
   // become the updated master rounded to bf16.
   void gather_parameters();
@@ -72,13 +91,19 @@ class GradientSync {
   // Seconds finish() spent waiting for communication that backward had not already hidden.
   double last_wait_s() const { return last_wait_s_; }
 
-  void on_gradient_ready(size_t bucket);  // called by the hooks
+  void on_gradient_arriving(size_t bucket);  // called by the pre-accumulation hooks (zero 2)
+  void on_gradient_ready(size_t bucket);     // called by the post-accumulation hooks
 
  private:
   struct Bucket {
     size_t group = 0;
     std::vector<torch::Tensor> parameters;
-    torch::Tensor flat_grad;   // padded to a multiple of the DP size when sharded
+    std::vector<unsigned> pre_hooks;  // zero 2: the parameters' pre-accumulation hook handles
+    int64_t numel = 0;         // of the flat buffers, padded to a multiple of the DP size when sharded
+    torch::TensorOptions grad_options;  // fp32, on the parameters' device
+    bool deferred = false;     // zero 2: holds a deferred parameter, reduced in finish()
+    // zero 0, 1: always there; zero 2: only between its first gradient of a backward and its reduction
+    torch::Tensor flat_grad;
     torch::Tensor flat_param;  // sharded or bf16 parameters: the parameters' storage
     // sharded only: this rank's slice of flat_param, gradient = its reduced slice; with bf16 parameters an
     // fp32 copy of that slice (the master shard).
@@ -87,18 +112,29 @@ class GradientSync {
     std::vector<torch::Tensor> masters;   // bf16 parameters, zero 0: per parameter, its view of flat_master
     torch::Tensor shown;                  // between show_master and hide_master: the fp32 values shown
     size_t ready = 0;
+    std::shared_ptr<Work> work;  // zero 0, 1
+  };
+  // zero 2: a bucket's reduce-scatter under way; its input (the bucket's gradients) is freed once done.
+  struct Reduction {
+    size_t bucket = 0;
+    torch::Tensor input, output;
     std::shared_ptr<Work> work;
   };
   void launch(Bucket& bucket);
+  void launch_reduction(size_t bucket);  // zero 2
+  void finish_oldest_reduction();        // zero 2: waits for it and adds its output into the shard's gradient
+  void point_gradients_at(Bucket& bucket, const torch::Tensor& flat);  // each .grad a view of `flat`
   void flatten_parameters();  // zero 1, bf16 parameters: the parameters become views into the flat buffers
   void point_parameters_at(const Bucket& bucket, const torch::Tensor& flat);  // each parameter a view of `flat`
 
   Communicator& dp_group_;
   bool sharded_;
+  bool shard_gradients_;  // zero 2
   bool master_;  // bf16 parameters over an fp32 master
   torch::ScalarType param_dtype_;
   size_t group_count_;
   std::vector<Bucket> buckets_;
+  std::deque<Reduction> reductions_;  // zero 2, oldest first
   bool armed_ = false;
   double last_wait_s_ = 0;
 };

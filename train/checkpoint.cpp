@@ -132,12 +132,22 @@ bool all_ranks_ok(Communicator& world, bool ok) {
   return failures.item<int>() == 0;
 }
 
+// The sizes of a sharded optimizer's tensors in order (one per gradient bucket): two runs with the same DP
+// size cut the optimizer state the same way only if these agree (parallel.bucket_mb may have changed).
+torch::Tensor optimizer_partition(const CheckpointParts& parts) {
+  std::vector<int64_t> sizes;
+  for (const auto& group : parts.optimizer->param_groups())
+    for (const auto& p : group.params()) sizes.push_back(p.numel());
+  return torch::tensor(sizes, torch::kLong);
+}
+
 void write_shard(const fs::path& path, const CheckpointParts& parts, const TrainState& state) {
   torch::serialize::OutputArchive shard;
   torch::serialize::OutputArchive model_archive;
   parts.model.save(model_archive);
   shard.write("model", model_archive);
   if (parts.optimizer != nullptr) write_optimizer_state(shard, optimizer_layout(parts), parts.model);
+  if (parts.optimizer != nullptr && parts.sharded_optimizer) shard.write("optimizer.partition", optimizer_partition(parts));
   if (parts.loss_scaler != nullptr) shard.write("loss_scaler", parts.loss_scaler->state());
   shard.write("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
   // On a GPU, dropout draws from the device's generator: exact resume needs its state too.
@@ -322,11 +332,11 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
     throw Error("checkpoint " + dir.string() + " was written with layout " + layout.dump() +
                 " by a loom that did not record its tensor-parallel layout: resume it with parallel.tp=" +
                 layout.at("tp").dump());
-  // Every shard of a (tp, pp) position holds the same model; with ZeRO-1 each holds its part of the optimizer.
-  const int64_t saved_dp = layout.value("zero", 0) == 1 ? saved_size(layout, "dp") : 1;
+  // Every shard of a (tp, pp) position holds the same model; with ZeRO-1/2 each holds its part of the optimizer.
+  const int64_t saved_dp = layout.value("zero", 0) >= 1 ? saved_size(layout, "dp") : 1;
   std::vector<fs::path> shard_paths;
   for (int64_t d = 0; d < saved_dp; ++d) shard_paths.push_back(dir / shard_name(d, mesh));
-  const bool same_partition = !reshard && saved_dp == mesh.dp() && parts.sharded_optimizer;
+  bool same_partition = !reshard && saved_dp == mesh.dp() && parts.sharded_optimizer;
   // Resharded, the counters and RNG state come from the first TP shard (TP ranks hold the same ones) of
   // the same stage, or the last stage there was.
   const int64_t saved_pp = saved_size(layout, "pp");
@@ -336,6 +346,10 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   torch::serialize::InputArchive shard;
   try {
     shard.load_from(shard_path.string(), torch::kCPU);  // copied onto the model's device as it loads
+    // This rank's own file holds all it needs only if it was cut the same way; otherwise (or for a shard
+    // that does not say) the state is gathered by range from every file.
+    if (torch::Tensor saved; same_partition)
+      same_partition = shard.try_read("optimizer.partition", saved) && torch::equal(saved, optimizer_partition(parts));
     if (reshard) {
       const auto optimizer = parts.optimizer != nullptr ? std::optional(optimizer_layout(parts)) : std::nullopt;
       load_resharded(dir, manifest, mesh, parts.model, optimizer ? &*optimizer : nullptr);

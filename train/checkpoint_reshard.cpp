@@ -42,8 +42,8 @@ void load_resharded(const fs::path& dir, const nlohmann::json& manifest, const M
                     const OptimizerLayout* optimizer) {
   const auto& saved = manifest.at("layout");
   const int64_t old_tp = saved.value("tp", int64_t{1});
-  // With ZeRO-1 every DP rank's file holds a part of the optimizer state; the model is in each.
-  const int64_t saved_dp = saved.value("zero", 0) == 1 ? saved.value("dp", int64_t{1}) : 1;
+  // With ZeRO-1/2 every DP rank's file holds a part of the optimizer state; the model is in each.
+  const int64_t saved_dp = saved.value("zero", 0) >= 1 ? saved.value("dp", int64_t{1}) : 1;
   const int64_t tp = mesh.tp(), rank = mesh.coord(MeshAxis::kTp);
   std::map<std::string, ShardLayout> layouts;
   for (const auto& [name, l] : manifest.at("tensor_parallel").items())

@@ -58,13 +58,13 @@ std::optional<std::string> memory_shortfall(const Config& config, int64_t availa
   const MemoryEstimate memory = estimate_memory(config);
   const int64_t model = memory.weights + memory.gradients + memory.optimizer;
   const auto& p = config.parallel;
-  const std::string layout = MeshShape(p).describe(" x ", " ") + (p.zero == 1 ? " with ZeRO-1" : "");  // as loom info names it
+  const std::string layout = MeshShape(p).describe(" x ", " ") + (p.zero >= 1 ? " with ZeRO-" + std::to_string(p.zero) : "");  // as loom info names it
   if (model > available)
     return fmt::format(
         "the model does not fit: each rank needs {} for weights, gradients and AdamW state (plus about {} of "
         "activations; `loom info` shows the estimate) at {}, but {} is available to it. Train a smaller model "
         "(model.d_model, model.n_layers), or spread it over more ranks (parallel.tp, parallel.pp, parallel.zero: 1 "
-        "with more dp ranks)",
+        "or 2 with more dp ranks)",
         gib(model), gib(memory.activations), layout, gib(available));
   if (memory.total() > available)
     return fmt::format(

@@ -83,10 +83,14 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
                     std::move(train_batches), mesh_.coord(MeshAxis::kPp));
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
     task_->load_weights(config_.model.init_from);
-  gradient_sync_ = std::make_unique<GradientSync>(weight_decay_groups(task_->model()),
-                                                  mesh_.device_group(MeshAxis::kDp),
-                                                  config_.parallel.bucket_mb, config_.parallel.zero == 1,
-                                                  config_.precision.param_dtype == ParamDtype::kBf16 ? torch::kBFloat16 : torch::kFloat);
+  // A pipeline stage's copy of the tied embedding gets the rest of its gradient after the last backward
+  // (train/pipeline_runner.h): ZeRO-2 reduces its bucket then.
+  std::vector<torch::Tensor> completed_late;
+  if (auto tied = task_->stage_tied_parameter(); tied.defined()) completed_late.push_back(tied);
+  gradient_sync_ = std::make_unique<GradientSync>(
+      weight_decay_groups(task_->model()), mesh_.device_group(MeshAxis::kDp), config_.parallel.bucket_mb,
+      config_.parallel.zero, config_.precision.param_dtype == ParamDtype::kBf16 ? torch::kBFloat16 : torch::kFloat,
+      completed_late);
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
   tp_sharded_ = tensor_parallel_ranges(task_->model(), gradient_sync_->optimizer_slices());
   // The last stage's copy of a tied embedding: its gradient is the first stage's, counted there.
@@ -222,7 +226,7 @@ void Trainer::count_source_tokens() {
 }
 
 GradientNorm Trainer::global_gradient_norm() {
-  // With ZeRO-1 each rank holds a disjoint shard of the gradients: norms span the DP group. Under TP the
+  // With ZeRO-1/2 each rank holds a disjoint shard of the gradients: norms span the DP group. Under TP the
   // sharded parameters' squares sum over the TP group and the replicated ones count once.
   // The sums of squares are CPU doubles by then: the host groups carry them.
   Communicator* shards = gradient_sync_->sharded() ? &mesh_.host_group(MeshAxis::kDp) : nullptr;

@@ -49,6 +49,25 @@ assert zero["memory"]["optimizer"] == (plain["memory"]["optimizer"] // 8 + 7) //
 assert zero["memory"]["weights"] == plain["memory"]["weights"]
 print(f"llama2-7b optimizer state per rank at dp=8: {plain['memory']['optimizer'] / 2**30:.2f} GiB plain, "
       f"{zero['memory']['optimizer'] / 2**30:.2f} GiB with ZeRO-1")
+# ZeRO-2 shards the gradients too: 1/dp of them plus the buckets alive at once (the one backward fills and
+# two reduce-scatters in flight: 3 x parallel.bucket_mb of fp32 gradients). Per step and rank the collectives
+# take the fp32 gradients (all-reduced; ZeRO-1 reduce-scattered once, ZeRO-2 once per micro-batch: 2 here)
+# and the updated parameters (all-gathered).
+two = ["--set", "train.batch_size=16", "--set", "train.micro_batch_size=1", "--set", "parallel.bucket_mb=25",
+       "--set", "parallel.tp=1", "--set", "parallel.pp=1"]
+info = lambda zero: json.loads(subprocess.check_output([loom, "info", f"{configs}/llama2-7b.yaml", "--json", "--set",
+                                                        "parallel.dp=8", "--set", f"parallel.zero={zero}", *two]))
+z0, z1, z2 = info(0), info(1), info(2)
+P = z0["parameters"]
+assert z2["memory"]["gradients"] == 4 * (-(-P // 8) + 3 * 25 * 2**20 // 4), (z2["memory"], P)
+assert z2["memory"]["optimizer"] == z1["memory"]["optimizer"] and z2["memory"]["weights"] == z1["memory"]["weights"]
+assert z1["memory"]["gradients"] == z0["memory"]["gradients"] == 4 * P
+assert z0["communication"] == {"all_reduced": 4 * P, "reduce_scattered": 0, "all_gathered": 0}, z0["communication"]
+assert z1["communication"] == {"all_reduced": 0, "reduce_scattered": 4 * P, "all_gathered": 4 * P}, z1["communication"]
+assert z2["communication"] == {"all_reduced": 0, "reduce_scattered": 2 * 4 * P, "all_gathered": 4 * P}, z2["communication"]
+assert [z["layout"]["zero"] for z in (z0, z1, z2)] == [0, 1, 2]
+print(f"llama2-7b gradients per rank at dp=8: {z1['memory']['gradients'] / 2**30:.2f} GiB with ZeRO-1, "
+      f"{z2['memory']['gradients'] / 2**30:.2f} GiB with ZeRO-2")
 # Sequence parallelism keeps 1/tp of what TP alone keeps whole on every rank. GPT-2 124M in bf16 with
 # dropout, tp=4, micro-batch 16 of 1024: 14sbh per layer (Korthikanti et al.'s 10sbh, sbh(10 + 24/t +
 # 5as/(ht)) -> sbh(34/t + 5as/(ht)), with the two norm inputs in fp32: +4sbh) and the final norm's fp32

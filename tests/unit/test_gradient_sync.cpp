@@ -1,0 +1,125 @@
+// GradientSync's ZeRO stages (parallel/gradient_sync.h) against plain autograd, written for any world size:
+// ctest runs them in one process (the group of one) and under `mpirun -np 2` and `-np 4` (the [mpi] suite).
+// Each rank runs two micro-batches of its own inputs; every rank can compute every rank's inputs, so the
+// reference is one model accumulating all of them, averaged over the ranks. What each rank's optimizer
+// sees (its shard, ParameterSlice by ParameterSlice) must be that average's part.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "optim/optimizer.h"
+#include "parallel/gradient_sync.h"
+#include "test_util.h"
+
+using namespace loom;
+using loom::test::max_abs_diff;
+
+namespace {
+
+struct ThreeLayer : torch::nn::Module {
+  torch::nn::Linear a{nullptr}, b{nullptr}, c{nullptr};
+  ThreeLayer() {
+    a = register_module("a", torch::nn::Linear(8, 16));
+    b = register_module("b", torch::nn::Linear(16, 16));
+    c = register_module("c", torch::nn::Linear(16, 4));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return c(torch::tanh(b(torch::tanh(a(x))))); }
+};
+
+constexpr int kMicroBatches = 2;
+
+torch::Tensor input_of(int rank, int step, int micro) {
+  torch::manual_seed(1000 + 100 * step + 10 * rank + micro);
+  return torch::randn({3, 8});
+}
+
+torch::Tensor loss_of(ThreeLayer& model, const torch::Tensor& x) { return model.forward(x).pow(2).mean(); }
+
+// The index of `t` among `params` (by identity).
+size_t index_of(const std::vector<torch::Tensor>& params, const torch::Tensor& t) {
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return i;
+  FAIL("not a parameter of the model");
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("gradient sync: ZeRO-1 and ZeRO-2 shards hold the DP average of accumulated gradients", "[mpi]") {
+  auto comm = loom::test::processes().world(/*timeout_s=*/60);
+  const int rank = comm->rank(), ranks = comm->size();
+  for (const int64_t zero : {1, 2}) {
+    for (const bool defer_first : {false, true}) {
+      INFO("zero " << zero << ", first parameter deferred " << defer_first);
+      torch::manual_seed(5);
+      ThreeLayer model;
+      torch::manual_seed(5);
+      ThreeLayer reference;
+      const auto params = model.parameters(), reference_params = reference.parameters();
+      // Buckets of ~200 bytes: one per weight matrix, so more reductions than kReductionsInFlight.
+      std::vector<torch::Tensor> deferred;
+      if (defer_first) deferred.push_back(params.front());
+      GradientSync sync(weight_decay_groups(model), *comm, 0.0002, zero, torch::kFloat, deferred);
+      REQUIRE(sync.bucket_count() > GradientSync::kReductionsInFlight);
+      for (int step = 0; step < 2; ++step) {
+        INFO("step " << step);
+        for (auto& p : reference_params) p.mutable_grad() = torch::Tensor();
+        for (int k = 0; k < ranks; ++k)
+          for (int m = 0; m < kMicroBatches; ++m) loss_of(reference, input_of(k, step, m)).backward();
+
+        sync.zero_grad();
+        for (int m = 0; m < kMicroBatches; ++m) {
+          if (m == kMicroBatches - 1 && !defer_first) sync.prepare_last_backward();
+          loss_of(model, input_of(rank, step, m)).backward();
+        }
+        // A deferred parameter's gradient is completed after backward, and the sync started after that (as
+        // the pipeline runner does for a tied embedding's copies): every rank adds 1, the average gains 1.
+        if (defer_first) {
+          REQUIRE(params.front().grad().defined());
+          params.front().grad().add_(1.0);
+          sync.prepare_last_backward();
+        }
+        sync.finish();
+
+        const auto shards = sync.optimizer_parameters();
+        const auto slices = sync.optimizer_slices();
+        REQUIRE(shards.size() == slices.size());
+        int64_t held = 0;
+        for (size_t i = 0; i < shards.size(); ++i) {
+          for (const auto& slice : slices[i]) {
+            const size_t p = index_of(params, slice.parameter);
+            auto expected = reference_params[p].grad().reshape(-1).narrow(0, slice.parameter_offset, slice.length) /
+                            static_cast<double>(ranks);
+            if (defer_first && p == 0) expected = expected + 1.0;
+            const auto got = shards[i].grad().narrow(0, slice.offset, slice.length);
+            CHECK(max_abs_diff(got, expected) <= 1e-6 * (1.0 + expected.abs().max().item<double>()));
+            held += slice.length;
+          }
+        }
+        // The ranks' shards partition every parameter.
+        auto total = torch::tensor({static_cast<double>(held)}, torch::kDouble);
+        comm->all_reduce(total);
+        int64_t numel = 0;
+        for (const auto& p : params) numel += p.numel();
+        CHECK(total.item<double>() == static_cast<double>(numel));
+        // ZeRO-2 keeps no parameter's whole gradient once reduced; ZeRO-1 keeps its buckets.
+        for (const auto& p : params) CHECK(p.grad().defined() == (zero == 1));
+      }
+    }
+  }
+}
+
+TEST_CASE("gradient sync: ZeRO-2 partitions the optimizer state as ZeRO-1 does", "[mpi]") {
+  // The same shards, so a checkpoint's optimizer state moves between the two stages unchanged.
+  auto comm = loom::test::processes().world(/*timeout_s=*/60);
+  torch::manual_seed(5);
+  ThreeLayer model;
+  std::vector<std::vector<std::tuple<int64_t, int64_t, int64_t>>> layouts;
+  for (const int64_t zero : {1, 2}) {
+    GradientSync sync(weight_decay_groups(model), *comm, 0.001, zero);
+    layouts.emplace_back();
+    for (const auto& tensor : sync.optimizer_slices())
+      for (const auto& s : tensor) layouts.back().emplace_back(s.parameter_offset, s.offset, s.length);
+  }
+  CHECK((layouts[0] == layouts[1]));
+  CHECK_FALSE(layouts[0].empty());
+}
