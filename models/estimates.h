@@ -37,7 +37,7 @@ int64_t count_stage_parameters(const Config& config, int64_t stage);
 struct MemoryEstimate {
   int64_t weights = 0;      // fp32 parameters (+ the bf16 copies autocast keeps during a step), or bf16
                             // parameters + their fp32 master (precision.param_dtype bf16)
-  int64_t gradients = 0;    // fp32, one per parameter
+  int64_t gradients = 0;    // fp32, one per parameter (ZeRO-1: + its shard; ZeRO-2: the shard + buckets in flight)
   int64_t optimizer = 0;    // AdamW's two fp32 moments (1/dp of them per rank with ZeRO-1)
   int64_t activations = 0;  // what the micro-batches in flight keep for their backward
   // Pipeline stages: fp32 outputs sent forward and input gradients sent back, each freed once its
