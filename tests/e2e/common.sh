@@ -81,6 +81,17 @@ assert worst < float(sys.argv[4]), worst
 print(f"{sys.argv[3]}: {len(a)} rows, max |loss diff| {worst:.1e}")
 PY
 }
+# same_grad_norms REFERENCE_RUN RUN WHAT: the train rows' (clipped) gradient norms within 1e-4 relative.
+same_grad_norms() {
+  python3 - "$1" "$2" "$3" <<'PY' || fail "$3: gradient norms differ from $1"
+import json, sys
+norms = [[r["grad_norm"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"] for d in sys.argv[1:3]]
+assert len(norms[0]) == len(norms[1]) > 0
+worst = max(abs(a - b) / a for a, b in zip(*norms))
+assert worst < 1e-4, (worst, norms)
+print(f"{sys.argv[3]}: grad norms within {worst:.1e} relative")
+PY
+}
 # Multi-rank runs (tensor parallelism): mpirun as the tests need it.
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 mpi_train() {  # mpi_train RANKS RUN_DIR [--set ...]
