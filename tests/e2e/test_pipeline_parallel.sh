@@ -21,14 +21,7 @@ mpi_train() {  # mpi_train RANKS RUN_DIR [--set ...]
 }
 same_curve() {  # same_curve REFERENCE_RUN RUN WHAT: losses within 1e-5, grad norms within 1e-4 relative
   same_losses_within "$1" "$2" "$3" 1e-5
-  python3 - "$1" "$2" "$3" <<'PY' || fail "$3: gradient norms differ from the single process"
-import json, sys
-norms = [[r["grad_norm"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"] for d in sys.argv[1:3]]
-assert len(norms[0]) == len(norms[1]) > 0
-worst = max(abs(a - b) / a for a, b in zip(*norms))
-assert worst < 1e-4, (worst, norms)
-print(f"{sys.argv[3]}: grad norms (up to {max(norms[0]):.2f}, clipped at 1.0) within {worst:.1e} relative")
-PY
+  same_grad_norms "$1" "$2" "$3"
 }
 
 for family in gpt llama; do

@@ -23,14 +23,7 @@ variant=(--set model.norm_position=pre --set model.position=learned --set model.
 # relative (clipping counts the tied embedding's two copies once, every stage's parameters once).
 same_run() {
   same_curve "$@"
-  python3 - "$1" "$2" "$3" <<'PY' || fail "$3: gradient norms differ from the single process"
-import json, sys
-norms = [[r["grad_norm"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"] for d in sys.argv[1:3]]
-assert len(norms[0]) == len(norms[1]) > 0
-worst = max(abs(a - b) / a for a, b in zip(*norms))
-assert worst < 1e-4, (worst, norms)
-print(f"{sys.argv[3]}: grad norms within {worst:.1e} relative")
-PY
+  same_grad_norms "$1" "$2" "$3"
 }
 # pp_train RANKS RUN_DIR PP [--set ...]: a pipeline run that must report the layout it was given.
 pp_train() {
