@@ -41,7 +41,7 @@ OptimConfig optim_config() {
 }  // namespace
 
 TEST_CASE("bf16 parameters: fp32 accumulation, fp32 AdamW master, weights = master rounded", "[bf16_params]") {
-  for (const bool zero : {false, true}) {
+  for (const int64_t zero : {0, 1}) {  // the ZeRO stage (ZeRO-2 drops .grad: test_gradient_sync.cpp)
     INFO("zero " << zero);
     torch::manual_seed(3);
     TwoLayer model;
@@ -156,7 +156,7 @@ TEST_CASE("bf16 parameters: fp32 parameters are untouched by the default", "[bf1
   TwoLayer model;
   const auto start = clones(model.parameters(), torch::kFloat);
   auto self = make_self_communicator();
-  GradientSync sync(weight_decay_groups(model), *self, 0.001, false);
+  GradientSync sync(weight_decay_groups(model), *self, 0.001, /*zero=*/0);
   CHECK_FALSE(sync.has_master());
   const auto params = model.parameters();
   sync.show_master();
