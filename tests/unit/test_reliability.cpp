@@ -167,12 +167,14 @@ TEST_CASE("memory check: MemAvailable, the estimate, and the refusal", "[reliabi
   REQUIRE(batch.has_value());
   CHECK_THAT(*batch, Catch::StartsWith("the batch does not fit:") && Catch::Contains("train.micro_batch_size=32 ") &&
                          Catch::Contains("data.seq_len=128 "));
-  // The same model over 4 ranks with ZeRO-1 keeps a quarter of the AdamW state per rank (and of the batch).
+  // The same model over 4 ranks with ZeRO-1 keeps a quarter of the AdamW state per rank (and of the batch):
+  // 4 weights + 4 gradient buckets + 1 (its quarter of the reduced gradient) + 2 (a quarter of 8 AdamW).
   config.parallel.dp = 4;
   config.parallel.zero = 1;
   const int64_t quarter = loom::estimate_memory(config).activations;
   CHECK(quarter < activations);
-  CHECK_FALSE(loom::memory_shortfall(config, 8 * params + 2 * params + 8 + quarter).has_value());
+  CHECK_FALSE(loom::memory_shortfall(config, 11 * params + 16 + quarter).has_value());
+  CHECK(loom::memory_shortfall(config, 11 * params - 1).has_value());
 
   // The machine's own figure is what /proc/meminfo says, shared by the ranks of the node.
   const auto alone = loom::available_memory(torch::kCPU, 1);
