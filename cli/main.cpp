@@ -25,6 +25,7 @@ commands:
   prepare INPUT... --tokenizer FILE --out DIR [--field KEY] [--valid-fraction F] [--threads N]
           [--doc-per-file | --blank-line-docs] [--on-error fail|skip] [--shard-tokens N]
           [--train-tokenizer sentencepiece --vocab N]
+          [--sft [--prompt-field K] [--response-field K] [--messages-field K] [--chat-template FILE]]
                                               text / JSONL corpora (.gz, .zst; files, directories,
                                               globs) -> a directory data.train / data.valid read
   tokenize --tokenizer FILE --out FILE TEXT   text file (one line per document) -> token file

@@ -1,6 +1,7 @@
 // `loom prepare INPUT... --tokenizer FILE --out DIR`: text and JSON Lines corpora (gzip, zstd) -> a prepared
 // directory of token shards, document indexes and a manifest (data/prepare.h), which `data.train: DIR` and
-// `data.valid: DIR` train on. Draws a progress bar (bytes, MB/s, ETA) on a terminal.
+// `data.valid: DIR` train on. Draws a progress bar (bytes, MB/s, ETA) on a terminal. --sft: JSONL records
+// of prompt/response or chat messages, with a loss mask per shard (data/sft_record.h).
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -22,7 +23,8 @@ const char* kUsage =
     "loom prepare INPUT... (--tokenizer FILE | --train-tokenizer sentencepiece --vocab N) --out DIR\n"
     "             [--type T] [--pattern NAME_OR_REGEX] [--special-tokens PRESET_OR_YAML_MAP]\n"
     "             [--field KEY] [--valid-fraction F] [--threads N] [--doc-per-file | --blank-line-docs]\n"
-    "             [--on-error fail|skip] [--shard-tokens N] [--max-document-mb N] [--tokenizer-sample-mb N]";
+    "             [--on-error fail|skip] [--shard-tokens N] [--max-document-mb N] [--tokenizer-sample-mb N]\n"
+    "             [--sft [--prompt-field KEY] [--response-field KEY] [--messages-field KEY] [--chat-template FILE]]";
 
 std::string megabytes(double bytes) {
   char text[32];
@@ -82,6 +84,20 @@ PrepareOptions parse_options(const Args& args) {
   s.threads = static_cast<size_t>(args.int_option("threads", usable_cpu_cores(), 1, 1024));
   s.shard_tokens = args.int_option("shard-tokens", int64_t{1} << 28, 1, int64_t{1} << 32);
   s.max_document_bytes = static_cast<size_t>(args.int_option("max-document-mb", 64, 1, 4096)) << 20;
+  auto& sft = s.encode.sft;
+  sft.enabled = args.flag("sft");
+  for (const char* option : {"prompt-field", "response-field", "messages-field", "chat-template"})
+    if (args.option(option) && !sft.enabled) throw ConfigError(std::string("--") + option + " goes with --sft");
+  if (sft.enabled) {
+    if (o.train_tokenizer)
+      throw ConfigError("--sft records are not plain text to train a tokenizer on: give --tokenizer FILE");
+    if (args.option("field")) throw ConfigError("--field names a text field; --sft reads --prompt-field, "
+                                                "--response-field or --messages-field");
+    sft.prompt_field = args.option_or("prompt-field", sft.prompt_field);
+    sft.response_field = args.option_or("response-field", sft.response_field);
+    sft.messages_field = args.option_or("messages-field", sft.messages_field);
+    if (const auto path = args.option("chat-template")) sft.chat_template = read_chat_template(*path);
+  }
   o.tokenizer_training.threads = s.threads;
   o.tokenizer_training.field = s.encode.field;
   o.tokenizer_training.text_split = s.text_split;
@@ -95,8 +111,11 @@ void report(const PrepareResult& result, const std::string& dir, double seconds)
   for (const auto& input : m.inputs) bytes += input.bytes;
   for (int s : {kTrainSplit, kValidSplit}) {
     const auto& split = m.splits[static_cast<size_t>(s)];
-    spdlog::info("{}: {} documents, {} tokens in {} shard(s)", split_name(s), split.documents, split.tokens,
-                 split.shards.size());
+    int64_t loss_tokens = 0;
+    for (const auto& shard : split.shards) loss_tokens += shard.loss_tokens;
+    const bool sft = !split.shards.empty() && !split.shards.front().mask_file.empty();
+    spdlog::info("{}: {} documents, {} tokens in {} shard(s){}", split_name(s), split.documents, split.tokens,
+                 split.shards.size(), sft ? " (" + std::to_string(loss_tokens) + " counted by the loss)" : "");
   }
   std::string skipped;
   for (const auto& [reason, count] : m.skipped)
@@ -112,8 +131,9 @@ void report(const PrepareResult& result, const std::string& dir, double seconds)
 int prepare_command(const Argv& argv, const ProcessGroup&) {
   auto option_names = tokenizer_options();
   option_names.insert({"out", "field", "valid-fraction", "threads", "on-error", "train-tokenizer", "vocab",
-                       "shard-tokens", "max-document-mb", "tokenizer-sample-mb"});
-  const auto args = parse_args(argv, option_names, {"doc-per-file", "blank-line-docs"}, kOneOrMore, kUsage);
+                       "shard-tokens", "max-document-mb", "tokenizer-sample-mb", "prompt-field", "response-field",
+                       "messages-field", "chat-template"});
+  const auto args = parse_args(argv, option_names, {"doc-per-file", "blank-line-docs", "sft"}, kOneOrMore, kUsage);
   if (!args.sets.empty()) throw ConfigError(std::string("loom prepare takes no --set\nusage: ") + kUsage);
   const PrepareOptions options = parse_options(args);
   const auto start = std::chrono::steady_clock::now();

@@ -71,6 +71,8 @@ struct DataConfig {
   std::string valid;
   std::string test;
   int64_t seq_len = 128;
+  // Packed documents: attention stays inside each document of a window and positions restart there.
+  bool document_mask = false;
   // Synthetic source -> target pairs for the encoder-decoder (data/synthetic_pairs.h) instead of files.
   SyntheticTask synthetic = SyntheticTask::kNone;
   int64_t synthetic_vocab = 32;

@@ -41,6 +41,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("data.valid", c.data.valid, "Validation data: a directory made by `loom prepare` (its valid split) or a token file; empty disables evaluation.");
   v("data.test", c.data.test, "Test token file, read only by `loom eval --split test`.");
   v("data.seq_len", c.data.seq_len, "Tokens per training sequence (windows of seq_len + 1).");
+  v("data.document_mask", c.data.document_mask, "model.arch=gpt: a window of seq_len + 1 tokens crosses document boundaries (a prepared directory's document index gives them; a token file's documents end at tokenizer.model's EOS id). true: each token attends only to the earlier tokens of its own document and positions (learned, sinusoidal, RoPE) restart at each document, for training and evaluation, as if each document ran alone. false: a window is one sequence (no mask is built). Generation is unchanged either way: a prompt is one document.");
   v("data.synthetic", c.data.synthetic, "transformer: train on generated pairs instead of files.");
   v("data.synthetic_vocab", c.data.synthetic_vocab, "Vocabulary of the synthetic pairs (ids 0-2 are padding/unk, bos, eos; sequences use 3 .. vocab - 1).");
   v("data.synthetic_min_len", c.data.synthetic_min_len, "Shortest synthetic source sequence.");

@@ -123,6 +123,8 @@ void validate(const Config& c) {
                       ? ", lcm with parallel.tp=" + std::to_string(c.parallel.tp) + " under parallel.sequence_parallel)"
                       : std::string(")"));
     check.require(m.init_from.empty(), "model.init_from", "importing weights applies to model.arch=gpt only");
+    check.require(!c.data.document_mask, "data.document_mask", "packs documents into model.arch=gpt windows; pair "
+                  "batches hold one pair per row already");
     check.require(c.train.activation_checkpointing == ActivationCheckpointing::kNone, "train.activation_checkpointing",
                   "model.arch=transformer does not recompute activations yet: set it to none");
   }

@@ -16,6 +16,19 @@ bool whitespace_only(std::string_view text) {
 
 // Documents are plain text (the header says why); nothing is added around them but the EOS after each.
 constexpr EncodeOptions kPlainText{/*special_in_text=*/false, /*add_special_tokens=*/false};
+// A chat template's own text is the user's markup: the special tokens it names become their ids.
+constexpr EncodeOptions kTemplateText{/*special_in_text=*/true, /*add_special_tokens=*/false};
+
+SkipReason reason_of(FieldStatus status) {
+  switch (status) {
+    case FieldStatus::kMalformed: return SkipReason::kMalformedJson;
+    case FieldStatus::kInvalidUtf8: return SkipReason::kInvalidUtf8;
+    case FieldStatus::kMissing: return SkipReason::kMissingField;
+    case FieldStatus::kNotString: return SkipReason::kNotAString;
+    case FieldStatus::kOk: break;
+  }
+  return SkipReason::kEmpty;
+}
 
 }  // namespace
 
@@ -51,6 +64,28 @@ DocumentEncoder::DocumentEncoder(const Tokenizer& tokenizer, const std::vector<I
                                  DocumentEncodeOptions options, size_t workers)
     : tokenizer_(tokenizer), inputs_(inputs), options_(std::move(options)), eos_(tokenizer.require_eos()) {
   for (size_t w = 0; w < workers; ++w) json_.push_back(std::make_unique<JsonFieldReader>(options_.field));
+  if (options_.sft.enabled)
+    for (size_t w = 0; w < workers; ++w) sft_.push_back(std::make_unique<SftRecordReader>(options_.sft));
+}
+
+void DocumentEncoder::encode_sft(std::string_view line, size_t worker, EncodedBatch& out,
+                                 const std::function<void(SkipReason, std::string)>& skip) const {
+  SftRecord record = sft_.at(worker)->read(line);
+  if (record.status != FieldStatus::kOk) return skip(reason_of(record.status), std::move(record.detail));
+  if (record.counted_bytes == 0) return skip(SkipReason::kEmpty, "");  // nothing for the loss to learn
+  const auto split = static_cast<size_t>(document_split(line, options_.valid_fraction));  // the whole record's hash
+  auto& tokens = out.tokens[split];
+  auto& mask = out.masks[split];
+  const size_t start = tokens.size();
+  for (const auto& piece : record.pieces) {
+    const size_t before = tokens.size();
+    tokenizer_.encode_to(piece.text, tokens, piece.template_text ? kTemplateText : kPlainText);
+    mask.insert(mask.end(), tokens.size() - before, piece.counted ? 1 : 0);
+    out.text_bytes[split] += static_cast<int64_t>(piece.text.size());
+  }
+  tokens.push_back(eos_);
+  mask.push_back(1);  // the end of a response is learned too
+  out.lengths[split].push_back(static_cast<uint32_t>(tokens.size() - start));
 }
 
 DocumentEncoder::~DocumentEncoder() = default;
@@ -71,6 +106,11 @@ EncodedBatch DocumentEncoder::encode(const DocumentBatch& batch, size_t worker) 
       if (inputs_.at(doc.file).format == InputFormat::kJsonl) {
         if (whitespace_only(text)) {
           skip(SkipReason::kEmpty, "");
+          continue;
+        }
+        if (!sft_.empty()) {
+          encode_sft(text, worker, out, skip);
+          if (options_.stop_at_problem && !out.problems.empty()) break;
           continue;
         }
         const FieldResult field = json.read(text);

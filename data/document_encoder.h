@@ -7,16 +7,20 @@
 // A document is encoded as plain text: a special token written in it ("<|endoftext|>") stays its
 // characters, not its id (tiktoken's encode_ordinary), so no document can end another or smuggle in a
 // control token; the only EOS is the one loom puts after each document.
+// SFT (--sft, data/sft_record.h): a JSONL record is a prompt and a response (or chat messages), and each
+// token gets a loss mask byte (1: the loss counts it); the EOS after a record counts.
 // A pure function of the batch (and tokenizer): the same batch gives the same tokens on any thread.
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "data/json_field.h"
 #include "data/prepare_inputs.h"
+#include "data/sft_record.h"
 #include "data/tokenizer.h"
 
 namespace loom {
@@ -54,6 +58,7 @@ struct Problem {
 struct EncodedBatch {
   std::array<std::vector<int32_t>, 2> tokens;    // per split: every document's tokens, EOS after each
   std::array<std::vector<uint32_t>, 2> lengths;  // per split and document: its tokens, EOS included
+  std::array<std::vector<uint8_t>, 2> masks;     // SFT: per split, one loss mask byte per token (else empty)
   std::array<int64_t, 2> text_bytes{};
   std::array<int64_t, static_cast<size_t>(SkipReason::kCount)> skipped{};
   std::vector<Problem> problems;  // every skipped document but the empty ones, in input order
@@ -63,6 +68,7 @@ struct DocumentEncodeOptions {
   std::string field = "text";  // JSONL: dotted path of the text
   double valid_fraction = 0.0;
   bool stop_at_problem = true;  // --on-error fail
+  SftOptions sft;
 };
 
 // Which split a document of this text goes to: a hash of its bytes against valid_fraction, so the same
@@ -84,7 +90,12 @@ class DocumentEncoder {
   const std::vector<InputFile>& inputs_;
   DocumentEncodeOptions options_;
   int32_t eos_;
+  // The document's tokens (and with SFT its mask) into `out`; false when it is left out.
+  void encode_sft(std::string_view record, size_t worker, EncodedBatch& out,
+                  const std::function<void(SkipReason, std::string)>& skip) const;
+
   std::vector<std::unique_ptr<JsonFieldReader>> json_;  // one per worker
+  std::vector<std::unique_ptr<SftRecordReader>> sft_;   // one per worker, with --sft
 };
 
 }  // namespace loom

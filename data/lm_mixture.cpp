@@ -32,7 +32,7 @@ size_t LmMixture::source_of(int64_t step, int64_t index) const {
 }
 
 LmBatch LmMixture::train_batch(int64_t step, int64_t first, int64_t count) const {
-  std::vector<torch::Tensor> windows;
+  std::vector<CorpusWindow> windows;
   for (int64_t i = first; i < first + count; ++i) {
     const TokenCorpus& corpus = *sources_[source_of(step, i)].corpus;
     windows.push_back(corpus.window(sampler_.window_start(corpus, step, i), sampler_.seq_len()));

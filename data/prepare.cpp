@@ -32,7 +32,19 @@ nlohmann::json output_options(const PrepareOptions& o) {
                       {"on_error", s.encode.stop_at_problem ? "fail" : "skip"},
                       {"shard_tokens", s.shard_tokens},
                       {"max_document_bytes", s.max_document_bytes},
-                      {"train_tokenizer", nullptr}};
+                      {"train_tokenizer", nullptr},
+                      {"sft", nullptr}};
+  if (s.encode.sft.enabled) {  // the template's text, not its path: an edited template prepares again
+    const auto& sft = s.encode.sft;
+    nlohmann::json chat = nullptr;
+    if (sft.chat_template) {
+      chat = {{"roles", nlohmann::json::object()}, {"trained_roles", sft.chat_template->trained_roles}};
+      for (const auto& [role, r] : sft.chat_template->roles)
+        chat["roles"][role] = {{"prefix", r.prefix}, {"suffix", r.suffix}};
+    }
+    j["sft"] = {{"prompt_field", sft.prompt_field}, {"response_field", sft.response_field},
+                {"messages_field", sft.messages_field}, {"chat_template", chat}};
+  }
   if (o.train_tokenizer)
     j["train_tokenizer"] = {{"type", "sentencepiece"},
                             {"vocab_size", o.tokenizer_training.vocab_size},
@@ -63,7 +75,8 @@ std::optional<std::string> stale_because(const fs::path& dir, const PreparedMani
     for (const auto& shard : split.shards) {
       std::error_code e;
       if (fs::file_size(dir / shard.tokens_file, e) != sizeof(TokenFileHeader) + width * shard.tokens ||
-          fs::file_size(dir / shard.index_file, e) != sizeof(DocumentIndexHeader) + 8 * shard.documents)
+          fs::file_size(dir / shard.index_file, e) != sizeof(DocumentIndexHeader) + 8 * shard.documents ||
+          (!shard.mask_file.empty() && fs::file_size(dir / shard.mask_file, e) != sizeof(LossMaskHeader) + shard.tokens))
         return shard.tokens_file + " or its index is missing or damaged";
     }
   for (size_t i = 0; i < inputs.size(); ++i)  // last: it reads every input
@@ -72,7 +85,7 @@ std::optional<std::string> stale_because(const fs::path& dir, const PreparedMani
 }
 
 bool written_by_prepare(const std::string& name) {
-  static const std::regex pattern(R"((train|valid)-\d{5}\.(bin|idx)(\.tmp)?|manifest\.json\.tmp|tokenizer\.model\.tmp)");
+  static const std::regex pattern(R"((train|valid)-\d{5}\.(bin|idx|mask)(\.tmp)?|manifest\.json\.tmp|tokenizer\.model\.tmp)");
   return std::regex_match(name, pattern);
 }
 
@@ -113,6 +126,11 @@ PrepareResult prepare(const PrepareOptions& options, const std::function<void(co
   LOOM_CHECK(options.train_tokenizer != !options.tokenizer.model.empty(), "loom prepare: give either --tokenizer FILE or "
              "--train-tokenizer sentencepiece --vocab N");
   const std::vector<InputFile> inputs = expand_inputs(options.inputs);
+  if (options.stream.encode.sft.enabled)
+    for (const auto& input : inputs)
+      if (input.format != InputFormat::kJsonl)
+        throw ConfigError("loom prepare --sft: " + input.path.string() + " is not JSON Lines: SFT records are JSONL "
+                          "with prompt/response fields or messages (README \"Train on your own data\")");
   PreparedManifest manifest;
   manifest.inputs = describe_inputs(inputs);
   manifest.options = output_options(options);

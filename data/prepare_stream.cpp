@@ -35,8 +35,10 @@ class BatchSink {
             const std::filesystem::path& dir)
       : inputs_(inputs),
         options_(options),
-        writers_{ShardWriter(dir, split_name(kTrainSplit), tokenizer.vocab_size(), tokenizer.checksum(), options.shard_tokens),
-                 ShardWriter(dir, split_name(kValidSplit), tokenizer.vocab_size(), tokenizer.checksum(), options.shard_tokens)} {}
+        writers_{ShardWriter(dir, split_name(kTrainSplit), tokenizer.vocab_size(), tokenizer.checksum(), options.shard_tokens,
+                             options.encode.sft.enabled),
+                 ShardWriter(dir, split_name(kValidSplit), tokenizer.vocab_size(), tokenizer.checksum(), options.shard_tokens,
+                             options.encode.sft.enabled)} {}
 
   void take(const EncodedBatch& batch) {
     for (const auto& problem : batch.problems) {
@@ -50,9 +52,12 @@ class BatchSink {
     for (int s : {kTrainSplit, kValidSplit}) {
       auto& split = outcome_.splits[static_cast<size_t>(s)];
       const int32_t* tokens = batch.tokens[static_cast<size_t>(s)].data();
+      const auto& masks = batch.masks[static_cast<size_t>(s)];
+      const uint8_t* mask = masks.empty() ? nullptr : masks.data();  // SFT only
       for (const uint32_t length : batch.lengths[static_cast<size_t>(s)]) {
-        writers_[static_cast<size_t>(s)].add_document(tokens, length);
+        writers_[static_cast<size_t>(s)].add_document(tokens, length, mask);
         tokens += length;
+        if (mask != nullptr) mask += length;
       }
       split.documents += static_cast<int64_t>(batch.lengths[static_cast<size_t>(s)].size());
       split.tokens += static_cast<int64_t>(batch.tokens[static_cast<size_t>(s)].size());

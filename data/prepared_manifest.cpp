@@ -12,8 +12,13 @@ constexpr const char* kFormat = "loom-prepared";
 constexpr int kVersion = 1;
 
 nlohmann::json shard_json(const ShardInfo& s) {
-  return {{"tokens_file", s.tokens_file}, {"index_file", s.index_file}, {"tokens", s.tokens},
-          {"documents", s.documents},     {"data_crc32", s.data_crc}};
+  nlohmann::json j = {{"tokens_file", s.tokens_file}, {"index_file", s.index_file}, {"tokens", s.tokens},
+                      {"documents", s.documents},     {"data_crc32", s.data_crc}};
+  if (!s.mask_file.empty()) {  // SFT data only: a manifest without a mask reads as before
+    j["mask_file"] = s.mask_file;
+    j["loss_tokens"] = s.loss_tokens;
+  }
+  return j;
 }
 
 }  // namespace
@@ -78,11 +83,20 @@ PreparedManifest read_prepared_manifest(const fs::path& dir) {
       out.tokens = split.at("tokens").get<int64_t>();
       out.text_bytes = split.at("text_bytes").get<int64_t>();
       for (const auto& shard : split.at("shards")) {
-        ShardInfo info{shard.at("tokens_file").get<std::string>(), shard.at("index_file").get<std::string>(),
-                       shard.at("tokens").get<int64_t>(), shard.at("documents").get<int64_t>(),
-                       shard.at("data_crc32").get<uint32_t>()};
+        ShardInfo info;
+        info.tokens_file = shard.at("tokens_file").get<std::string>();
+        info.index_file = shard.at("index_file").get<std::string>();
+        info.tokens = shard.at("tokens").get<int64_t>();
+        info.documents = shard.at("documents").get<int64_t>();
+        info.data_crc = shard.at("data_crc32").get<uint32_t>();
+        if (shard.contains("mask_file")) {
+          info.mask_file = shard.at("mask_file").get<std::string>();
+          info.loss_tokens = shard.at("loss_tokens").get<int64_t>();
+        }
         // Shard names stay inside the directory: a damaged manifest must not point training elsewhere.
-        for (const auto& file : {info.tokens_file, info.index_file})
+        std::vector<std::string> files = {info.tokens_file, info.index_file};
+        if (shard.contains("mask_file")) files.push_back(info.mask_file);
+        for (const auto& file : files)
           if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
             throw Error(name + ": shard file name '" + file + "' is not a file inside " + dir.string());
         out.shards.push_back(info);

@@ -21,6 +21,8 @@ struct Seq2SeqBatch {
   torch::Tensor target_lengths;  // (B) int64: target tokens + 1
   // What the loss averages over: the target tokens and their eos (train/task.h's TaskBatch counts them).
   int64_t loss_tokens() const { return target_lengths.sum().item<int64_t>(); }
+  // What throughput counts of a pair batch: its target tokens too.
+  int64_t tokens() const { return loss_tokens(); }
 };
 
 }  // namespace loom

@@ -30,8 +30,10 @@ LmBatch SyntheticBatches::train_batch(int64_t step, int64_t first, int64_t count
       out[i * (seq_len_ + 1) + t] = static_cast<int64_t>(next(state) % static_cast<uint64_t>(vocab_size_));
   }
   using torch::indexing::Slice;
-  return {windows.index({Slice(), Slice(0, seq_len_)}).contiguous(),
-          windows.index({Slice(), Slice(1, seq_len_ + 1)}).contiguous()};
+  LmBatch batch;
+  batch.inputs = windows.index({Slice(), Slice(0, seq_len_)}).contiguous();
+  batch.targets = windows.index({Slice(), Slice(1, seq_len_ + 1)}).contiguous();
+  return batch;
 }
 
 }  // namespace loom

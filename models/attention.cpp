@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "models/blocked_attention.h"
+#include "models/document_mask.h"
 #include "models/layers.h"
 #include "models/qkv_heads.h"
 
@@ -21,6 +22,16 @@ torch::Tensor with_key_padding(const std::optional<torch::Tensor>& mask, bool* i
   if (!mask) return keep;
   if (mask->scalar_type() == torch::kBool) return keep & *mask;
   return mask->masked_fill(~keep, -std::numeric_limits<float>::infinity());
+}
+
+// Adds packed documents' block-diagonal mask (models/document_mask.h) to what scores_mask returned:
+// (B, 1, T, T) bool, or (B, H, T, T) with ALiBi's float bias.
+torch::Tensor with_documents(const std::optional<torch::Tensor>& mask, bool* is_causal, const torch::Tensor& positions) {
+  const auto same_document = document_causal_mask(positions);  // (B, 1, T, T), causal already
+  *is_causal = false;
+  if (!mask) return same_document;
+  if (mask->scalar_type() == torch::kBool) return same_document & *mask;
+  return mask->masked_fill(~same_document, -std::numeric_limits<float>::infinity());
 }
 
 }  // namespace
@@ -123,8 +134,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
     std::tie(q, k, v) = qkv_heads(qkv_->forward(x), H, K, D);
 
     const int64_t first = cache != nullptr ? cache->seen : 0;  // absolute position of x's first token
+    const bool packed = inputs.positions.defined();
+    if (packed) {
+      TORCH_CHECK(cache == nullptr && options_.causal, "packed documents are for causal training, without a cache");
+      check_document_positions(inputs.positions, B, T);
+    }
     if (options_.position == PositionKind::kRope) {
-      const auto [cos, sin] = rope_cos_sin(first, T, D, options_.rope, q.options());
+      const auto [cos, sin] = packed ? rope_cos_sin_at(inputs.positions, D, options_.rope, q.options())
+                                     : rope_cos_sin(first, T, D, options_.rope, q.options());
       q = apply_rope(q, cos, sin);
       k = apply_rope(k, cos, sin);
     }
@@ -145,12 +162,17 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
   if (inputs.key_padding.defined()) mask = with_key_padding(mask, &is_causal, inputs.key_padding, T, k.size(2));
 
   const double dropout = is_training() ? options_.dropout : 0.0;
+  // Plain causal self-attention (no cache offset, padding, window or bias: is_causal without a mask) on
+  // CPU goes through the query-blocked kernel where that is faster (see blocked_attention.cpp); packed
+  // documents too, as each query's first key. SDPA takes them as a (B, 1, T, T) mask.
+  const bool blocked = is_causal && !mask && dropout == 0.0 && K == H && blocked_attention_is_faster(q, k, v);
+  if (inputs.positions.defined() && !blocked && !inputs.memory.defined())
+    mask = with_documents(mask, &is_causal, inputs.positions.to(q.device()));
   std::optional<TensorParallelRng::Fork> own_stream;  // this rank's heads: its own dropout masks
   if (dropout > 0 && options_.tp.rng() != nullptr) own_stream.emplace(*options_.tp.rng(), q.device());
-  // Plain causal self-attention (no cache offset, padding, window or bias: is_causal without a mask) on
-  // CPU goes through the query-blocked kernel where that is faster (see blocked_attention.cpp).
-  const bool blocked = is_causal && !mask && dropout == 0.0 && K == H && blocked_attention_is_faster(q, k, v);
-  auto y = blocked ? blocked_causal_attention(q, k, v)
+  const torch::Tensor key_starts =
+      blocked && inputs.positions.defined() ? document_starts(inputs.positions) : torch::Tensor();
+  auto y = blocked ? blocked_causal_attention(q, k, v, 64, false, key_starts)
                    : at::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal, std::nullopt,
                                                       /*enable_gqa=*/K != H);  // (B, H, T, D)
   own_stream.reset();

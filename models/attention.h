@@ -35,6 +35,10 @@ struct KVCache {
 struct AttentionInputs {
   torch::Tensor memory;       // (B, S, C): cross-attention to these positions (the encoder output)
   torch::Tensor key_padding;  // (B, S) bool, true at padded keys (x's own, or the memory's for cross-attention)
+  // Packed documents (models/document_mask.h): (B, T) int64, each token's position in its document, every
+  // position of the sequence even under sequence parallelism. Self-attention without a cache then sees only
+  // its own document and RoPE turns by these positions. Undefined: one document, positions from the cache.
+  torch::Tensor positions;
 };
 
 struct AttentionOptions {

@@ -33,11 +33,13 @@ void BlockImpl::set_checkpointing(ActivationCheckpointing mode) {
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs) {
-  // The recomputed closures see no BlockInputs, so a block given any runs without checkpointing.
+  // The recomputed closures see of BlockInputs only the positions (their context), so a block given any of
+  // the others runs without checkpointing (only the encoder-decoder's blocks take them, and never checkpoint).
   const bool recompute = is_training() && cache == nullptr && !inputs.padding.defined() && !inputs.memory.defined();
-  if (recompute && checkpointing_ == ActivationCheckpointing::kFull) return recompute_in_backward(halves_, x, tp_rng_);
+  if (recompute && checkpointing_ == ActivationCheckpointing::kFull)
+    return recompute_in_backward(halves_, x, tp_rng_, inputs.positions);
   if (recompute && checkpointing_ == ActivationCheckpointing::kSelective) {
-    const auto h = attention_half(x);
+    const auto h = attention_half(x, inputs.positions);
     return h + recompute_in_backward(mlp_branch_, h, tp_rng_);
   }
   return forward_uncheckpointed(x, cache, inputs);
@@ -45,7 +47,10 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, KVCache* cache, const B
 
 torch::Tensor BlockImpl::forward_uncheckpointed(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs) {
   auto h = sublayer(x, ln1_, [&](const torch::Tensor& in) {
-    return attention_->forward(in, cache, {torch::Tensor(), inputs.padding});
+    AttentionInputs self;
+    self.key_padding = inputs.padding;
+    self.positions = inputs.positions;
+    return attention_->forward(in, cache, self);
   });
   if (cross_attention_) {
     TORCH_CHECK(inputs.memory.defined(), "a block with cross-attention needs the encoder output");
@@ -61,8 +66,10 @@ torch::Tensor BlockImpl::mlp_branch(const torch::Tensor& h) {
   return drop(mlp_module_->forward(ln2_->forward_into_matmul(h)));
 }
 
-torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
-  return x + drop(attention_->forward(ln1_->forward_into_matmul(x)));
+torch::Tensor BlockImpl::attention_half(const torch::Tensor& x, const torch::Tensor& positions) {
+  AttentionInputs self;
+  self.positions = positions;
+  return x + drop(attention_->forward(ln1_->forward_into_matmul(x), nullptr, self));
 }
 
 torch::Tensor BlockImpl::drop(const torch::Tensor& x) {

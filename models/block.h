@@ -31,8 +31,9 @@ struct BlockOptions {
   bool cross_attention = false;
 };
 
-// What a block attends to besides x; all empty for the GPT.
+// What a block attends to besides x; all empty for the GPT but positions.
 struct BlockInputs {
+  torch::Tensor positions;          // packed documents (models/document_mask.h): (B, T) int64; undefined: none
   torch::Tensor padding;            // (B, T) bool, true at x's padded positions: masked as self-attention keys
   torch::Tensor memory;             // (B, S, C) encoder output, for the cross-attention
   torch::Tensor memory_padding;     // (B, S) bool, true at padded source positions
@@ -52,7 +53,8 @@ class BlockImpl : public torch::nn::Module {
   template <class F>
   torch::Tensor sublayer(const torch::Tensor& x, Norm& norm, F&& f);
   torch::Tensor mlp_branch(const torch::Tensor& h);  // dropout(mlp(ln2(h))), pre-norm
-  torch::Tensor attention_half(const torch::Tensor& x);  // x + dropout(attention(ln1(x))), pre-norm, no cache
+  // x + dropout(attention(ln1(x))), pre-norm, no cache; positions: BlockInputs::positions
+  torch::Tensor attention_half(const torch::Tensor& x, const torch::Tensor& positions);
   torch::Tensor drop(const torch::Tensor& x);         // the residual branch's dropout
 
   bool post_norm_;
@@ -63,9 +65,11 @@ class BlockImpl : public torch::nn::Module {
   // recomputes the block as its two residual halves, so that backward never holds the attention's and the
   // MLP's activations at once (the attention half runs once more, without gradients, to give the MLP half
   // its input).
-  RecomputeSegments mlp_branch_{[this](const torch::Tensor& h) { return mlp_branch(h); }};
-  RecomputeSegments halves_{[this](const torch::Tensor& x) { return attention_half(x); },
-                            [this](const torch::Tensor& h) { return h + mlp_branch(h); }};
+  // Packed documents' positions are the segments' context (models/recompute.h).
+  RecomputeSegments mlp_branch_{[this](const torch::Tensor& h, const torch::Tensor&) { return mlp_branch(h); }};
+  RecomputeSegments halves_{
+      [this](const torch::Tensor& x, const torch::Tensor& positions) { return attention_half(x, positions); },
+      [this](const torch::Tensor& h, const torch::Tensor&) { return h + mlp_branch(h); }};
   Norm ln1_{nullptr}, ln_cross_{nullptr}, ln2_{nullptr};
   Attention attention_{nullptr};
   Attention cross_attention_{nullptr};  // only with options.cross_attention

@@ -40,7 +40,7 @@ variable_list packed_gradients(const torch::Tensor& dq, const torch::Tensor& dk,
                                const std::vector<int64_t>& shape4) {
   const int64_t B = shape4[0], H = shape4[1], T = shape4[2], D = shape4[3];
   auto packed = torch::empty({B, T, 3, H, D}, dq.options());
-  variable_list grads = {dq, dk, dv, torch::Tensor(), torch::Tensor()};  // none for block and portable
+  variable_list grads = {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor()};  // none for the rest
   for (int64_t i = 0; i < 3; ++i) {
     auto view = packed.select(2, i).transpose(1, 2);  // (B, H, T, D)
     view.copy_(grads[i].view(shape4));
@@ -56,10 +56,18 @@ torch::Tensor positions(const torch::Tensor& t, int64_t first, int64_t n) {
   return t.narrow(2, first, n).reshape({t.size(0) * t.size(1), n, t.size(3)}).contiguous();
 }
 
+// Packed documents: each row's first visible key from starts (B, T) int64 contiguous (empty: none; an
+// autograd Function's tensor arguments must be defined).
+void with_starts(rows::Rows& shape, const torch::Tensor& starts, int64_t heads) {
+  if (starts.numel() == 0) return;
+  shape.key_begin = starts.data_ptr<int64_t>();
+  shape.heads = heads;
+}
+
 struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAttention> {
   // q, k, v: (B, H, T, D) -> (B, H, T, D)
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, int64_t block, bool portable) {
+                               const torch::Tensor& v, int64_t block, bool portable, const torch::Tensor& starts) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // stay in q's dtype
     RECORD_FUNCTION("loom::blocked_attention_forward", std::vector<c10::IValue>{});  // for loom bench's op shares
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), BH = B * H;
@@ -68,8 +76,9 @@ struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAt
     for (int64_t s = 0; s < T; s += block) {
       const int64_t n = std::min(block, T - s), e = s + n;  // queries [s, e) see at most keys [0, e)
       auto scores = at::bmm(positions(q, s, n), positions(k, 0, e).transpose(1, 2));  // (BH, n, e)
-      const rows::Rows shape{0, 0, n, s, e, T, D, static_cast<float>(1.0 / std::sqrt(double(D))),
-                             q.scalar_type() == torch::kBFloat16};
+      rows::Rows shape{0, 0, n, s, e, T, D, static_cast<float>(1.0 / std::sqrt(double(D))),
+                       q.scalar_type() == torch::kBFloat16};
+      with_starts(shape, starts, H);
       for_rows(shape, BH * n, [&](const rows::Rows& part) {
         (portable ? rows::DEFAULT::forward_rows : rows::AVX512::forward_rows)(part, scores.data_ptr(),
                                                                               lse.data_ptr<float>());
@@ -77,7 +86,7 @@ struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAt
       auto oi = o.narrow(1, s, n);  // (BH, n, D)
       at::bmm_out(oi, scores, positions(v, 0, e));
     }
-    ctx->save_for_backward({q, k, v, o, lse});
+    ctx->save_for_backward({q, k, v, o, lse, starts});
     ctx->saved_data["block"] = block;
     ctx->saved_data["portable"] = portable;
     return o.view({B, H, T, D});
@@ -87,7 +96,7 @@ struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAt
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     RECORD_FUNCTION("loom::blocked_attention_backward", std::vector<c10::IValue>{});
     const auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4];
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4], &starts = saved[5];
     const int64_t block = ctx->saved_data["block"].toInt();
     const bool portable = ctx->saved_data["portable"].toBool();
     const int64_t BH = q.size(0) * q.size(1), T = q.size(2), D = q.size(3);
@@ -108,7 +117,8 @@ struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAt
       const auto ki = positions(k, 0, e);                                            // (BH, e, D)
       auto p = at::bmm(qi, ki.transpose(1, 2));                          // (BH, n, e): scores, then P
       auto ds = at::bmm(doi, positions(v, 0, e).transpose(1, 2));        // (BH, n, e): dP, then dS
-      const rows::Rows shape{0, 0, n, s, e, T, D, static_cast<float>(1.0 / std::sqrt(double(D))), bf16};
+      rows::Rows shape{0, 0, n, s, e, T, D, static_cast<float>(1.0 / std::sqrt(double(D))), bf16};
+      with_starts(shape, starts, q.size(1));
       for_rows(shape, BH * n, [&](const rows::Rows& part) {
         (portable ? rows::DEFAULT::backward_rows : rows::AVX512::backward_rows)(
             part, p.data_ptr(), ds.data_ptr(), lse.data_ptr<float>(), dout.data_ptr(), o.data_ptr());
@@ -128,7 +138,7 @@ struct BlockedCausalAttention : public torch::autograd::Function<BlockedCausalAt
 }  // namespace
 
 torch::Tensor blocked_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                       int64_t block, bool force_portable) {
+                                       int64_t block, bool force_portable, const torch::Tensor& key_starts) {
   LOOM_CHECK(q.dim() == 4 && k.sizes() == q.sizes() && v.sizes() == q.sizes(),
              "blocked_causal_attention takes q, k, v of one shape (B, H, T, D)");
   LOOM_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(), "blocked_causal_attention is CPU only");
@@ -136,7 +146,17 @@ torch::Tensor blocked_causal_attention(const torch::Tensor& q, const torch::Tens
                  k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
              "blocked_causal_attention takes float or bf16 q, k, v of one dtype");
   LOOM_CHECK(block > 0, "blocked_causal_attention: block must be positive");
-  return BlockedCausalAttention::apply(q, k, v, block, force_portable || !cpu_has_avx512());
+  torch::Tensor starts = torch::empty({0}, torch::kLong);
+  if (key_starts.defined()) {
+    LOOM_CHECK(key_starts.dim() == 2 && key_starts.size(0) == q.size(0) && key_starts.size(1) == q.size(2),
+               "blocked_causal_attention: key_starts must be (B, T)");
+    // Every start in [0, t]: the row kernels read keys from there to t.
+    const auto index = torch::arange(q.size(2), torch::kLong).unsqueeze(0);
+    starts = key_starts.to(torch::kCPU, torch::kLong).contiguous();
+    LOOM_CHECK(((starts >= 0) & (starts <= index)).all().item<bool>(),
+               "blocked_causal_attention: key_starts[b, t] must lie in [0, t]");
+  }
+  return BlockedCausalAttention::apply(q, k, v, block, force_portable || !cpu_has_avx512(), starts);
 }
 
 bool blocked_attention_is_faster(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {

@@ -14,9 +14,12 @@ namespace loom {
 // q, k, v: (B, H, T, D) on CPU, one dtype (float or bf16) -> (B, H, T, D), equal to
 // at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true). Differentiable in q, k and v.
 // Runs in the inputs' dtype whatever the autocast state. `force_portable` takes the portable row kernel even
-// where the AVX-512 one would run (for tests).
+// where the AVX-512 one would run (for tests). key_starts (B, T) int64 (packed documents,
+// models/document_mask.h): query t of row b sees only keys [key_starts[b, t], t], SDPA's result with
+// document_causal_mask as its mask; undefined: every key up to t.
 torch::Tensor blocked_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                       int64_t block = 64, bool force_portable = false);
+                                       int64_t block = 64, bool force_portable = false,
+                                       const torch::Tensor& key_starts = {});
 
 // Whether blocked_causal_attention is the faster choice here for this causal self-attention: see the rule
 // and the measurements in blocked_attention.cpp.

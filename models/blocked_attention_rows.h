@@ -10,8 +10,9 @@ namespace loom::blocked_attention_rows {
 
 // Rows [row_begin, row_end) of a block of scores (BH * rows_per_head, cols), contiguous: the queries
 // [first, first + rows_per_head) of every (batch, head) against keys [0, cols). Row r is query position
-// t = first + r % rows_per_head of head h = r / rows_per_head; it sees keys [0, t] (causal), the others get
-// probability 0. Per-row statistics live in (BH, seq) float arrays at [h * seq + t].
+// t = first + r % rows_per_head of head h = r / rows_per_head; it sees keys [0, t] (causal), or with
+// key_begin (packed documents) keys [key_begin[b * seq + t], t] for its batch row b = h / heads; the others
+// get probability 0. Per-row statistics live in (BH, seq) float arrays at [h * seq + t].
 struct Rows {
   int64_t row_begin = 0, row_end = 0;
   int64_t rows_per_head = 0;
@@ -21,6 +22,8 @@ struct Rows {
   int64_t head_dim = 0;
   float scale = 1.0f;  // 1 / sqrt(D), applied to the raw scores q k^T
   bool bf16 = false;   // the blocks hold bf16 (else float)
+  const int64_t* key_begin = nullptr;  // (B, seq): the first key each query sees; null: key 0
+  int64_t heads = 1;                   // H, to find a row's batch row
 };
 
 // forward_rows: scores (raw q k^T) in, probabilities out in place; lse gets the logsumexp of each row's

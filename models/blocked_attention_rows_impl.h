@@ -27,6 +27,12 @@ float* as_floats(void* block, bool bf16, int64_t offset, int64_t n, std::vector<
   return buf.data();
 }
 
+// The first key row r's query sees (0 without packed documents).
+int64_t first_key(const Rows& rows, int64_t r, int64_t t) {
+  if (rows.key_begin == nullptr) return 0;
+  return rows.key_begin[(r / rows.rows_per_head / rows.heads) * rows.seq + t];
+}
+
 // Writes x[0, n) into the row and zeros into [n, cols) (the keys after the query: probability 0).
 void store_row(void* block, bool bf16, int64_t offset, const float* x, int64_t n, int64_t cols) {
   if (bf16) {
@@ -71,26 +77,29 @@ void forward_rows(const Rows& rows, void* scores, float* lse) {
   std::vector<float> buf(rows.bf16 ? rows.cols : 0);
   for (int64_t r = rows.row_begin; r < rows.row_end; ++r) {
     const int64_t h = r / rows.rows_per_head, t = rows.first + r % rows.rows_per_head;
-    const int64_t n = t + 1;  // keys [0, t]
-    float* x = as_floats(scores, rows.bf16, r * rows.cols, n, buf);
-    const float shift = row_max(x, n) * rows.scale;  // scale > 0: the max of the scaled scores
+    const int64_t n = t + 1, k0 = first_key(rows, r, t);  // keys [k0, t]
+    float* row = as_floats(scores, rows.bf16, r * rows.cols, n, buf);
+    std::fill(row, row + k0, 0.0f);  // keys of earlier documents: probability 0
+    float* x = row + k0;
+    const int64_t m = n - k0;
+    const float shift = row_max(x, m) * rows.scale;  // scale > 0: the max of the scaled scores
     const Vec vscale(rows.scale), vshift(shift);
     Vec vsum(0.0f);
     int64_t j = 0;
-    for (; j + kLanes <= n; j += kLanes) {
+    for (; j + kLanes <= m; j += kLanes) {
       const Vec e = (Vec::loadu(x + j) * vscale - vshift).exp_u20();
       e.store(x + j);
       vsum = vsum + e;
     }
     float sum = lane_sum(vsum);
-    for (; j < n; ++j) {
+    for (; j < m; ++j) {
       x[j] = std::exp(x[j] * rows.scale - shift);
       sum += x[j];
     }
     const Vec vinv(1.0f / sum);
-    for (j = 0; j + kLanes <= n; j += kLanes) (Vec::loadu(x + j) * vinv).store(x + j);
-    for (; j < n; ++j) x[j] *= 1.0f / sum;
-    store_row(scores, rows.bf16, r * rows.cols, x, n, rows.cols);
+    for (j = 0; j + kLanes <= m; j += kLanes) (Vec::loadu(x + j) * vinv).store(x + j);
+    for (; j < m; ++j) x[j] *= 1.0f / sum;
+    store_row(scores, rows.bf16, r * rows.cols, row, n, rows.cols);
     lse[h * rows.seq + t] = shift + std::log(sum);
   }
 }
@@ -99,25 +108,30 @@ void backward_rows(const Rows& rows, void* scores, void* dp, const float* lse, c
   std::vector<float> sbuf(rows.bf16 ? rows.cols : 0), dbuf(rows.bf16 ? rows.cols : 0);
   for (int64_t r = rows.row_begin; r < rows.row_end; ++r) {
     const int64_t h = r / rows.rows_per_head, t = rows.first + r % rows.rows_per_head;
-    const int64_t n = t + 1;
-    float* s = as_floats(scores, rows.bf16, r * rows.cols, n, sbuf);
-    float* g = as_floats(dp, rows.bf16, r * rows.cols, n, dbuf);
+    const int64_t n = t + 1, k0 = first_key(rows, r, t);
+    float* s_row = as_floats(scores, rows.bf16, r * rows.cols, n, sbuf);
+    float* g_row = as_floats(dp, rows.bf16, r * rows.cols, n, dbuf);
+    std::fill(s_row, s_row + k0, 0.0f);  // keys of earlier documents: P = 0, dS = 0
+    std::fill(g_row, g_row + k0, 0.0f);
+    float* s = s_row + k0;
+    float* g = g_row + k0;
+    const int64_t m = n - k0;
     const float row_lse = lse[h * rows.seq + t];
     const float row_d = dot(dout, out, rows.bf16, (h * rows.seq + t) * rows.head_dim, rows.head_dim);
     const Vec vscale(rows.scale), vlse(row_lse), vd(row_d);
     int64_t j = 0;
-    for (; j + kLanes <= n; j += kLanes) {
+    for (; j + kLanes <= m; j += kLanes) {
       const Vec p = (Vec::loadu(s + j) * vscale - vlse).exp_u20();
       p.store(s + j);
       (p * (Vec::loadu(g + j) - vd) * vscale).store(g + j);
     }
-    for (; j < n; ++j) {
+    for (; j < m; ++j) {
       const float p = std::exp(s[j] * rows.scale - row_lse);
       s[j] = p;
       g[j] = p * (g[j] - row_d) * rows.scale;
     }
-    store_row(scores, rows.bf16, r * rows.cols, s, n, rows.cols);
-    store_row(dp, rows.bf16, r * rows.cols, g, n, rows.cols);
+    store_row(scores, rows.bf16, r * rows.cols, s_row, n, rows.cols);
+    store_row(dp, rows.bf16, r * rows.cols, g_row, n, rows.cols);
   }
 }
 

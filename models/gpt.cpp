@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/document_mask.h"
 
 namespace loom {
 
@@ -76,25 +77,32 @@ void GptImpl::set_activation_checkpointing(ActivationCheckpointing mode) {
   for (auto& block : blocks_) block->set_checkpointing(mode);
 }
 
-torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position) {
+torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position, const torch::Tensor& positions) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(first_position + T <= config_.max_seq_len, "sequence of ", first_position + T,
               " positions exceeds model.max_seq_len=", config_.max_seq_len);
+  if (positions.defined()) check_document_positions(positions, tokens.size(0), T);  // each below T: fits too
   auto x = ends_.embed(tokens);  // (B, T, C)
   if (position_ == PositionKind::kLearned) {
-    auto positions = torch::arange(first_position, first_position + T, tokens.options().dtype(torch::kLong));
-    x = x + position_embedding_->forward(positions);
+    x = x + position_embedding_->forward(
+                positions.defined()
+                    ? positions.to(tokens.device())
+                    : torch::arange(first_position, first_position + T, tokens.options().dtype(torch::kLong)));
   } else if (position_ == PositionKind::kSinusoidal) {
-    x = x + sinusoidal_positions(first_position, T, config_.d_model, x.options());
+    x = x + (positions.defined() ? sinusoidal_positions_at(positions, config_.d_model, x.options())
+                                 : sinusoidal_positions(first_position, T, config_.d_model, x.options()));
   }
   return embedding_dropout(x, dropout_, tp_);
 }
 
 torch::Tensor GptImpl::head(const torch::Tensor& hidden) { return ends_.logits(final_norm_->forward(hidden)); }
 
-torch::Tensor GptImpl::forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden) {
-  auto x = stage_.first ? embed(tokens, 0) : hidden;  // hidden_shape(B, T)
-  for (auto& block : blocks_) x = block->forward(x);
+torch::Tensor GptImpl::forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden,
+                                     const torch::Tensor& positions) {
+  auto x = stage_.first ? embed(tokens, 0, positions) : hidden;  // hidden_shape(B, T)
+  BlockInputs inputs;
+  inputs.positions = positions;
+  for (auto& block : blocks_) x = block->forward(x, nullptr, inputs);
   return stage_.last ? head(x) : x;
 }
 
@@ -102,23 +110,30 @@ std::vector<int64_t> GptImpl::hidden_shape(int64_t B, int64_t T) const {
   return {B, tp_.sequence_parallel() ? T / tp_.size() : T, config_.d_model};
 }
 
-torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches) {
+torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches,
+                             const torch::Tensor& positions) {
   TORCH_CHECK(stage_.whole(), "forward() runs the whole model; a pipeline stage runs forward_stage()");
   TORCH_CHECK(caches == nullptr || static_cast<int64_t>(caches->size()) == n_blocks(), "one KV cache per block");
   TORCH_CHECK(caches == nullptr || !tp_.sequence_parallel(), "a sequence-parallel model does not generate: load it whole");
+  // A prompt is one document: generation never packs.
+  TORCH_CHECK(caches == nullptr || !positions.defined(), "packed documents' positions take no KV cache");
   const int64_t past = caches != nullptr ? (*caches)[0].seen : 0;
-  auto x = embed(tokens, past);
-  for (int64_t i = 0; i < n_blocks(); ++i) x = blocks_[i]->forward(x, caches != nullptr ? &(*caches)[i] : nullptr);
+  auto x = embed(tokens, past, positions);
+  BlockInputs inputs;
+  inputs.positions = positions;
+  for (int64_t i = 0; i < n_blocks(); ++i)
+    x = blocks_[i]->forward(x, caches != nullptr ? &(*caches)[i] : nullptr, inputs);
   return x;
 }
 
-torch::Tensor GptImpl::final_hidden(const torch::Tensor& tokens) {
+torch::Tensor GptImpl::final_hidden(const torch::Tensor& tokens, const torch::Tensor& positions) {
   TORCH_CHECK(tp_.size() <= 1, "final_hidden() is for a model that is not tensor-parallel");
-  return final_norm_->forward(trunk(tokens, nullptr));
+  return final_norm_->forward(trunk(tokens, nullptr, positions));
 }
 
-torch::Tensor GptImpl::forward(const torch::Tensor& tokens, std::vector<KVCache>* caches) {
-  return head(trunk(tokens, caches));
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens, std::vector<KVCache>* caches,
+                               const torch::Tensor& positions) {
+  return head(trunk(tokens, caches, positions));
 }
 
 }  // namespace loom

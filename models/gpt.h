@@ -33,20 +33,26 @@ class GptImpl : public torch::nn::Module {
   explicit GptImpl(const ModelConfig& config, const TensorParallelism& tp = {}, const ModelStage& stage = {});
 
   // tokens: (B, T) int64 -> logits (B, T, V), or (B, T, V_r) of this rank's columns under TP. With caches (one per block), tokens continue the positions
-  // the caches have seen. The whole model only.
-  torch::Tensor forward(const torch::Tensor& tokens, std::vector<KVCache>* caches = nullptr);
+  // the caches have seen. The whole model only. positions (packed documents, data.document_mask; no caches):
+  // (B, T) int64, each token's position in its document, which it attends to alone (models/document_mask.h);
+  // undefined: each row one document.
+  torch::Tensor forward(const torch::Tensor& tokens, std::vector<KVCache>* caches = nullptr,
+                        const torch::Tensor& positions = {});
   // A pipeline stage's forward: the first stage embeds tokens (B, T), the others take the previous stage's
-  // hidden of hidden_shape(); the last returns logits as forward() does, the others their hidden.
-  torch::Tensor forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden);
+  // hidden of hidden_shape(); the last returns logits as forward() does, the others their hidden. Every
+  // stage takes the batch's positions (packed documents: each stage's attention masks by them).
+  torch::Tensor forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden,
+                              const torch::Tensor& positions = {});
   // What passes between blocks (and pipeline stages) for B sequences of T tokens: (B, T, C), or with
   // sequence parallelism this rank's positions (B, T / tp, C), as Megatron sends them between stages.
   std::vector<int64_t> hidden_shape(int64_t B, int64_t T) const;
 
-  torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position);  // (B, T) -> (B, T or T / tp, C)
+  // (B, T) -> (B, T or T / tp, C); positions [first_position, first_position + T), or the given (B, T) ones
+  torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position, const torch::Tensor& positions = {});
   torch::Tensor head(const torch::Tensor& hidden);  // (B, T or T / tp, C) -> (B, T, V or V_r)
   // What the LM head multiplies, for a loss that fuses the head (optim/linear_cross_entropy.h):
   // forward(tokens) == final_hidden(tokens) @ head_weight()^T. tokens: (B, T) -> (B, T, C).
-  torch::Tensor final_hidden(const torch::Tensor& tokens);
+  torch::Tensor final_hidden(const torch::Tensor& tokens, const torch::Tensor& positions = {});
   const torch::Tensor& head_weight() const { return ends_.head_weight(); }  // (V or V_r, C): the embedding's when tied
 
   const ModelConfig& config() const { return config_; }
@@ -61,7 +67,8 @@ class GptImpl : public torch::nn::Module {
   torch::Tensor stage_tied_embedding() const { return ends_.stage_tied_embedding(); }
 
  private:
-  torch::Tensor trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches);  // embed -> blocks: (B, T, C)
+  // embed -> blocks: (B, T, C)
+  torch::Tensor trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches, const torch::Tensor& positions);
 
   ModelConfig config_;
   TensorParallelism tp_;

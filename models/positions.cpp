@@ -20,24 +20,48 @@ torch::Tensor inverse_frequencies(double base, int64_t dim, const torch::TensorO
   return 1.0 / torch::pow(base, exponents);
 }
 
+// p (...) float positions -> (..., n) angles p * frequency.
+torch::Tensor angles_at(const torch::Tensor& p, const torch::Tensor& frequencies) {
+  return p.unsqueeze(-1) * frequencies;
+}
+
+// p (...) float -> (..., C): sin and cos interleaved.
+torch::Tensor sinusoids(const torch::Tensor& p, int64_t dim, const torch::TensorOptions& options) {
+  const auto angles = angles_at(p, inverse_frequencies(10000.0, dim, options));  // (..., C/2)
+  return torch::stack({angles.sin(), angles.cos()}, -1).flatten(-2).to(options.dtype());
+}
+
+// p (...) float -> cos and sin (..., D).
+std::pair<torch::Tensor, torch::Tensor> rope_at(torch::Tensor p, int64_t head_dim, const RopeOptions& options,
+                                                const torch::TensorOptions& to) {
+  const double d = static_cast<double>(head_dim);
+  const double theta =
+      options.scaling == RopeScaling::kNtk ? options.theta * std::pow(options.factor, d / (d - 2.0)) : options.theta;
+  if (options.scaling == RopeScaling::kLinear) p = p / options.factor;
+  const auto angles = angles_at(p, inverse_frequencies(theta, head_dim, to));  // (..., D/2)
+  const auto both = torch::cat({angles, angles}, -1);                           // (..., D)
+  return {both.cos().to(to.dtype()), both.sin().to(to.dtype())};
+}
+
 }  // namespace
 
 torch::Tensor sinusoidal_positions(int64_t first, int64_t length, int64_t dim, const torch::TensorOptions& options) {
-  const auto angles = torch::outer(positions(first, length, options), inverse_frequencies(10000.0, dim, options));
-  // (T, C/2, 2) -> (T, C): sin and cos interleaved
-  return torch::stack({angles.sin(), angles.cos()}, -1).flatten(1).to(options.dtype());
+  return sinusoids(positions(first, length, options), dim, options);
+}
+
+torch::Tensor sinusoidal_positions_at(const torch::Tensor& p, int64_t dim, const torch::TensorOptions& options) {
+  return sinusoids(p.to(options.device(), torch::kFloat), dim, options);
 }
 
 std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(int64_t first, int64_t length, int64_t head_dim,
                                                      const RopeOptions& options, const torch::TensorOptions& to) {
-  const double d = static_cast<double>(head_dim);
-  const double theta =
-      options.scaling == RopeScaling::kNtk ? options.theta * std::pow(options.factor, d / (d - 2.0)) : options.theta;
-  auto p = positions(first, length, to);
-  if (options.scaling == RopeScaling::kLinear) p = p / options.factor;
-  const auto angles = torch::outer(p, inverse_frequencies(theta, head_dim, to));  // (T, D/2)
-  const auto both = torch::cat({angles, angles}, -1);                              // (T, D)
-  return {both.cos().to(to.dtype()), both.sin().to(to.dtype())};
+  return rope_at(positions(first, length, to), head_dim, options, to);
+}
+
+std::pair<torch::Tensor, torch::Tensor> rope_cos_sin_at(const torch::Tensor& p, int64_t head_dim,
+                                                        const RopeOptions& options, const torch::TensorOptions& to) {
+  auto [cos, sin] = rope_at(p.to(to.device(), torch::kFloat), head_dim, options, to);  // (B, T, D)
+  return {cos.unsqueeze(1), sin.unsqueeze(1)};
 }
 
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {

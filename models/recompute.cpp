@@ -42,15 +42,17 @@ struct RunState {
 };
 
 // segments[count-1](...segments[0](x)), x itself for count 0.
-torch::Tensor run_segments(const RecomputeSegments& segments, torch::Tensor x, size_t count) {
-  for (size_t i = 0; i < count; ++i) x = segments[i](x);
+torch::Tensor run_segments(const RecomputeSegments& segments, torch::Tensor x, const torch::Tensor& context,
+                           size_t count) {
+  for (size_t i = 0; i < count; ++i) x = segments[i](x, context);
   return x;
 }
 
 class Recompute : public torch::autograd::Function<Recompute> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const RecomputeSegments* segments, TensorParallelRng* tp_rng) {
+                               const RecomputeSegments* segments, TensorParallelRng* tp_rng,
+                               const torch::Tensor* context_given) {
     // Function::apply runs this without grad mode: fn keeps no graph and no activations.
     const auto state = RunState::capture(x.device(), tp_rng);
     ctx->saved_data["segments"] = reinterpret_cast<int64_t>(segments);
@@ -59,8 +61,10 @@ class Recompute : public torch::autograd::Function<Recompute> {
     if (tp_rng != nullptr) ctx->saved_data["tp_rng_state"] = state.tp_stream;
     ctx->saved_data["autocast"] = state.autocast;
     ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(state.autocast_dtype);
+    const torch::Tensor context = *context_given;  // the caller's, alive during this call
+    ctx->saved_data["context"] = context;
     ctx->save_for_backward({x});
-    return run_segments(*segments, x, segments->size());
+    return run_segments(*segments, x, context, segments->size());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -68,6 +72,8 @@ class Recompute : public torch::autograd::Function<Recompute> {
     const auto& segments = *reinterpret_cast<const RecomputeSegments*>(ctx->saved_data["segments"].toInt());
     auto* tp_rng = reinterpret_cast<TensorParallelRng*>(ctx->saved_data["tp_rng"].toInt());
     const auto x = ctx->get_saved_variables()[0];
+    const auto& context_value = ctx->saved_data["context"];
+    const torch::Tensor context = context_value.isTensor() ? context_value.toTensor() : torch::Tensor();
     RunState first;
     first.device = x.device();
     first.rng = ctx->saved_data["rng"].toTensor();
@@ -85,27 +91,29 @@ class Recompute : public torch::autograd::Function<Recompute> {
         torch::Tensor segment_input;
         {
           torch::NoGradGuard no_grad;
-          segment_input = run_segments(segments, x, i);
+          segment_input = run_segments(segments, x, context, i);
         }
         torch::AutoGradMode grad_mode(true);
         input = segment_input.detach().requires_grad_(true);
-        output = segments[i](input);
+        output = segments[i](input, context);
       }
       now.restore(tp_rng);
       torch::autograd::backward({output}, {grad});  // fills the segment's parameter gradients and input.grad
       grad = input.grad();
     }
-    return {grad, torch::Tensor(), torch::Tensor()};
+    return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor recompute_in_backward(const RecomputeSegments& segments, const torch::Tensor& x,
-                                   TensorParallelRng* tp_rng) {
+                                   TensorParallelRng* tp_rng, const torch::Tensor& context) {
   TORCH_CHECK(!segments.empty(), "recompute_in_backward: no segments");
-  if (!torch::GradMode::is_enabled() || !x.requires_grad()) return run_segments(segments, x, segments.size());
-  return Recompute::apply(x, &segments, tp_rng);
+  if (!torch::GradMode::is_enabled() || !x.requires_grad()) return run_segments(segments, x, context, segments.size());
+  // The context goes by pointer: as a tensor argument it would be an input edge of the Function (and an
+  // undefined one is refused).
+  return Recompute::apply(x, &segments, tp_rng, &context);
 }
 
 }  // namespace loom

@@ -17,13 +17,15 @@
 
 namespace loom {
 
-using Recomputable = std::function<torch::Tensor(const torch::Tensor&)>;
+// y = fn(x, context): context is a tensor every segment also reads, without gradient (packed documents'
+// positions, models/document_mask.h); undefined when there is none.
+using Recomputable = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& context)>;
 using RecomputeSegments = std::vector<Recomputable>;
 
 // x: any shape; segments (at least one) must outlive the backward pass (they are called again from there).
 // Without grad mode or when x needs no gradient this is just fn(x). tp_rng: the tensor-parallel dropout
 // stream fn draws from besides the default generator (null: none); its state is restored for re-runs too.
 torch::Tensor recompute_in_backward(const RecomputeSegments& segments, const torch::Tensor& x,
-                                   TensorParallelRng* tp_rng = nullptr);
+                                   TensorParallelRng* tp_rng = nullptr, const torch::Tensor& context = {});
 
 }  // namespace loom

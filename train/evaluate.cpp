@@ -25,7 +25,7 @@ EvalLoss evaluate_loss(Task& task, const Config& config, const Mesh& mesh, torch
     for (const auto& slice : micro_batches(size, mesh.dp(), mesh.coord(MeshAxis::kDp), accumulation)) {
       if (slice.count == 0) continue;  // a short last batch
       const auto batch = task.eval_batch(start + slice.first, slice.count);
-      const int64_t n = batch.tokens();
+      const int64_t n = batch.loss_tokens();
       if (mesh.pp() > 1) {
         pipelined.push_back(batch);
         if (mesh.last_stage()) tokens += n;  // the loss is known on the last stage

@@ -3,12 +3,33 @@
 #include "core/error.h"
 #include "data/data_files.h"
 #include "data/lm_mixture.h"
+#include "data/tokenizer.h"
 #include "models/hf_weights.h"
 #include "optim/cross_entropy.h"
 #include "optim/linear_cross_entropy.h"
 
 namespace loom {
 namespace fs = std::filesystem;
+static_assert(kIgnoreTarget == kIgnoreIndex, "data/ and optim/ must skip the same target");
+
+namespace {
+
+// data.document_mask: every corpus gives its windows' positions. A token file's documents end at
+// tokenizer.model's EOS; a prepared directory has document indexes.
+void read_documents(const Config& config, const std::vector<TokenCorpus*>& corpora) {
+  if (!config.data.document_mask) return;
+  std::optional<int32_t> eos;
+  if (!config.tokenizer.model.empty()) eos = load_tokenizer(config.tokenizer)->eos_id();
+  for (TokenCorpus* corpus : corpora) {
+    try {
+      corpus->read_documents(eos);
+    } catch (const Error& e) {
+      throw ConfigError(config.where("data.document_mask") + ": data.document_mask: " + e.what());
+    }
+  }
+}
+
+}  // namespace
 
 LmTask::LmTask(Gpt model, std::unique_ptr<LmBatches> batches, std::unique_ptr<TokenCorpus> valid, const Config& config,
                std::unique_ptr<TensorParallelRng> tp_rng)
@@ -40,16 +61,17 @@ std::vector<torch::Tensor> LmTask::stage_forward(const TaskBatch& batch, torch::
                                                  const std::vector<torch::Tensor>& inputs, double label_smoothing) {
   const auto& b = batch.as<LmBatch>();
   const auto& stage = model_->stage();
+  const torch::Tensor positions = b.positions.defined() ? b.positions.to(device) : torch::Tensor();  // every stage's
   // The fused head + loss for a whole, unsplit model (under TP its gradients do not yet match the
   // vocabulary-parallel path: tests/e2e/test_tensor_parallel.sh).
   if (stage.first && stage.last && tp_size(model_->tp_group()) <= 1 && loss_chunk_tokens_ > 0) {
-    auto hidden = model_->final_hidden(b.inputs.to(device));  // (B, T, C)
+    auto hidden = model_->final_hidden(b.inputs.to(device), positions);  // (B, T, C)
     return {linear_cross_entropy(hidden.flatten(0, 1), model_->head_weight(), b.targets.to(device).flatten(),
                                  loss_chunk_tokens_, label_smoothing, kIgnoreIndex, model_->tp_group())};
   }
   // (B, T, V), or this TP rank's vocabulary slice (B, T, V_r), on the last stage; hidden_shape() before it.
   auto out = model_->forward_stage(stage.first ? b.inputs.to(device) : torch::Tensor(),
-                                   stage.first ? torch::Tensor() : inputs.at(0));
+                                   stage.first ? torch::Tensor() : inputs.at(0), positions);
   if (!stage.last) return {out};
   return {cross_entropy(out.flatten(0, 1), b.targets.to(device).flatten(), label_smoothing, kIgnoreIndex,
                         model_->tp_group())};
@@ -64,6 +86,9 @@ void LmTask::load_weights(const fs::path& file) { load_weights_file(*model_, fil
 
 std::unique_ptr<LmTask> make_lm_task(Config& config, TaskData data, const ModelSource& model,
                                      std::unique_ptr<LmBatches> train_batches) {
+  if (train_batches && config.data.document_mask)
+    throw ConfigError(config.where("data.document_mask") + ": data.document_mask: synthetic tokens (loom bench) have no "
+                      "documents to mask: set it false to measure");
   std::vector<LmSource> sources;
   if (data == TaskData::kTraining && !train_batches) {
     if (config.data.train.empty())
@@ -75,11 +100,12 @@ std::unique_ptr<LmTask> make_lm_task(Config& config, TaskData data, const ModelS
   auto valid = open_token_corpus(config.data.valid, "data.valid", "valid", config);
   if (data == TaskData::kEvaluation && !valid)
     throw ConfigError(config.where("data.valid") + ": data.valid: no evaluation token file (pass --set data.valid=FILE)");
-  std::vector<const TokenCorpus*> corpora;
+  std::vector<TokenCorpus*> corpora;
   for (const auto& s : sources) corpora.push_back(s.corpus.get());
   if (valid) corpora.push_back(valid.get());
+  read_documents(config, corpora);
   if (!corpora.empty()) {
-    check_tokenizer(config, corpora);
+    check_tokenizer(config, {corpora.begin(), corpora.end()});
     for (const TokenCorpus* c : corpora) resolve_vocab(config, c->vocab_size(), c->name());
   }
   if (!sources.empty())

@@ -83,7 +83,7 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, co
       if (last) {
         const auto& loss = outs.at(0);
         const int64_t tokens =
-            step.micro_tokens.empty() ? batch.tokens() : step.micro_tokens.at(static_cast<size_t>(action.micro));
+            step.micro_tokens.empty() ? batch.loss_tokens() : step.micro_tokens.at(static_cast<size_t>(action.micro));
         loss_sum += loss.detach().to(torch::kDouble) * static_cast<double>(tokens);
         if (step.train) slot.outputs = {step.backward_loss(loss, action.micro)};
       } else {

@@ -25,7 +25,7 @@ struct PipelineStep {
   bool train = true;  // false: forwards only (evaluation, under NoGradGuard)
   double label_smoothing = 0;
   // The tokens micro-batch m's loss counts for (0: a stand-in run for an empty slice of the batch); empty:
-  // each batch's tokens().
+  // each batch's loss_tokens().
   std::vector<int64_t> micro_tokens;
   // Last stage, training: the scalar to backpropagate for micro-batch m's mean loss.
   std::function<torch::Tensor(const torch::Tensor& loss, int64_t micro)> backward_loss;

@@ -29,14 +29,17 @@ namespace loom {
 
 // One batch of a task's data, of the task's own type (LmBatch, Seq2SeqBatch, ...). Everything outside the
 // task (the Trainer, evaluation, the pipeline runner) passes it from the task's train_batch() or
-// eval_batch() back to its loss() and counts the tokens that loss averages over, which any batch type
-// says with loss_tokens().
+// eval_batch() back to its loss(), weighs the loss by the tokens it averages over (any batch type says
+// so with loss_tokens()) and counts for throughput the tokens it holds (tokens()). The two differ where a
+// loss mask leaves targets out (SFT's prompts).
 class TaskBatch {
  public:
   template <class Batch, class = std::enable_if_t<!std::is_same_v<std::decay_t<Batch>, TaskBatch>>>
-  TaskBatch(Batch batch) : tokens_(batch.loss_tokens()), batch_(std::move(batch)) {}  // implicit: any batch is one
+  TaskBatch(Batch batch)  // implicit: any batch is one
+      : tokens_(batch.tokens()), loss_tokens_(batch.loss_tokens()), batch_(std::move(batch)) {}
 
   int64_t tokens() const { return tokens_; }
+  int64_t loss_tokens() const { return loss_tokens_; }
   template <class Batch>
   const Batch& as() const {
     const Batch* batch = std::any_cast<Batch>(&batch_);
@@ -46,6 +49,7 @@ class TaskBatch {
 
  private:
   int64_t tokens_;
+  int64_t loss_tokens_;
   std::any batch_;
 };
 

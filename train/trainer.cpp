@@ -173,6 +173,7 @@ StepResult Trainer::step() {
   const Backward backward = forward_backward(clock, faults);
   result.loss = backward.loss;
   result.tokens = backward.tokens;
+  result.loss_tokens = backward.loss_tokens;
   if (faults.nan_grad)
     gradient_sync_->optimizer_parameters().front().grad().view(-1)[0].fill_(std::numeric_limits<double>::quiet_NaN());
   // One agreement over every rank on whether to update: no rank steps while another skips. With ZeRO-1
@@ -243,18 +244,26 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
   // the gradient sync divides by again).
   // A token-based batch may hold fewer pairs than there are slices: an empty slice runs the batch's
   // first pair with weight 0, so that its rank still takes part in the gradient all-reduce.
+  // With SFT loss masks "tokens" here are the targets the loss counts; throughput counts every input.
   std::vector<TaskBatch> batches;
   std::vector<int64_t> tokens;  // per micro-batch: the tokens its loss counts for
+  int64_t local_inputs = 0;
   for (const auto& slice :
        micro_batches(task_->train_batch_size(state_.step), mesh_.dp(), mesh_.coord(MeshAxis::kDp), accumulation)) {
     batches.push_back(task_->train_batch(state_.step, slice.count > 0 ? slice.first : 0, std::max<int64_t>(slice.count, 1)));
-    tokens.push_back(slice.count > 0 ? batches.back().tokens() : 0);
+    tokens.push_back(slice.count > 0 ? batches.back().loss_tokens() : 0);
+    local_inputs += slice.count > 0 ? batches.back().tokens() : 0;
   }
   Communicator& dp_sums = mesh_.host_group(MeshAxis::kDp);
   Backward out;
   const int64_t local_tokens = std::accumulate(tokens.begin(), tokens.end(), int64_t{0});
-  out.tokens = static_cast<int64_t>(sum_over(dp_sums, static_cast<double>(local_tokens)));
-  const double weight_per_token = static_cast<double>(mesh_.dp()) / static_cast<double>(out.tokens);
+  auto counts = torch::tensor({static_cast<double>(local_tokens), static_cast<double>(local_inputs)}, torch::kDouble);
+  dp_sums.all_reduce(counts);
+  out.loss_tokens = static_cast<int64_t>(counts[0].item<double>());
+  out.tokens = static_cast<int64_t>(counts[1].item<double>());
+  // A global batch of prompts only (SFT) has no target: its loss and gradients are 0, not 0 / 0.
+  const double loss_divisor = std::max<double>(static_cast<double>(out.loss_tokens), 1.0);
+  const double weight_per_token = static_cast<double>(mesh_.dp()) / loss_divisor;
   clock.lap(&StepPhases::data_s);
   if (mesh_.pp() > 1) {
     const PipelineStats before = pipeline_stats_;
@@ -268,7 +277,7 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
     out.local_loss_sum = loss_sum.item<double>();  // zero on all but the last stage
     auto sums = loss_sum.cpu().reshape({1});
     mesh_.host_group(MeshAxis::kPp).all_reduce(sums);  // the loss is known on the last stage only
-    out.loss = sum_over(dp_sums, sums.item<double>()) / static_cast<double>(out.tokens);
+    out.loss = sum_over(dp_sums, sums.item<double>()) / loss_divisor;
     clock.lap(&StepPhases::sync_s);
     return out;
   }
@@ -287,7 +296,7 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
   }
   gradient_sync_->finish();
   out.local_loss_sum = loss_sum.item<double>();
-  out.loss = sum_over(dp_sums, out.local_loss_sum) / static_cast<double>(out.tokens);
+  out.loss = sum_over(dp_sums, out.local_loss_sum) / loss_divisor;
   clock.lap(&StepPhases::sync_s);
   return out;
 }
@@ -339,6 +348,7 @@ void Trainer::log_step(const StepResult& result) {
   const auto finite_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   nlohmann::json row = {{"step", state_.step},       {"split", "train"},        {"loss", finite_or_null(result.loss)},
                         {"lr", result.lr},           {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s},
+                        {"loss_tokens", result.loss_tokens},
                         {"elapsed_s", state_.elapsed_s}, {"skipped_steps", state_.skipped_steps}};
   row["grad_norm"] = finite_or_null(result.grad_norm);
   const auto names = task_->source_names();

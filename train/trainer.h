@@ -35,6 +35,7 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   bool skipped = false;  // no update: non-finite loss or gradients (train/nonfinite_guard.h), or fp16 overflow
   int64_t tokens = 0;    // in the global batch
+  int64_t loss_tokens = 0;  // the targets its loss averages over: tokens, less those a loss mask leaves out
 };
 
 class Trainer {
@@ -65,6 +66,7 @@ class Trainer {
     double loss = 0;            // the global batch's mean loss
     double local_loss_sum = 0;  // this rank's share of it: summed token losses (non-finite: a bad step)
     int64_t tokens = 0;         // in the global batch
+    int64_t loss_tokens = 0;    // the targets its loss averaged over (fewer than tokens with SFT loss masks)
   };
   Backward forward_backward(PhaseClock& clock, const StepFaults& faults);
   // The micro-batches through this rank's pipeline stage (parallel.pp > 1): this rank's sum of loss x tokens.

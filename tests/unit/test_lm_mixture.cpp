@@ -55,10 +55,10 @@ TEST_CASE("token corpus: a prepared split's windows are numbered across its shar
   // Window w: starts w in shard 0, then (w - 42) in shard 2, which begins at global token 57.
   for (int64_t w = 0; w < corpus.window_starts(T); ++w) {
     const int64_t first = w < 42 ? w : 57 + (w - 42);
-    CHECK(corpus.window(w, T).equal(torch::arange(first, first + T + 1, torch::kLong)));
+    CHECK(corpus.window(w, T).tokens.equal(torch::arange(first, first + T + 1, torch::kLong)));
   }
   REQUIRE(corpus.eval_windows(T) == (49 / 8) + 0 + (29 / 8));
-  CHECK(corpus.eval_window(6, T).equal(torch::arange(57, 57 + T + 1, torch::kLong)));
+  CHECK(corpus.eval_window(6, T).tokens.equal(torch::arange(57, 57 + T + 1, torch::kLong)));
   CHECK_THROWS_WITH(loom::TokenCorpus(dir, "valid"), Catch::Contains("has no valid documents"));
   CHECK_THROWS_WITH(loom::TokenCorpus(dir, "test"), Catch::Contains("holds a train and a valid split"));
   fs::remove(dir / "manifest.json");
@@ -109,7 +109,7 @@ TEST_CASE("lm mixture: windows come from their source, a pure function of (seed,
     for (int64_t i = 0; i < batch; ++i) {
       const auto& corpus = *mix.sources()[mix.source_of(step, i)].corpus;
       const int64_t w = plain.window_start(corpus, step, i);
-      CHECK(whole.inputs[i].equal(corpus.window(w, T).slice(0, 0, T)));
+      CHECK(whole.inputs[i].equal(corpus.window(w, T).tokens.slice(0, 0, T)));
       CHECK((whole.inputs[i][0].item<int64_t>() >= 30000) == (mix.source_of(step, i) == 1));
     }
     // Any slice of the global batch (a DP rank's) is those rows of it, recomputed from nothing.

@@ -70,8 +70,10 @@ TEST_CASE("recompute: full and selective checkpointing give the plain gradients,
 TEST_CASE("recompute: a checkpointed function keeps only its input for backward", "[recompute]") {
   const auto x = torch::randn({64, 64}, torch::requires_grad());
   const auto w = torch::randn({64, 64}, torch::requires_grad());
-  const loom::Recomputable fn = [&](const torch::Tensor& in) { return torch::tanh(torch::tanh(in.mm(w)).mm(w)); };
-  const auto reference = fn(x);
+  const loom::Recomputable fn = [&](const torch::Tensor& in, const torch::Tensor&) {
+    return torch::tanh(torch::tanh(in.mm(w)).mm(w));
+  };
+  const auto reference = fn(x, {});
   torch::autograd::backward({reference.sum()});
   const auto gx = x.grad().clone(), gw = w.grad().clone();
   x.mutable_grad().zero_();
@@ -93,14 +95,15 @@ TEST_CASE("recompute: segments give the same gradients and hold one segment's ac
   const std::vector<torch::Tensor> weights{torch::randn({256, 256}).div(16).requires_grad_(true),
                                            torch::randn({256, 256}).div(16).requires_grad_(true)};
   auto segment = [](const torch::Tensor& w) -> loom::Recomputable {
-    return [w](const torch::Tensor& in) {
+    return [w](const torch::Tensor& in, const torch::Tensor&) {
       auto h = in;
       for (int i = 0; i < 4; ++i) h = torch::tanh(h.mm(w));
       return h;
     };
   };
   const loom::RecomputeSegments halves{segment(weights[0]), segment(weights[1])};
-  const loom::RecomputeSegments whole{[&](const torch::Tensor& in) { return halves[1](halves[0](in)); }};
+  const loom::RecomputeSegments whole{
+      [&](const torch::Tensor& in, const torch::Tensor& c) { return halves[1](halves[0](in, c), c); }};
   const auto x = torch::randn({1024, 256});
   loom::use_cpu_allocator(loom::CpuAllocatorKind::kCaching);
   auto backward_peak = [&](const loom::RecomputeSegments& segments) {
