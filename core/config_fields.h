@@ -35,7 +35,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.tie_embeddings", c.model.tie_embeddings, "Share the token embedding with the output projection.");
   v("model.scale_embeddings", c.model.scale_embeddings, "Multiply token embeddings by sqrt(d_model) (the original Transformer); they are then initialized with std d_model^-0.5 instead of init_std.");
   v("model.init_std", c.model.init_std, "Std of the normal weight init; residual projections use init_std / sqrt(2 * n_layers).");
-  v("model.init_from", c.model.init_from, "A .safetensors file (Hugging Face GPT-2 or LLaMA names, or loom's; see `loom export`) whose weights a fresh run starts from instead of the random init; shapes must match the model.* keys. A resumed run uses its checkpoint.");
+  v("model.init_from", c.model.init_from, "A .safetensors file, or a Hugging Face model directory holding model.safetensors (GPT-2 or LLaMA names, or loom's; see `loom export`), whose weights a fresh run starts from instead of the random init; shapes must match the model.* keys. A resumed run uses its checkpoint.");
 
   v("data.train", c.data.train, "Training data: a directory made by `loom prepare` (its train split), or a token file (scripts/prepare_kjv.sh, `loom tokenize`); or a list of sources mixed by weight, `[{path: DIR_A, weight: 0.7}, {path: DIR_B, weight: 0.3}]` (each sequence comes from source i with probability weight_i / sum of weights, exactly so over any run of steps; metrics.jsonl counts tokens_by_source). A single path is a source of weight 1.");
   v("data.valid", c.data.valid, "Validation data: a directory made by `loom prepare` (its valid split) or a token file; empty disables evaluation.");

@@ -185,7 +185,9 @@ void validate(const Config& c) {
   check.require(m.max_seq_len > 0, "model.max_seq_len", m.max_seq_len, " must be > 0");
   check.require(m.dropout >= 0 && m.dropout < 1, "model.dropout", m.dropout, " must be in [0, 1)");
   check.require(m.init_std > 0, "model.init_std", m.init_std, " must be > 0");
-  check.require(m.init_from.empty() || std::filesystem::path(m.init_from).extension() == ".safetensors", "model.init_from",
+  // A directory (a Hugging Face model's: its model.safetensors) has no extension.
+  const auto init_extension = std::filesystem::path(m.init_from).extension();
+  check.require(m.init_from.empty() || init_extension == ".safetensors" || init_extension.empty(), "model.init_from",
                 "'", m.init_from, "' is not a .safetensors file");
   const std::pair<const char*, int64_t> sizes[] = {
       {"model.vocab_size", m.vocab_size}, {"model.d_model", m.d_model},         {"model.n_layers", m.n_layers},

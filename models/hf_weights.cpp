@@ -200,6 +200,13 @@ void import_weights(GptImpl& model, const SafetensorsFile& file, const std::stri
 }
 
 void load_weights_file(GptImpl& model, const std::filesystem::path& path) {
+  // A Hugging Face model directory (save_pretrained's, or loom export's) holds its weights in model.safetensors.
+  if (std::filesystem::is_directory(path)) {
+    const auto file = path / "model.safetensors";
+    LOOM_CHECK(std::filesystem::is_regular_file(file), path.string(), " is a directory without model.safetensors "
+               "(save the model with safe_serialization, or point model.init_from at the .safetensors file)");
+    return load_weights_file(model, file);
+  }
   import_weights(model, read_safetensors(path), path.string());
 }
 

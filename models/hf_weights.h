@@ -42,6 +42,7 @@ std::vector<std::pair<std::string, torch::Tensor>> export_weights(GptImpl& model
 // a pipeline stage (ModelStage) loads its own part, a tensor-parallel model its rank's shard of each split
 // parameter (model.init_from under any layout starts where one process starts).
 void import_weights(GptImpl& model, const SafetensorsFile& file, const std::string& source);
+// path: a .safetensors file, or a Hugging Face model directory (its model.safetensors).
 void load_weights_file(GptImpl& model, const std::filesystem::path& path);
 
 // The special token ids a config.json names; nullopt writes null (transformers' GPT2Config would otherwise

@@ -139,7 +139,9 @@ TEST_CASE("variants: training FLOPs per token are 6 x matmul weights + attention
 }
 
 TEST_CASE("variants: the presets have their published sizes", "[models][variants][presets]") {
+  // gpt2-finetune is GPT-2 small again, so that its model.init_from (Hugging Face's gpt2) fits.
   const std::vector<std::pair<std::string, int64_t>> presets = {{"gpt2-124m", 124439808},
+                                                                {"gpt2-finetune", 124439808},
                                                                 {"gpt2-350m", 354823168},
                                                                 {"llama2-7b", 6738415616},
                                                                 {"llama3-8b", 8030261248}};
