@@ -48,6 +48,7 @@ nlohmann::json to_json(const BenchResult& r) {
             {"gradient_sync", p.sync_s * 1e3},
             {"optimizer", p.optimizer_s * 1e3},
             {"pipeline_wait", p.pipeline_wait_s * 1e3}}},
+          {"exposed_dp_communication_ms", p.dp_wait_s * 1e3},
           {"gemm_share", share(r.gemm_share)},
           {"attention_share", share(r.attention_share)},
           {"non_matmul_share", share(r.non_matmul_share)},
@@ -91,6 +92,8 @@ void print_text(const BenchResult& r) {
   for (const auto& [name, s] : phases)
     if (s > 0 || std::string(name) != "pipeline wait")  // no wait row without stages
       std::printf("  %-14s %9.2f ms  %5.1f%%\n", name, s * 1e3, total > 0 ? 100 * s / total : 0.0);
+  std::printf("exposed dp communication %.2f ms per step (blocked on data-parallel collectives, within the phases above)\n",
+              p.dp_wait_s * 1e3);
   if (r.non_matmul_share >= 0)
     std::printf("time in        matmul %.1f%%, attention kernels %.1f%%, everything else %.1f%%\n", 100 * r.gemm_share,
                 100 * r.attention_share, 100 * r.non_matmul_share);

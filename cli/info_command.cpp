@@ -75,6 +75,7 @@ int info_command(const Argv& argv, const ProcessGroup&) {
     return nlohmann::json{{"weights", e.weights},
                           {"gradients", e.gradients},
                           {"optimizer", e.optimizer},
+                          {"gathered", e.gathered},
                           {"activations", e.activations},
                           {"pipeline_sends", e.pipeline_sends},
                           {"total", e.total()}};
@@ -134,6 +135,7 @@ int info_command(const Argv& argv, const ProcessGroup&) {
   const std::pair<const char*, int64_t> rows[] = {{"weights", memory.weights},
                                                   {"gradients", memory.gradients},
                                                   {"optimizer", memory.optimizer},
+                                                  {"gathered", memory.gathered},
                                                   {"activations", memory.activations},
                                                   {"pipeline sends", memory.pipeline_sends},
                                                   {"total", memory.total()}};

@@ -27,6 +27,18 @@ Parts parts_of(const ModelConfig& c) {
   return p;
 }
 
+// ZeRO-3's units per TP rank (pp 1, the gpt family: parallel.zero 3 refuses the rest): a block, and the
+// ends (everything outside the blocks).
+struct UnitSizes {
+  int64_t block, ends;
+};
+UnitSizes unit_sizes(const Config& config) {
+  const int64_t tp = config.parallel.tp;
+  const int64_t block = (parts_of(config.model).block + tp - 1) / tp;
+  const int64_t all = (count_parameters(config.model) + tp - 1) / tp;
+  return {block, std::max<int64_t>(0, all - config.model.n_layers * block)};
+}
+
 }  // namespace
 
 int64_t count_parameters(const ModelConfig& c) {
@@ -141,6 +153,14 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   // like the AdamW state. Gradients are fp32 either way.
   const bool bf16_params = config.precision.param_dtype == ParamDtype::kBf16;
   out.weights = bf16_params ? 2 * params + 4 * optimizer_params : 4 * params + (bf16 ? 2 * params : 0);
+  const bool zero3 = config.parallel.zero == 3;
+  const UnitSizes units = zero3 ? unit_sizes(config) : UnitSizes{0, 0};
+  if (zero3) {
+    // The shards (fp32, the master of bf16 parameters) are the weights; what is gathered comes and goes.
+    out.weights = 4 * shard_params;
+    const int64_t blocks = config.parallel.reshard_after_forward ? std::min<int64_t>(2, m.n_layers) : m.n_layers;
+    out.gathered = (bf16_params ? 2 : 4) * (units.ends + blocks * units.block);
+  }
   out.gradients = 4 * params;
   // ZeRO-1 keeps the whole buckets and, beside them, the shard's reduced gradient (measured at dp 4: without
   // it the estimate was 11% low).
@@ -149,8 +169,9 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
     // ZeRO-2 (parallel/gradient_sync.h): the shard's gradient, plus the buckets alive at once: the one
     // backward is filling and those whose reduce-scatter is under way. A bucket closes at bucket_mb of
     // parameters (bf16 parameters: twice as many fp32 gradients).
-    const auto bucket_params =
-        static_cast<int64_t>(config.parallel.bucket_mb * 1024 * 1024) / (bf16_params ? 2 : 4);
+    // ZeRO-3's buckets are its units, the largest of them counted.
+    const auto bucket_params = zero3 ? std::max(units.block, units.ends)
+                                     : static_cast<int64_t>(config.parallel.bucket_mb * 1024 * 1024) / (bf16_params ? 2 : 4);
     const auto alive = static_cast<int64_t>(GradientSync::kReductionsInFlight + 1) * bucket_params;
     out.gradients = 4 * (shard_params + std::min(params, alive));
   }
@@ -221,8 +242,16 @@ CommunicationEstimate estimate_communication(const Config& config, int64_t stage
     return out;
   }
   // ZeRO-2 reduces every micro-batch's gradients (a pipeline stage: every micro-batch it runs).
-  out.reduce_scattered = 4 * params * (zero >= 2 ? config.accumulation_steps(dp) : 1);
-  out.all_gathered = (config.precision.param_dtype == ParamDtype::kBf16 ? 2 : 4) * params;
+  const int64_t micro = config.accumulation_steps(dp);
+  out.reduce_scattered = 4 * params * (zero >= 2 ? micro : 1);
+  const int64_t element = config.precision.param_dtype == ParamDtype::kBf16 ? 2 : 4;
+  out.all_gathered = element * params;
+  if (zero == 3) {
+    const UnitSizes units = unit_sizes(config);
+    const int64_t n = config.model.n_layers;
+    const int64_t per_micro_batch = config.parallel.reshard_after_forward ? 2 * n - 1 : n;
+    out.all_gathered = element * (units.ends + micro * per_micro_batch * units.block);
+  }
   return out;
 }
 

@@ -36,9 +36,12 @@ int64_t count_stage_parameters(const Config& config, int64_t stage);
 // layout.
 struct MemoryEstimate {
   int64_t weights = 0;      // fp32 parameters (+ the bf16 copies autocast keeps during a step), or bf16
-                            // parameters + their fp32 master (precision.param_dtype bf16)
-  int64_t gradients = 0;    // fp32, one per parameter (ZeRO-1: + its shard; ZeRO-2: the shard + buckets in flight)
+                            // parameters + their fp32 master (precision.param_dtype bf16); ZeRO-3: the shard
+  int64_t gradients = 0;    // fp32, one per parameter (ZeRO-1: + its shard; ZeRO-2, 3: the shard + buckets in flight)
   int64_t optimizer = 0;    // AdamW's two fp32 moments (1/dp of them per rank with ZeRO-1)
+  // ZeRO-3: the units gathered at once: the ends unit and two blocks (the one computing, the one prefetched),
+  // every block with parallel.reshard_after_forward false.
+  int64_t gathered = 0;
   int64_t activations = 0;  // what the micro-batches in flight keep for their backward
   // Pipeline stages: fp32 outputs sent forward and input gradients sent back, each freed once its
   // neighbour has received it: about as many micro-batches' worth as are in flight.
@@ -47,7 +50,7 @@ struct MemoryEstimate {
   // (`loom bench` prints each rank's measured peak next to this; tests/e2e/test_pipeline_3d.sh checks it).
   // A process holds more: its libraries (on CPU, `loom bench` prints that resident base, ~350 MB with
   // MPI and libtorch) and the allocator's cache of freed blocks.
-  int64_t total() const { return weights + gradients + optimizer + activations + pipeline_sends; }
+  int64_t total() const { return weights + gradients + optimizer + gathered + activations + pipeline_sends; }
 };
 MemoryEstimate estimate_memory(const Config& config, int64_t stage = 0);
 
@@ -57,7 +60,10 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage = 0);
 struct CommunicationEstimate {
   int64_t all_reduced = 0;       // zero 0: the fp32 gradients, once per step
   int64_t reduce_scattered = 0;  // fp32 gradients: zero 1 once per step, zero 2 once per micro-batch
-  int64_t all_gathered = 0;      // zero 1, 2: the updated parameters (bf16 ones with precision.param_dtype bf16)
+  // zero 1, 2: the updated parameters (bf16 ones with precision.param_dtype bf16); zero 3: the ends unit once
+  // and per micro-batch every block for its forward and again for its backward (but the last, kept; none
+  // with parallel.reshard_after_forward false)
+  int64_t all_gathered = 0;
 };
 CommunicationEstimate estimate_communication(const Config& config, int64_t stage = 0);
 

@@ -1,6 +1,7 @@
 #include "models/gpt.h"
 
 #include <cmath>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "models/document_mask.h"
@@ -99,11 +100,34 @@ torch::Tensor GptImpl::head(const torch::Tensor& hidden) { return ends_.logits(f
 
 torch::Tensor GptImpl::forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden,
                                      const torch::Tensor& positions) {
+  if (units_ != nullptr) units_->before_forward(0);  // the ends: embeddings and head
   auto x = stage_.first ? embed(tokens, 0, positions) : hidden;  // hidden_shape(B, T)
   BlockInputs inputs;
   inputs.positions = positions;
-  for (auto& block : blocks_) x = block->forward(x, nullptr, inputs);
+  x = run_blocks(x, nullptr, inputs);
   return stage_.last ? head(x) : x;
+}
+
+torch::Tensor GptImpl::run_blocks(torch::Tensor x, std::vector<KVCache>* caches, const BlockInputs& inputs) {
+  for (int64_t i = 0; i < n_blocks(); ++i) {
+    // The gathers sit here, outside the block's own activation checkpointing: a recompute runs while its
+    // block is gathered for backward.
+    x = run_unit(units_, static_cast<size_t>(i) + 1,
+                 [&] { return blocks_[i]->forward(x, caches != nullptr ? &(*caches)[i] : nullptr, inputs); });
+  }
+  return x;
+}
+
+std::vector<std::vector<torch::Tensor>> GptImpl::parameter_units() {
+  std::vector<std::vector<torch::Tensor>> units(1 + blocks_.size());
+  std::unordered_set<const void*> in_blocks;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    units[i + 1] = blocks_[i]->parameters();
+    for (const auto& p : units[i + 1]) in_blocks.insert(p.unsafeGetTensorImpl());
+  }
+  for (const auto& p : parameters())
+    if (in_blocks.count(p.unsafeGetTensorImpl()) == 0) units[0].push_back(p);
+  return units;
 }
 
 std::vector<int64_t> GptImpl::hidden_shape(int64_t B, int64_t T) const {
@@ -117,13 +141,13 @@ torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* 
   TORCH_CHECK(caches == nullptr || !tp_.sequence_parallel(), "a sequence-parallel model does not generate: load it whole");
   // A prompt is one document: generation never packs.
   TORCH_CHECK(caches == nullptr || !positions.defined(), "packed documents' positions take no KV cache");
+  TORCH_CHECK(caches == nullptr || units_ == nullptr, "a ZeRO-3 model does not generate: load it whole");
   const int64_t past = caches != nullptr ? (*caches)[0].seen : 0;
+  if (units_ != nullptr) units_->before_forward(0);  // the ends: embeddings, final norm, head
   auto x = embed(tokens, past, positions);
   BlockInputs inputs;
   inputs.positions = positions;
-  for (int64_t i = 0; i < n_blocks(); ++i)
-    x = blocks_[i]->forward(x, caches != nullptr ? &(*caches)[i] : nullptr, inputs);
-  return x;
+  return run_blocks(x, caches, inputs);
 }
 
 torch::Tensor GptImpl::final_hidden(const torch::Tensor& tokens, const torch::Tensor& positions) {

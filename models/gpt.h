@@ -23,6 +23,7 @@
 #include "models/estimates.h"
 #include "models/layers.h"
 #include "models/model_stage.h"
+#include "parallel/parameter_units.h"
 
 namespace loom {
 
@@ -65,10 +66,17 @@ class GptImpl : public torch::nn::Module {
   // The token embedding when it is tied to the head and a pipeline puts embedding and head on different
   // stages: its gradient must be summed with the other stage's copy. Undefined otherwise.
   torch::Tensor stage_tied_embedding() const { return ends_.stage_tied_embedding(); }
+  // ZeRO-3's units (parallel/parameter_units.h): unit 0 every parameter outside the blocks (embeddings,
+  // final norm, head), unit 1 + i this stage's block i. With units set, the training and evaluation
+  // forwards gather each unit around its use; generation (KV caches) runs a whole, unsharded model.
+  std::vector<std::vector<torch::Tensor>> parameter_units();
+  void set_parameter_units(ParameterUnits* units) { units_ = units; }
 
  private:
   // embed -> blocks: (B, T, C)
   torch::Tensor trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches, const torch::Tensor& positions);
+  // x through this stage's blocks, each one unit (caches: one per block, or null)
+  torch::Tensor run_blocks(torch::Tensor x, std::vector<KVCache>* caches, const BlockInputs& inputs);
 
   ModelConfig config_;
   TensorParallelism tp_;
@@ -79,6 +87,7 @@ class GptImpl : public torch::nn::Module {
   torch::nn::Dropout dropout_{nullptr};
   std::vector<Block> blocks_;  // this stage's, blocks_[i] is global block stage_.first_block + i
   Norm final_norm_{nullptr};
+  ParameterUnits* units_ = nullptr;  // ZeRO-3 only
 };
 TORCH_MODULE(Gpt);
 

@@ -23,70 +23,68 @@ class ReadyHook : public torch::autograd::PostAccumulateGradHook {
 
 GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& dp_group,
                            double bucket_mb, int64_t zero, torch::ScalarType param_dtype,
-                           const std::vector<torch::Tensor>& deferred)
+                           const std::vector<torch::Tensor>& deferred,
+                           const std::vector<std::vector<torch::Tensor>>& units, bool reshard_after_forward)
     : dp_group_(dp_group),
       sharded_(zero >= 1),
       shard_gradients_(zero >= 2),
       master_(param_dtype != torch::kFloat),
       param_dtype_(param_dtype),
       group_count_(groups.size()) {
-  TORCH_CHECK(zero >= 0 && zero <= 2, "GradientSync: ZeRO stage ", zero, " is not 0, 1 or 2");
+  TORCH_CHECK(zero >= 0 && zero <= 3, "GradientSync: ZeRO stage ", zero, " is not 0, 1, 2 or 3");
   TORCH_CHECK(param_dtype == torch::kFloat || param_dtype == torch::kBFloat16,
               "GradientSync: parameters are fp32 or bf16");
-  const auto bucket_bytes = static_cast<int64_t>(bucket_mb * 1024 * 1024);
+  TORCH_CHECK((zero == 3) == !units.empty(), "GradientSync: parameter units are for ZeRO-3, and it needs them");
+  TORCH_CHECK(zero < 3 || deferred.empty(), "GradientSync: ZeRO-3 has no deferred parameters (no pipeline stages)");
   const int64_t ranks = dp_group_.size();
   auto is_deferred = [&deferred](const torch::Tensor& p) {
     return std::any_of(deferred.begin(), deferred.end(),
                        [&p](const torch::Tensor& d) { return d.unsafeGetTensorImpl() == p.unsafeGetTensorImpl(); });
   };
-  for (size_t g = 0; g < groups.size(); ++g) {
-    // Backward produces gradients roughly from the last layer to the first: bucket in that order.
-    std::vector<std::vector<torch::Tensor>> chunks(1);
-    int64_t bytes = 0;
-    for (auto it = groups[g].rbegin(); it != groups[g].rend(); ++it) {
-      const auto& p = *it;
-      if (!p.requires_grad()) continue;
-      const bool dtype_change = !chunks.back().empty() && chunks.back().front().dtype() != p.dtype();
-      if (!chunks.back().empty() && (bytes >= bucket_bytes || dtype_change)) {
-        chunks.emplace_back();
-        bytes = 0;
-      }
-      chunks.back().push_back(p);
-      bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  const bool by_unit = zero == 3;
+  if (by_unit) {
+    gathers_ = std::make_unique<UnitGathers>(dp_group_, units.size(), reshard_after_forward);
+    unit_buckets_.assign(units.size(), 0);
+    unit_reduced_.assign(units.size(), 0);
+  }
+  for (auto& chunk : by_unit ? chunks_by_unit(groups, units) : chunks_by_size(groups, bucket_mb)) {
+    if (chunk.parameters.empty()) continue;
+    int64_t numel = 0;
+    for (const auto& p : chunk.parameters) numel += p.numel();
+    if (sharded_) numel = (numel + ranks - 1) / ranks * ranks;  // equal shards; the padding stays zero
+    Bucket bucket;
+    bucket.group = chunk.group;
+    bucket.unit = chunk.unit;
+    bucket.numel = numel;
+    const auto options = chunk.parameters.front().options().requires_grad(false);
+    bucket.grad_options = options;
+    TORCH_CHECK(!master_ || options.dtype() == torch::kFloat, "GradientSync: bf16 parameters start from fp32 ones");
+    // fp32 with bf16 parameters too; zero 2 allocates it when backward reaches the bucket.
+    if (!shard_gradients_) bucket.flat_grad = torch::zeros({numel}, options);
+    if (sharded_ || master_) bucket.flat_param = torch::zeros({numel}, master_ ? options.dtype(param_dtype) : options);
+    const size_t index = buckets_.size();
+    bucket.parameters = std::move(chunk.parameters);
+    for (auto& p : bucket.parameters) {
+      bucket.deferred = bucket.deferred || (shard_gradients_ && is_deferred(p));
+      if (shard_gradients_)
+        bucket.pre_hooks.push_back(p.register_hook([this, index](const at::TensorBase&) { on_gradient_arriving(index); }));
+      if (ranks > 1 || shard_gradients_)
+        torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<ReadyHook>(this, index));
     }
-    for (auto& chunk : chunks) {
-      if (chunk.empty()) continue;
-      int64_t numel = 0;
-      for (const auto& p : chunk) numel += p.numel();
-      if (sharded_) numel = (numel + ranks - 1) / ranks * ranks;  // equal shards; the padding stays zero
-      Bucket bucket;
-      bucket.group = g;
-      bucket.numel = numel;
-      const auto options = chunk.front().options().requires_grad(false);
-      bucket.grad_options = options;
-      TORCH_CHECK(!master_ || options.dtype() == torch::kFloat, "GradientSync: bf16 parameters start from fp32 ones");
-      // fp32 with bf16 parameters too; zero 2 allocates it when backward reaches the bucket.
-      if (!shard_gradients_) bucket.flat_grad = torch::zeros({numel}, options);
-      if (sharded_ || master_) bucket.flat_param = torch::zeros({numel}, master_ ? options.dtype(param_dtype) : options);
-      const size_t index = buckets_.size();
-      bucket.parameters = std::move(chunk);
-      for (auto& p : bucket.parameters) {
-        bucket.deferred = bucket.deferred || (shard_gradients_ && is_deferred(p));
-        if (shard_gradients_)
-          bucket.pre_hooks.push_back(p.register_hook([this, index](const at::TensorBase&) { on_gradient_arriving(index); }));
-        if (ranks > 1 || shard_gradients_)
-          torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<ReadyHook>(this, index));
-      }
-      if (bucket.flat_grad.defined()) point_gradients_at(bucket, bucket.flat_grad);
-      if (sharded_) {
-        const int64_t size = numel / ranks;
-        bucket.shard = master_ ? torch::zeros({size}, options) : bucket.flat_param.narrow(0, dp_group_.rank() * size, size);
-        bucket.shard.mutable_grad() = torch::zeros({size}, options);
-      }
-      buckets_.push_back(std::move(bucket));
+    if (bucket.flat_grad.defined()) point_gradients_at(bucket, bucket.flat_grad);
+    if (sharded_) {
+      const int64_t size = numel / ranks;
+      // zero 3: a tensor of its own, which stays while the full buffer's storage comes and goes.
+      bucket.shard = master_ || by_unit ? torch::zeros({size}, options)
+                                        : bucket.flat_param.narrow(0, dp_group_.rank() * size, size);
+      bucket.shard.mutable_grad() = torch::zeros({size}, options);
     }
+    if (by_unit) ++unit_buckets_[bucket.unit];
+    buckets_.push_back(std::move(bucket));
   }
   flatten_parameters();
+  if (gathers_)
+    for (auto& bucket : buckets_) gathers_->add_piece(bucket.unit, bucket.flat_param, bucket.shard);
 }
 
 void GradientSync::flatten_parameters() {
@@ -100,6 +98,8 @@ void GradientSync::flatten_parameters() {
       values.narrow(0, offset, p.numel()).view_as(p).copy_(p);
       offset += p.numel();
     }
+    if (gathers_ && !master_)
+      bucket.shard.copy_(values.narrow(0, dp_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
     if (master_) {
       bucket.flat_param.copy_(values);  // rounded to bf16
       if (sharded_) {
@@ -146,7 +146,13 @@ GradientSync::~GradientSync() {
   }
 }
 
+double GradientSync::step_wait_s() const {
+  return step_wait_s_ + (gathers_ ? gathers_->waited_s() - gathers_waited_at_zero_grad_ : 0.0);
+}
+
 void GradientSync::zero_grad() {
+  step_wait_s_ = 0;
+  if (gathers_) gathers_waited_at_zero_grad_ = gathers_->waited_s();
   for (auto& bucket : buckets_) {
     if (!shard_gradients_) {
       bucket.flat_grad.zero_();
@@ -213,11 +219,18 @@ void GradientSync::launch_reduction(size_t index) {
   bucket.ready = 0;
   reductions_.push_back(std::move(reduction));
   while (reductions_.size() > kReductionsInFlight) finish_oldest_reduction();
+  // zero 3: the unit's gradients are all on their way: its parameters are not needed again this backward.
+  if (gathers_ && ++unit_reduced_[bucket.unit] == unit_buckets_[bucket.unit]) {
+    unit_reduced_[bucket.unit] = 0;
+    gathers_->backward_done(bucket.unit);
+  }
 }
 
 void GradientSync::finish_oldest_reduction() {
   Reduction& oldest = reductions_.front();
+  const auto start = std::chrono::steady_clock::now();
   oldest.work->wait();
+  step_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   buckets_[oldest.bucket].shard.mutable_grad().add_(oldest.output);
   reductions_.pop_front();  // frees the bucket's gradients
 }
@@ -229,13 +242,14 @@ void GradientSync::finish() {
     // Buckets still holding gradients: a deferred one, or one with a parameter that got none this step.
     for (size_t i = 0; i < buckets_.size(); ++i)
       if (buckets_[i].flat_grad.defined()) launch_reduction(i);
-    const auto start = std::chrono::steady_clock::now();
-    while (!reductions_.empty()) finish_oldest_reduction();
-    last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double waited_before = step_wait_s_;
+    while (!reductions_.empty()) finish_oldest_reduction();  // counts into step_wait_s_
+    last_wait_s_ = step_wait_s_ - waited_before;
     for (auto& bucket : buckets_) {
       bucket.ready = 0;
       if (dp_group_.size() > 1) bucket.shard.mutable_grad().mul_(1.0 / static_cast<double>(dp_group_.size()));
     }
+    free_parameters();
     return;
   }
   if (!armed_) return;
@@ -246,6 +260,7 @@ void GradientSync::finish() {
   const auto start = std::chrono::steady_clock::now();
   for (auto& bucket : buckets_) bucket.work->wait();
   last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  step_wait_s_ += last_wait_s_;
   if (dp_group_.size() == 1) return;
   const double scale = 1.0 / static_cast<double>(dp_group_.size());
   for (auto& bucket : buckets_) (sharded_ ? bucket.shard.mutable_grad() : bucket.flat_grad).mul_(scale);
@@ -295,7 +310,14 @@ std::vector<std::vector<ParameterSlice>> GradientSync::optimizer_slices() const 
   return all;
 }
 
+void GradientSync::free_parameters() {
+  if (!gathers_) return;
+  gathers_->free_all();
+  std::fill(unit_reduced_.begin(), unit_reduced_.end(), 0);
+}
+
 void GradientSync::gather_parameters() {
+  if (gathers_) return;  // zero 3: each unit's next forward gathers its updated shards
   torch::NoGradGuard no_grad;
   if (master_ && !sharded_)
     for (auto& bucket : buckets_) bucket.flat_param.copy_(bucket.flat_master);
@@ -306,12 +328,15 @@ void GradientSync::gather_parameters() {
     auto mine = master_ ? bucket.shard.detach().to(param_dtype_) : bucket.shard.detach().clone();
     pending.emplace_back(mine, dp_group_.all_gather_async(mine, bucket.flat_param));
   }
+  const auto start = std::chrono::steady_clock::now();
   for (auto& [tensor, work] : pending) work->wait();
+  step_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void GradientSync::show_master() {
-  if (!master_) return;
+  if (!master_ && !gathers_) return;
   torch::NoGradGuard no_grad;
+  free_parameters();
   for (auto& bucket : buckets_) {
     if (sharded_) {
       bucket.shown = torch::empty({bucket.numel}, bucket.grad_options);  // fp32, padded like the bucket
@@ -324,14 +349,21 @@ void GradientSync::show_master() {
 }
 
 void GradientSync::hide_master(bool loaded) {
-  if (!master_) return;
+  if (!master_ && !gathers_) return;
   torch::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
     if (!bucket.shown.defined()) continue;
     if (loaded && sharded_)
       bucket.shard.copy_(bucket.shown.narrow(0, dp_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
-    if (loaded) bucket.flat_param.copy_(bucket.shown);
-    point_parameters_at(bucket, bucket.flat_param);
+    if (gathers_) {
+      // Views are taken of a buffer that holds its elements; a unit's next gather fills it with the shards.
+      resize_storage(bucket.flat_param, full_storage_bytes(bucket.flat_param));
+      point_parameters_at(bucket, bucket.flat_param);
+      resize_storage(bucket.flat_param, 0);
+    } else {
+      if (loaded) bucket.flat_param.copy_(bucket.shown);
+      point_parameters_at(bucket, bucket.flat_param);
+    }
     bucket.shown = torch::Tensor();
   }
 }

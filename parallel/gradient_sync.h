@@ -1,5 +1,5 @@
-// Data-parallel gradient averaging in flat buckets (parallel.bucket_mb), and ZeRO-1 and ZeRO-2
-// (parallel.zero: 1, 2). Every parameter's .grad is a view into its bucket's flat buffer, so accumulation
+// Data-parallel gradient averaging in flat buckets (parallel.bucket_mb), and ZeRO-1, 2 and 3
+// (parallel.zero: 1, 2, 3). Every parameter's .grad is a view into its bucket's flat buffer, so accumulation
 // over micro-batches writes straight into what is reduced. A bucket's reduction starts as soon as all its
 // gradients are accumulated (post-accumulate-grad hooks), overlapping the rest of backward. A bucket never
 // mixes parameter groups (weight decay or not), so a bucket shard belongs to one optimizer group.
@@ -18,6 +18,12 @@
 //           docs/ARCHITECTURE.md, section 5). `deferred` parameters (a pipeline stage's copy of the tied
 //           embedding, whose gradient is summed over the stages after the last backward) keep their bucket
 //           whole over the micro-batches and reduce it in finish(), as zero 1 does.
+//   zero 3: as zero 2, but the parameters live only as shards: the buckets are the model's units
+//           (parallel/parameter_units.h: each block, the ends), one per unit and optimizer group, not
+//           bucket_mb; each shard is a tensor of its own, and the full flat buffers, whose views the
+//           parameters are, hold storage only while parallel/unit_gathers.h has the unit gathered. A unit
+//           is freed once its gradients are reduced in backward (block units) or at finish() (the ends);
+//           after the optimizer step nothing is gathered: the next forward gathers the updated shards.
 // With a DP group of one there is no communication, just the flat buffers (zero 2: copies into the shard).
 // param_dtype bf16 (precision.param_dtype, Megatron's --bf16): the parameters become bf16 views into flat
 // buffers, their .grad stays the fp32 bucket views (autograd adds each bf16 micro-batch gradient into them
@@ -32,6 +38,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/unit_gathers.h"
 
 namespace loom {
 
@@ -51,12 +58,14 @@ class GradientSync {
   // the next bucket's gradients, few enough that only a few buckets' buffers are alive beside the shards.
   static constexpr size_t kReductionsInFlight = 2;
 
-  // groups: fp32 parameters. zero: the ZeRO stage, 0, 1 or 2. param_dtype kBFloat16 turns them into bf16
+  // groups: fp32 parameters. zero: the ZeRO stage, 0 to 3. param_dtype kBFloat16 turns them into bf16
   // working weights over an fp32 master. deferred: parameters whose gradient is completed after the last
-  // backward (zero 2 reduces their buckets in finish()).
+  // backward (zero 2 reduces their buckets in finish()). units (zero 3): the model's parameter units, the
+  // ends first (every trainable parameter in one), reshard_after_forward as parallel.reshard_after_forward.
   GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& dp_group, double bucket_mb,
                int64_t zero, torch::ScalarType param_dtype = torch::kFloat,
-               const std::vector<torch::Tensor>& deferred = {});
+               const std::vector<torch::Tensor>& deferred = {},
+               const std::vector<std::vector<torch::Tensor>>& units = {}, bool reshard_after_forward = true);
   ~GradientSync();
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -73,15 +82,21 @@ class GradientSync {
   // zero 1: the parts of the bucket's parameters that fall in this rank's shard; padding holds none).
   std::vector<std::vector<ParameterSlice>> optimizer_slices() const;
   bool sharded() const { return sharded_; }  // zero 1 or 2: optimizer state and shards over the DP group
-  bool shards_gradients() const { return shard_gradients_; }  // zero 2
+  bool shards_gradients() const { return shard_gradients_; }  // zero 2, 3
+  bool shards_parameters() const { return gathers_ != nullptr; }  // zero 3
+  // zero 3: what the model calls around its units (null otherwise); free_parameters() frees every gathered
+  // unit (after an evaluation's forwards: finish() frees them after a step's).
+  UnitGathers* parameter_units() const { return gathers_.get(); }
+  void free_parameters();
   // After the optimizer step: zero 1: every rank gets every updated shard; bf16 parameters: the weights
   // become the updated master rounded to bf16.
   void gather_parameters();
 
-  // bf16 parameters: whether there is an fp32 master (otherwise show/hide_master do nothing).
+  // bf16 parameters: whether there is an fp32 master (otherwise show/hide_master do nothing but at zero 3).
   bool has_master() const { return master_; }
-  // The parameters point at fp32 master values (zero 1: all-gathered over the DP group, so collective)
-  // until hide_master(): what a checkpoint writes, and where one is read into.
+  // The parameters point at fp32 master values (zero 1: all-gathered over the DP group, so collective;
+  // zero 3: all-gathered whatever the parameters' dtype) until hide_master(): what a checkpoint writes, and
+  // where one is read into.
   void show_master();
   // Back to the bf16 weights. loaded: the parameters were written while shown (a checkpoint was read
   // into them on every rank): the master takes those values and the weights their bf16 rounding.
@@ -90,6 +105,10 @@ class GradientSync {
   size_t bucket_count() const { return buckets_.size(); }
   // Seconds finish() spent waiting for communication that backward had not already hidden.
   double last_wait_s() const { return last_wait_s_; }
+  // Seconds this step (since zero_grad()) was blocked on the DP group's collectives anywhere: the exposed
+  // communication. finish()'s wait, reduce-scatters waited for during backward (zero 2, 3: a third in
+  // flight), the updated parameters' gather (zero 1, 2) and the units' gathers (zero 3).
+  double step_wait_s() const;
 
   void on_gradient_arriving(size_t bucket);  // called by the pre-accumulation hooks (zero 2)
   void on_gradient_ready(size_t bucket);     // called by the post-accumulation hooks
@@ -97,6 +116,7 @@ class GradientSync {
  private:
   struct Bucket {
     size_t group = 0;
+    size_t unit = 0;  // zero 3
     std::vector<torch::Tensor> parameters;
     std::vector<unsigned> pre_hooks;  // zero 2: the parameters' pre-accumulation hook handles
     int64_t numel = 0;         // of the flat buffers, padded to a multiple of the DP size when sharded
@@ -115,6 +135,14 @@ class GradientSync {
     std::shared_ptr<Work> work;  // zero 0, 1
   };
   // zero 2: a bucket's reduce-scatter under way; its input (the bucket's gradients) is freed once done.
+  // Which parameters share a bucket: bucket_mb of one group (zero 0 to 2), one unit of one group (zero 3).
+  struct Chunk {
+    size_t group = 0, unit = 0;
+    std::vector<torch::Tensor> parameters;
+  };
+  std::vector<Chunk> chunks_by_size(const std::vector<std::vector<torch::Tensor>>& groups, double bucket_mb) const;
+  static std::vector<Chunk> chunks_by_unit(const std::vector<std::vector<torch::Tensor>>& groups,
+                                           const std::vector<std::vector<torch::Tensor>>& units);
   struct Reduction {
     size_t bucket = 0;
     torch::Tensor input, output;
@@ -129,7 +157,9 @@ class GradientSync {
 
   Communicator& dp_group_;
   bool sharded_;
-  bool shard_gradients_;  // zero 2
+  bool shard_gradients_;  // zero 2, 3
+  std::unique_ptr<UnitGathers> gathers_;  // zero 3
+  std::vector<size_t> unit_buckets_, unit_reduced_;  // zero 3, per unit: its buckets, those reduced this backward
   bool master_;  // bf16 parameters over an fp32 master
   torch::ScalarType param_dtype_;
   size_t group_count_;
@@ -137,6 +167,8 @@ class GradientSync {
   std::deque<Reduction> reductions_;  // zero 2, oldest first
   bool armed_ = false;
   double last_wait_s_ = 0;
+  double step_wait_s_ = 0;         // this step's waits, but the units' gathers
+  double gathers_waited_at_zero_grad_ = 0;  // zero 3: UnitGathers::waited_s() when the step began
 };
 
 }  // namespace loom

@@ -56,15 +56,15 @@ std::optional<int64_t> available_memory(torch::Device device, int64_t local_rank
 
 std::optional<std::string> memory_shortfall(const Config& config, int64_t available) {
   const MemoryEstimate memory = estimate_memory(config);
-  const int64_t model = memory.weights + memory.gradients + memory.optimizer;
+  const int64_t model = memory.weights + memory.gradients + memory.optimizer + memory.gathered;
   const auto& p = config.parallel;
   const std::string layout = MeshShape(p).describe(" x ", " ") + (p.zero >= 1 ? " with ZeRO-" + std::to_string(p.zero) : "");  // as loom info names it
   if (model > available)
     return fmt::format(
         "the model does not fit: each rank needs {} for weights, gradients and AdamW state (plus about {} of "
         "activations; `loom info` shows the estimate) at {}, but {} is available to it. Train a smaller model "
-        "(model.d_model, model.n_layers), or spread it over more ranks (parallel.tp, parallel.pp, parallel.zero: 1 "
-        "or 2 with more dp ranks)",
+        "(model.d_model, model.n_layers), or spread it over more ranks (parallel.tp, parallel.pp, parallel.zero: 1, "
+        "2 or 3 with more dp ranks)",
         gib(model), gib(memory.activations), layout, gib(available));
   if (memory.total() > available)
     return fmt::format(

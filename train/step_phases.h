@@ -16,6 +16,9 @@ namespace loom {
 struct StepPhases {
   double data_s = 0, forward_s = 0, backward_s = 0, sync_s = 0, optimizer_s = 0;
   double pipeline_wait_s = 0;  // pipeline stages: blocked on a neighbour (the bubble); 0 without stages
+  // Not a phase of its own but part of those above: blocked on the data-parallel collectives (exposed
+  // communication: GradientSync::step_wait_s; at ZeRO-3 the units' gathers inside forward and backward).
+  double dp_wait_s = 0;
   double total_s() const { return data_s + forward_s + backward_s + sync_s + optimizer_s + pipeline_wait_s; }
 };
 

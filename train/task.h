@@ -27,6 +27,8 @@
 
 namespace loom {
 
+class ParameterUnits;  // parallel/parameter_units.h
+
 // One batch of a task's data, of the task's own type (LmBatch, Seq2SeqBatch, ...). Everything outside the
 // task (the Trainer, evaluation, the pipeline runner) passes it from the task's train_batch() or
 // eval_batch() back to its loss(), weighs the loss by the tokens it averages over (any batch type says
@@ -109,6 +111,11 @@ class Task {
   // A parameter held by both the first and the last stage (the tied token embedding) whose gradients must
   // be summed across them; undefined if none.
   virtual torch::Tensor stage_tied_parameter() { return {}; }
+
+  // ZeRO-3 (parallel/parameter_units.h): the model's parameter units, the ends first; empty for a family
+  // that has none (parallel.zero 3 refuses it). set_parameter_units hands the model what gathers them.
+  virtual std::vector<std::vector<torch::Tensor>> parameter_units() { return {}; }
+  virtual void set_parameter_units(ParameterUnits*) {}
 
  protected:
   std::unique_ptr<TensorParallelRng> tp_rng_;

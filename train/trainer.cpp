@@ -87,10 +87,15 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
   // (train/pipeline_runner.h): ZeRO-2 reduces its bucket then.
   std::vector<torch::Tensor> completed_late;
   if (auto tied = task_->stage_tied_parameter(); tied.defined()) completed_late.push_back(tied);
+  // ZeRO-3: the model's units, each gathered around its forward and backward by the gradient sync.
+  const auto units = config_.parallel.zero == 3 ? task_->parameter_units() : std::vector<std::vector<torch::Tensor>>{};
+  LOOM_CHECK(config_.parallel.zero != 3 || !units.empty(), "parallel.zero 3: model.arch ",
+             enum_name(config_.model.arch), " has no parameter units");
   gradient_sync_ = std::make_unique<GradientSync>(
       weight_decay_groups(task_->model()), mesh_.device_group(MeshAxis::kDp), config_.parallel.bucket_mb,
       config_.parallel.zero, config_.precision.param_dtype == ParamDtype::kBf16 ? torch::kBFloat16 : torch::kFloat,
-      completed_late);
+      completed_late, units, config_.parallel.reshard_after_forward);
+  task_->set_parameter_units(gradient_sync_->parameter_units());
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
   tp_sharded_ = tensor_parallel_ranges(task_->model(), gradient_sync_->optimizer_slices());
   // The last stage's copy of a tied embedding: its gradient is the first stage's, counted there.
@@ -207,6 +212,7 @@ StepResult Trainer::step() {
   // The next step reuses this one's CPU blocks; the cache lets go of the ones it did not need.
   if (CachingCpuAllocator* allocator = caching_cpu_allocator()) allocator->trim();
   clock.lap(&StepPhases::optimizer_s);
+  phases_.dp_wait_s = gradient_sync_->step_wait_s();
   count_source_tokens();
   state_.step += 1;
   state_.tokens += result.tokens;
@@ -324,7 +330,9 @@ bool Trainer::any_rank_stopping() {
 
 double Trainer::evaluate() {
   LOOM_CHECK(task_->can_evaluate(), "no validation data (data.valid)");
-  return evaluate_loss(*task_, config_, mesh_, device_).loss;
+  const double loss = evaluate_loss(*task_, config_, mesh_, device_).loss;
+  gradient_sync_->free_parameters();  // ZeRO-3: what the evaluation's forwards left gathered
+  return loss;
 }
 
 void Trainer::maybe_evaluate(bool final_step) {

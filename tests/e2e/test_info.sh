@@ -19,8 +19,8 @@ for name, parameters in expected.items():
     print(name, out["parameters"], f"{out['flops_per_token']:.4g} FLOPs/token", {k: f"{v / 2**30:.2f} GiB" for k, v in m.items()})
     assert out["parameters"] == parameters, (name, out["parameters"])
     assert out["flops_per_token"] > 6 * parameters * 0.5, name
-    assert m["total"] == m["weights"] + m["gradients"] + m["optimizer"] + m["activations"] + m["pipeline_sends"], name
-    assert all(m[k] > 0 for k in m if k != "pipeline_sends"), name  # pipeline_sends: 0 without stages
+    assert m["total"] == m["weights"] + m["gradients"] + m["optimizer"] + m["gathered"] + m["activations"] + m["pipeline_sends"], name
+    assert all(m[k] > 0 for k in m if k not in ("pipeline_sends", "gathered")), name  # 0 without stages, without ZeRO-3
 # Closed forms only: the 8B config never allocates its 32 GB of fp32 weights.
 peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 assert peak_kb < 1024 * 1024, f"loom info used {peak_kb} kB"
@@ -68,6 +68,26 @@ assert z2["communication"] == {"all_reduced": 0, "reduce_scattered": 2 * 4 * P, 
 assert [z["layout"]["zero"] for z in (z0, z1, z2)] == [0, 1, 2]
 print(f"llama2-7b gradients per rank at dp=8: {z1['memory']['gradients'] / 2**30:.2f} GiB with ZeRO-1, "
       f"{z2['memory']['gradients'] / 2**30:.2f} GiB with ZeRO-2")
+# ZeRO-3: the weights are fp32 shards too; gathered at once are the ends unit (embedding, final norm, head)
+# and two blocks; the gradient buckets are units, the largest (here the ends) counted 3 times as ZeRO-2's.
+# Per step: the ends gathered once, per micro-batch 32 blocks for forward and 31 again for backward (the last
+# one is kept); without resharding only the 32.
+block = 2 * 4096 + 4 * 4096**2 + 3 * 4096 * 11008
+ends = P - 32 * block
+assert ends == 2 * 32000 * 4096 + 4096
+z3 = info(3)
+shard = -(-P // 8)
+assert z3["memory"]["weights"] == 4 * shard and z3["memory"]["optimizer"] == 8 * shard, z3["memory"]
+assert z3["memory"]["gathered"] == 4 * (ends + 2 * block), z3["memory"]
+assert z3["memory"]["gradients"] == 4 * (shard + 3 * ends), z3["memory"]
+assert z3["communication"] == {"all_reduced": 0, "reduce_scattered": 2 * 4 * P,
+                               "all_gathered": 4 * (ends + 2 * 63 * block)}, z3["communication"]
+kept = json.loads(subprocess.check_output([loom, "info", f"{configs}/llama2-7b.yaml", "--json", "--set", "parallel.dp=8",
+                                           "--set", "parallel.zero=3", "--set", "parallel.reshard_after_forward=false", *two]))
+assert kept["memory"]["gathered"] == 4 * P and kept["communication"]["all_gathered"] == 4 * (ends + 2 * 32 * block)
+states = lambda z: sum(z["memory"][k] for k in ("weights", "gradients", "optimizer", "gathered"))
+print(f"llama2-7b model states per rank at dp=8: {states(z0) / 2**30:.2f} GiB plain, {states(z2) / 2**30:.2f} GiB "
+      f"with ZeRO-2, {states(z3) / 2**30:.2f} GiB with ZeRO-3")
 # Sequence parallelism keeps 1/tp of what TP alone keeps whole on every rank. GPT-2 124M in bf16 with
 # dropout, tp=4, micro-batch 16 of 1024: 14sbh per layer (Korthikanti et al.'s 10sbh, sbh(10 + 24/t +
 # 5as/(ht)) -> sbh(34/t + 5as/(ht)), with the two norm inputs in fp32: +4sbh) and the final norm's fp32

@@ -123,3 +123,106 @@ TEST_CASE("gradient sync: ZeRO-2 partitions the optimizer state as ZeRO-1 does",
   CHECK((layouts[0] == layouts[1]));
   CHECK_FALSE(layouts[0].empty());
 }
+
+namespace {
+
+// ThreeLayer as ZeRO-3 units, as a model's stage forward calls them: `a` in the ends unit (0), b and c the
+// blocks (1, 2).
+torch::Tensor unit_loss(ThreeLayer& model, ParameterUnits* units, const torch::Tensor& x) {
+  units->before_forward(0);
+  auto h = torch::tanh(model.a(x));
+  h = run_unit(units, 1, [&] { return torch::tanh(model.b(h)); });
+  h = run_unit(units, 2, [&] { return model.c(h); });
+  return h.pow(2).mean();
+}
+
+}  // namespace
+
+TEST_CASE("gradient sync: ZeRO-3 gathers each unit for forward and backward and shards its gradients", "[mpi]") {
+  auto comm = loom::test::processes().world(/*timeout_s=*/60);
+  const int rank = comm->rank(), ranks = comm->size();
+  for (const bool reshard : {true, false}) {
+    INFO("reshard_after_forward " << reshard);
+    torch::manual_seed(5);
+    ThreeLayer model;
+    torch::manual_seed(5);
+    ThreeLayer reference;
+    const auto params = model.parameters(), reference_params = reference.parameters();
+    GradientSync sync(weight_decay_groups(model), *comm, 25, 3, torch::kFloat, {},
+                      {model.a->parameters(), model.b->parameters(), model.c->parameters()}, reshard);
+    REQUIRE(sync.shards_parameters());
+    CHECK(sync.bucket_count() == 6);  // 3 units x (weights, biases)
+    UnitGathers* units = sync.parameter_units();
+    REQUIRE(units != nullptr);
+    for (const auto& p : params) CHECK(p.storage().nbytes() == 0);  // only the shards hold values
+    for (int step = 0; step < 2; ++step) {
+      INFO("step " << step);
+      for (auto& p : reference_params) p.mutable_grad() = torch::Tensor();
+      for (int k = 0; k < ranks; ++k)
+        for (int m = 0; m < kMicroBatches; ++m) loss_of(reference, input_of(k, step, m)).backward();
+
+      sync.zero_grad();
+      const int64_t gathers_before = units->gathers();
+      for (int m = 0; m < kMicroBatches; ++m) {
+        if (m == kMicroBatches - 1) sync.prepare_last_backward();
+        const auto loss = unit_loss(model, units, input_of(rank, step, m));
+        // After forward: the ends stay, the last block too (backward starts there); block 1 only without
+        // resharding.
+        CHECK(units->gathered(0));
+        CHECK(units->gathered(1) == !reshard);
+        CHECK(units->gathered(2));
+        loss.backward();
+        CHECK(units->gathered(0));  // until the step's gradients are all reduced
+        CHECK_FALSE(units->gathered(1));
+        CHECK_FALSE(units->gathered(2));
+      }
+      // Per micro-batch: block 1 for its forward and (resharded) again for its backward, block 2 once; the
+      // ends once per step.
+      CHECK(units->gathers() - gathers_before == 1 + kMicroBatches * (reshard ? 3 : 2));
+      sync.finish();
+      for (size_t u = 0; u < units->unit_count(); ++u) CHECK_FALSE(units->gathered(u));
+      for (const auto& p : params) CHECK(p.storage().nbytes() == 0);
+
+      const auto shards = sync.optimizer_parameters();
+      const auto slices = sync.optimizer_slices();
+      REQUIRE(shards.size() == slices.size());
+      for (size_t i = 0; i < shards.size(); ++i) {
+        for (const auto& slice : slices[i]) {
+          const size_t p = index_of(params, slice.parameter);
+          const auto expected =
+              reference_params[p].grad().reshape(-1).narrow(0, slice.parameter_offset, slice.length) / ranks;
+          const auto got = shards[i].grad().narrow(0, slice.offset, slice.length);
+          CHECK(max_abs_diff(got, expected) <= 1e-6 * (1.0 + expected.abs().max().item<double>()));
+        }
+      }
+      // The same SGD step on the shards and on the reference: the next step's forwards gather the update.
+      torch::NoGradGuard no_grad;
+      for (const auto& shard : shards) shard.sub_(shard.grad() * 0.5);
+      for (auto& p : reference_params) p.sub_(p.grad() / ranks * 0.5);
+      sync.gather_parameters();  // nothing to gather at ZeRO-3
+      for (const auto& p : params) CHECK(p.storage().nbytes() == 0);
+    }
+  }
+}
+
+TEST_CASE("gradient sync: ZeRO-3 shows whole fp32 parameters for a checkpoint and takes loaded ones", "[mpi]") {
+  auto comm = loom::test::processes().world(/*timeout_s=*/60);
+  torch::manual_seed(5);
+  ThreeLayer model;
+  const auto initial = model.b->weight.detach().clone();
+  GradientSync sync(weight_decay_groups(model), *comm, 25, 3, torch::kFloat, {},
+                    {model.a->parameters(), model.b->parameters(), model.c->parameters()});
+  sync.show_master();
+  CHECK(max_abs_diff(model.b->weight, initial) == 0);  // the shards gathered whole on every rank
+  {
+    torch::NoGradGuard no_grad;
+    model.b->weight.fill_(0.25);  // as a checkpoint read into them
+  }
+  sync.hide_master(/*loaded=*/true);
+  CHECK(model.b->weight.storage().nbytes() == 0);
+  UnitGathers* units = sync.parameter_units();
+  units->before_forward(1);
+  CHECK(max_abs_diff(model.b->weight, torch::full_like(initial, 0.25)) == 0);
+  sync.free_parameters();
+  CHECK(model.b->weight.storage().nbytes() == 0);
+}

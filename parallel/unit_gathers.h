@@ -1,0 +1,71 @@
+// ZeRO-3's parameter gathers (parallel.zero: 3): what ParameterUnits' calls do. Each unit is a few pieces,
+// one per gradient bucket of the unit (parallel/gradient_sync.h builds them): the bucket's full flat
+// parameter buffer, whose views the parameters are, and this rank's fp32 shard of it. Between uses the full
+// buffer's storage is resized to 0 bytes; a gather resizes it back and all-gathers the shards into it. The
+// storage object itself stays, so the parameters' views and what autograd saved of them for backward see the
+// refilled values, and nothing keeps a freed unit's bytes alive. At most the unit computing and the one
+// prefetched are gathered at a time, besides the ends unit (unit 0), which stays gathered from its first
+// forward until free_all() at the end of the step.
+#pragma once
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "parallel/parameter_units.h"
+
+namespace loom {
+
+// Resizes the storage under `tensor` to `bytes` (0: frees it), keeping the storage object and its views.
+void resize_storage(const torch::Tensor& tensor, size_t bytes);
+// The bytes of `tensor`'s storage when it holds all of its elements.
+size_t full_storage_bytes(const torch::Tensor& tensor);
+
+class UnitGathers : public ParameterUnits {
+ public:
+  UnitGathers(Communicator& dp_group, size_t units, bool reshard_after_forward);
+  ~UnitGathers() override;
+  UnitGathers(const UnitGathers&) = delete;
+  UnitGathers& operator=(const UnitGathers&) = delete;
+
+  // full: the flat parameter buffer (its storage is freed here); shard: this rank's fp32 part of it,
+  // what the optimizer steps (converted to full's dtype, bf16 parameters, as it is sent).
+  void add_piece(size_t unit, const torch::Tensor& full, const torch::Tensor& shard);
+
+  void before_forward(size_t unit) override;
+  void after_forward(size_t unit) override;
+  void before_backward(size_t unit) override;
+  // The unit's gradients are all reduced (launched) in this backward: a block unit is freed.
+  void backward_done(size_t unit);
+  // Waits for gathers under way and frees every unit: the end of a step, of an evaluation.
+  void free_all();
+
+  size_t unit_count() const { return units_.size(); }
+  bool gathered(size_t unit) const { return units_.at(unit).state == State::kGathered; }
+  int64_t gathers() const { return gathers_; }  // all-gathers started so far (tests)
+  double waited_s() const { return waited_s_; }  // seconds blocked on gathers so far: what prefetch did not hide
+
+ private:
+  enum class State { kFree, kGathering, kGathered };
+  struct Piece {
+    torch::Tensor full, shard;
+  };
+  struct Unit {
+    std::vector<Piece> pieces;
+    State state = State::kFree;
+    std::vector<torch::Tensor> sent;  // kGathering: the inputs in flight
+    std::vector<std::shared_ptr<Work>> works;
+  };
+  void start_gather(size_t unit);
+  void wait(size_t unit);  // starts the gather if nobody did
+  void free(size_t unit);
+
+  Communicator& dp_group_;
+  bool reshard_after_forward_;
+  std::vector<Unit> units_;
+  int64_t gathers_ = 0;
+  double waited_s_ = 0;
+};
+
+}  // namespace loom

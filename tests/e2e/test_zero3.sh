@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# ZeRO-3 (parallel.zero: 3: parameters live only as shards; each block, and the ends, is a unit all-gathered
+# around its forward and its backward and freed after, its gradients reduce-scattered in backward;
+# parallel/gradient_sync.h, parallel/unit_gathers.h) under mpirun equals the single-process run of the same
+# global batch (fp32, dropout off, 3 blocks, 20 steps with a validation loss at 10 and 20, losses within
+# 1e-5, clipped gradient norms within 1e-4 relative): DP=2, DP=4, DP=2 with 2 micro-batches per rank,
+# DP=2 x TP=2, full activation checkpointing (the recompute runs inside the gathered block),
+# parallel.reshard_after_forward false, and bf16 parameters (gathered in bf16 from fp32 master shards)
+# against the bf16-parameters single process within 0.005 (as ZeRO-1/2's bf16 runs: see below). A checkpoint resumes across ZeRO stages, DP and
+# TP sizes on the uninterrupted curve: ZeRO-3 DP=4 (steps 1-5) -> ZeRO-2 DP=2 (6-10) -> one process (11-15)
+# -> ZeRO-3 DP=2 x TP=2 (16-20); `loom eval` and `loom export` load a ZeRO-3 checkpoint whole. What is not
+# built yet (pipeline stages, the encoder-decoder) is refused, naming parallel.zero.
+source "$(dirname "$0")/common.sh"
+common=(--set model.dropout=0 --set model.n_layers=3 --set train.max_steps=20 --set schedule.total_steps=20
+        --set train.micro_batch_size=0)
+same_run() {  # same_run REFERENCE_RUN RUN WHAT [TOLERANCE]: losses within 1e-5, clipped gradient norms within 1e-4
+  same_losses_within "$1" "$2" "$3" "${4:-1e-5}"
+  same_grad_norms "$1" "$2" "$3"
+}
+zero3_train() {  # zero3_train RANKS RUN_DIR [--set ...]: a ZeRO-3 run, dp filling the ranks tp leaves
+  local ranks=$1 dir=$2; shift 2
+  mpi_train "$ranks" "$dir" "${common[@]}" --set parallel.zero=3 --set parallel.dp=-1 "$@" || fail "$(basename "$dir") failed"
+}
+
+tiny_train "$WORK/single" "${common[@]}" --set train.micro_batch_size=8 >"$WORK/single.log" 2>&1 || fail "single run"
+zero3_train 2 "$WORK/dp2"
+grep -q "layout dp=2 tp=1 pp=1, 8 gradient buckets" "$WORK/dp2.log" || fail "ZeRO-3 did not bucket by unit (ends + 3 blocks, 2 groups each)"
+same_run "$WORK/single" "$WORK/dp2" "ZeRO-3 DP=2"
+zero3_train 4 "$WORK/dp4"
+same_run "$WORK/single" "$WORK/dp4" "ZeRO-3 DP=4"
+zero3_train 2 "$WORK/dp2acc" --set train.micro_batch_size=4
+same_run "$WORK/single" "$WORK/dp2acc" "ZeRO-3 DP=2 x 2 micro-batches"
+zero3_train 4 "$WORK/dp2tp2" --set parallel.tp=2
+grep -q "layout dp=2 tp=2 pp=1" "$WORK/dp2tp2.log" || fail "DP=2 x TP=2 did not run as such"
+same_run "$WORK/single" "$WORK/dp2tp2" "ZeRO-3 DP=2 x TP=2"
+zero3_train 2 "$WORK/recompute" --set train.activation_checkpointing=full
+same_run "$WORK/single" "$WORK/recompute" "ZeRO-3 DP=2, full activation checkpointing"
+zero3_train 2 "$WORK/keep" --set parallel.reshard_after_forward=false --set train.micro_batch_size=4
+same_run "$WORK/single" "$WORK/keep" "ZeRO-3 DP=2 x 2 micro-batches, reshard_after_forward false"
+
+bf16=(--set precision.dtype=bf16 --set precision.param_dtype=bf16)
+tiny_train "$WORK/bf16-single" "${common[@]}" "${bf16[@]}" --set train.micro_batch_size=8 >"$WORK/bf16-single.log" 2>&1 ||
+  fail "bf16 parameters, single run"
+zero3_train 2 "$WORK/bf16" "${bf16[@]}"
+# bf16 weights round each update: another layout's summation order moves one by a rounding now and then,
+# and the curves part by ~1e-3 (measured over these 20 steps: ZeRO-1 and ZeRO-2 at DP=2 3.6e-4 from the
+# single process, ZeRO-3 6.3e-4), so the bf16-params tests' 0.005 (test_bf16_params.sh).
+same_losses_within "$WORK/bf16-single" "$WORK/bf16" "ZeRO-3 DP=2, bf16 parameters" 0.005
+
+# The checkpoint: every DP rank writes its shard, the manifest names ZeRO-3; one process loads it whole.
+ls "$WORK/dp2/checkpoints/20/shard-dp0-tp0-pp0.pt" "$WORK/dp2/checkpoints/20/shard-dp1-tp0-pp0.pt" >/dev/null \
+  || fail "ZeRO-3 did not write a shard per DP rank"
+grep -q '"zero": 3' "$WORK/dp2/checkpoints/20/manifest.json" || fail "the manifest does not name ZeRO-3"
+"$LOOM" eval "$WORK/dp2" --json > "$WORK/dp2-eval.json" 2>/dev/null || fail "loom eval of the ZeRO-3 checkpoint"
+"$LOOM" eval "$WORK/single" --json > "$WORK/single-eval.json" 2>/dev/null || fail "loom eval of the single run"
+"$LOOM" export "$WORK/dp2" --format safetensors --out "$WORK/dp2-export" >/dev/null || fail "export of the ZeRO-3 run"
+"$LOOM" export "$WORK/single" --format safetensors --out "$WORK/single-export" >/dev/null || fail "export of the single run"
+python3 - "$WORK" <<'PY' || fail "the ZeRO-3 checkpoint, loaded whole, is not the single run's model"
+import json, sys
+from safetensors.torch import load_file
+work = sys.argv[1]
+a, b = (json.load(open(f"{work}/{run}-eval.json"))["loss"] for run in ("single", "dp2"))
+assert abs(a - b) < 1e-5, (a, b)
+x, y = (load_file(f"{work}/{run}-export/model.safetensors") for run in ("single", "dp2"))
+assert sorted(x) == sorted(y), (sorted(x), sorted(y))
+worst = max(float((x[k] - y[k]).abs().max()) for k in x)
+assert worst < 1e-4, worst
+print(f"ZeRO-3 checkpoint: loom eval {b:.6f} (single {a:.6f}); {len(x)} exported tensors, max |diff| {worst:.1e}")
+PY
+
+# Resume across ZeRO stages, DP and TP sizes, 5 steps per hop, on the single process's 20-step curve.
+hop() {  # hop RANKS STEPS [--set ...]: continues $WORK/hops to STEPS
+  local ranks=$1 steps=$2; shift 2
+  mpi_train "$ranks" "$WORK/hops" "${common[@]}" --set checkpoint.every=5 --set train.max_steps="$steps" "$@" \
+    || fail "resume hop to step $steps failed"
+  [ "$steps" -eq 5 ] || grep -q "resumed from .*/checkpoints/$((steps - 5))" "$WORK/hops.log" \
+    || fail "the hop to step $steps did not resume from step $((steps - 5))"
+}
+hop 4 5 --set parallel.dp=4 --set parallel.zero=3
+hop 2 10 --set parallel.dp=2 --set parallel.zero=2 --set parallel.bucket_mb=0.05
+hop 1 15 --set parallel.dp=1 --set parallel.zero=0 --set train.micro_batch_size=8
+hop 4 20 --set parallel.dp=2 --set parallel.tp=2 --set parallel.zero=3
+python3 - "$WORK/single" "$WORK/hops" <<'PY' || fail "the resumed hops left the single process's curve"
+import json, sys
+rows = [{r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"}
+        for d in sys.argv[1:3]]
+assert sorted(rows[0]) == sorted(rows[1]) == list(range(1, 21)), rows
+worst = max(abs(rows[0][s] - rows[1][s]) for s in rows[0])
+assert worst < 1e-5, worst
+print(f"ZeRO-3 DP=4 -> ZeRO-2 DP=2 -> single -> ZeRO-3 DP=2 x TP=2: 20 train rows, max |loss diff| {worst:.1e}")
+PY
+
+expect_train_config_error "parallel.zero: 3: ZeRO-3 with pipeline stages (parallel.pp=2) is not built yet" \
+  --set parallel.zero=3 --set parallel.pp=2
+train_args() { reverse_tiny_args "$1"; }
+expect_train_config_error "parallel.zero: 3: ZeRO-3 is built for model.arch=gpt" --set parallel.zero=3
+echo PASS
