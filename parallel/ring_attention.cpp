@@ -15,10 +15,33 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The ring's two streams of messages. Every rank sends to rank + 1 and receives from rank - 1 in the
-// same order, so the i-th send of one rank meets the i-th receive of the next.
+// The ring's two kinds of message. Every rank makes the same exchanges in the same order, so the i-th send
+// of one rank meets the i-th receive of the next.
 constexpr int kKeyValueTag = 0x5241;  // a key/value block (k and v stacked along dim 0)
 constexpr int kGradientTag = 0x5242;  // its gradient (dk and dv stacked), accumulating on the way home
+
+// One step of the ring: `out` to rank + 1 and `in` from rank - 1, both in flight when it returns. A backend
+// may run a group's operations one after another on one stream (NCCL) where a send waits for its receiver:
+// even ranks send first and odd ranks receive first, so that every send meets a posted receive.
+struct Exchange {
+  std::shared_ptr<Work> send, receive;
+  void wait() const {
+    receive->wait();
+    send->wait();
+  }
+};
+Exchange exchange(Communicator& group, const torch::Tensor& out, const torch::Tensor& in, int tag) {
+  const int n = group.size(), r = group.rank(), next = (r + 1) % n, previous = (r + n - 1) % n;
+  Exchange e;
+  if (r % 2 == 0) {
+    e.send = group.send_async(out, next, tag);
+    e.receive = group.recv_async(in, previous, tag);
+  } else {
+    e.receive = group.recv_async(in, previous, tag);
+    e.send = group.send_async(out, next, tag);
+  }
+  return e;
+}
 
 // One ring attention call's shapes and mask: what forward and backward both need.
 struct Ring {
@@ -29,8 +52,6 @@ struct Ring {
   torch::Tensor key_starts;                // (B, L) int64 or undefined
   std::array<int64_t, 2> first_start{}, last_start{};  // per local query chunk: the least and greatest key start
 
-  int next() const { return static_cast<int>((rank + 1) % cp); }
-  int previous() const { return static_cast<int>((rank + cp - 1) % cp); }
   // The rank whose key/value block this rank holds at step t of the ring.
   int64_t holder_source(int64_t t) const { return (rank - t + cp) % cp; }
 
@@ -168,17 +189,15 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
                        torch::zeros_like(q32)};
     auto kv = stack_key_value(k, v);
     for (int64_t t = 0; t < ring.cp; ++t) {
-      std::shared_ptr<Work> receive, send;
+      std::optional<Exchange> blocks;
       torch::Tensor incoming;
       if (t + 1 < ring.cp) {  // the next block arrives while this one is multiplied
         incoming = torch::empty_like(kv);
-        receive = group->recv_async(incoming, ring.previous(), kKeyValueTag);
-        send = group->send_async(kv, ring.next(), kKeyValueTag);
+        blocks = exchange(*group, kv, incoming, kKeyValueTag);
       }
       forward_block(ring, q32, kv.to(torch::kFloat), ring.holder_source(t), state);
-      if (receive) {
-        receive->wait();
-        send->wait();
+      if (blocks) {
+        blocks->wait();
         kv = incoming;
       }
     }
@@ -205,39 +224,37 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     const auto delta = (dout32 * out.to(torch::kFloat).reshape(shape5)).sum(-1, /*keepdim=*/true);
     auto dq32 = torch::zeros_like(q32);
     auto kv = stack_key_value(k, v);
-    torch::Tensor dkv;  // the held block's gradient so far, sent on after this rank adds its part
-    std::vector<std::shared_ptr<Work>> gradient_sends;
+    // The held block's gradient: this rank's part plus what the ranks before it added, passed on at the end
+    // of each step while the previous rank's arrives (the block this rank holds next); after the last step
+    // what arrives is this rank's own block's, complete.
+    torch::Tensor dkv, arriving;
+    std::optional<Exchange> gradients;
     for (int64_t t = 0; t < ring.cp; ++t) {
-      // Receives in the order the previous rank sends: its gradient of step t - 1, then its block of step t.
-      torch::Tensor arriving_gradient, incoming;
-      std::shared_ptr<Work> gradient_receive, receive, send;
-      if (t > 0) {
-        arriving_gradient = torch::empty(kv.sizes(), q32.options());
-        gradient_receive = group->recv_async(arriving_gradient, ring.previous(), kGradientTag);
-      }
+      std::optional<Exchange> blocks;
+      torch::Tensor incoming;
       if (t + 1 < ring.cp) {
         incoming = torch::empty_like(kv);
-        receive = group->recv_async(incoming, ring.previous(), kKeyValueTag);
-        send = group->send_async(kv, ring.next(), kKeyValueTag);
+        blocks = exchange(*group, kv, incoming, kKeyValueTag);
       }
       dkv = torch::zeros(kv.sizes(), q32.options());
       backward_block(ring, q32, kv.to(torch::kFloat), ring.holder_source(t), dout32, lse, delta, dq32, dkv);
-      if (gradient_receive) {
-        gradient_receive->wait();
-        dkv.add_(arriving_gradient);
+      if (gradients) {
+        gradients->wait();
+        dkv.add_(arriving);
       }
-      if (ring.cp > 1) gradient_sends.push_back(group->send_async(dkv, ring.next(), kGradientTag));
-      if (receive) {
-        receive->wait();
-        send->wait();
+      if (ring.cp > 1) {
+        arriving = torch::empty_like(dkv);
+        gradients = exchange(*group, dkv, arriving, kGradientTag);
+      }
+      if (blocks) {
+        blocks->wait();
         kv = incoming;
       }
     }
-    if (ring.cp > 1) {  // this rank's own block, its gradient complete, comes home from the previous rank
-      dkv = torch::empty(kv.sizes(), q32.options());
-      group->recv(dkv, ring.previous(), kGradientTag);
+    if (gradients) {
+      gradients->wait();
+      dkv = arriving;
     }
-    for (auto& work : gradient_sends) work->wait();
     return {dq32.view({ring.B, ring.H, ring.L, ring.D}).to(q.scalar_type()),
             dkv.narrow(0, 0, ring.B).to(k.scalar_type()),
             dkv.narrow(0, ring.B, ring.B).to(v.scalar_type()),

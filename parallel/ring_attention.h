@@ -7,7 +7,9 @@
 // every query, keys beyond the sliding window) are skipped. Backward is the flash-attention backward over the
 // same ring: the key/value blocks go round again and their gradients travel with them, each rank adding its
 // part, until they arrive home. With grouped-query heads only the K kv heads travel.
-// Every rank of the group must make the same calls (the exchanges are matched in order).
+// Every rank of the group must make the same calls (the exchanges are matched in order). Each step's send
+// and receive are ordered by the rank's parity, so a backend that runs a group's operations in order on one
+// stream, a send waiting for its receiver (NCCL), pairs them as MPI's separate send and receive threads do.
 #pragma once
 #include <torch/torch.h>
 
