@@ -49,11 +49,11 @@ struct Ring {
   double scale;
   bool causal;
   int64_t window;
-  torch::Tensor key_starts;                // (B, L) int64 or undefined
+  torch::Tensor key_starts;  // (B, L) int64 global first keys, or undefined
   std::array<int64_t, 2> first_start{}, last_start{};  // per local query chunk: the least and greatest key start
 
   // The rank whose key/value block this rank holds at step t of the ring.
-  int64_t holder_source(int64_t t) const { return (rank - t + cp) % cp; }
+  int64_t block_owner(int64_t t) const { return (rank - t + cp) % cp; }
 
   // The mask (1 or B, 1, 1, c, c) of local query chunk a against key chunk `key_chunk` (global index):
   // nullopt when every pair is visible; *skip when none is.
@@ -195,7 +195,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
         incoming = torch::empty_like(kv);
         blocks = exchange(*group, kv, incoming, kKeyValueTag);
       }
-      forward_block(ring, q32, kv.to(torch::kFloat), ring.holder_source(t), state);
+      forward_block(ring, q32, kv.to(torch::kFloat), ring.block_owner(t), state);
       if (blocks) {
         blocks->wait();
         kv = incoming;
@@ -237,7 +237,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
         blocks = exchange(*group, kv, incoming, kKeyValueTag);
       }
       dkv = torch::zeros(kv.sizes(), q32.options());
-      backward_block(ring, q32, kv.to(torch::kFloat), ring.holder_source(t), dout32, lse, delta, dq32, dkv);
+      backward_block(ring, q32, kv.to(torch::kFloat), ring.block_owner(t), dout32, lse, delta, dq32, dkv);
       if (gradients) {
         gradients->wait();
         dkv.add_(arriving);
