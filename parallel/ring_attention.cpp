@@ -95,6 +95,20 @@ struct Ring {
   }
 };
 
+// fn(a, b, mask) for each pair of local query chunk a and chunk b of rank `source`'s keys that the mask does not
+// hide entirely (mask: nullopt when every pair of the two chunks is visible).
+using OptionalMask = std::optional<torch::Tensor>;
+template <typename Fn>
+void for_visible_chunk_pairs(const Ring& ring, int64_t source, const torch::Device& device, const Fn& fn) {
+  const auto key_chunks = cp_chunks_of(ring.cp, source);
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 2; ++b) {
+      bool skip = false;
+      const auto mask = ring.chunk_mask(a, key_chunks[b], device, &skip);
+      if (!skip) fn(a, b, mask);
+    }
+}
+
 // The online softmax's state per local query row, fp32: running max m, running sum l, unnormalized output.
 struct SoftmaxState {
   torch::Tensor m, l, acc;  // (B, K, G, L, 1), (B, K, G, L, 1), (B, K, G, L, D)
@@ -104,23 +118,18 @@ struct SoftmaxState {
 void forward_block(const Ring& ring, const torch::Tensor& q32, const torch::Tensor& kv32, int64_t source,
                    SoftmaxState& state) {
   const auto k = kv32.narrow(0, 0, ring.B), v = kv32.narrow(0, ring.B, ring.B);
-  const auto key_chunks = cp_chunks_of(ring.cp, source);
-  for (int64_t a = 0; a < 2; ++a)
-    for (int64_t b = 0; b < 2; ++b) {
-      bool skip = false;
-      const auto mask = ring.chunk_mask(a, key_chunks[b], q32.device(), &skip);
-      if (skip) continue;
-      const auto s = ring.scores(ring.query_chunk(q32, a), ring.key_chunk(k, b), mask);
-      auto m = ring.query_chunk(state.m, a), l = ring.query_chunk(state.l, a), acc = ring.query_chunk(state.acc, a);
-      const auto m_new = torch::maximum(m, std::get<0>(s.max(-1, /*keepdim=*/true)));
-      // A row that has seen no visible key yet keeps max -inf: shift it by 0 instead (its exp terms are all 0).
-      const auto shift = m_new.masked_fill(m_new == -std::numeric_limits<float>::infinity(), 0.0);
-      const auto rescale = torch::exp(m - shift);
-      const auto p = torch::exp(s - shift);
-      l.mul_(rescale).add_(p.sum(-1, /*keepdim=*/true));
-      acc.mul_(rescale).add_(torch::matmul(p, ring.key_chunk(v, b)));
-      m.copy_(m_new);
-    }
+  for_visible_chunk_pairs(ring, source, q32.device(), [&](int64_t a, int64_t b, const OptionalMask& mask) {
+    const auto s = ring.scores(ring.query_chunk(q32, a), ring.key_chunk(k, b), mask);
+    auto m = ring.query_chunk(state.m, a), l = ring.query_chunk(state.l, a), acc = ring.query_chunk(state.acc, a);
+    const auto m_new = torch::maximum(m, std::get<0>(s.max(-1, /*keepdim=*/true)));
+    // A row that has seen no visible key yet keeps max -inf: shift it by 0 instead (its exp terms are all 0).
+    const auto shift = m_new.masked_fill(m_new == -std::numeric_limits<float>::infinity(), 0.0);
+    const auto rescale = torch::exp(m - shift);
+    const auto p = torch::exp(s - shift);
+    l.mul_(rescale).add_(p.sum(-1, /*keepdim=*/true));
+    acc.mul_(rescale).add_(torch::matmul(p, ring.key_chunk(v, b)));
+    m.copy_(m_new);
+  });
 }
 
 // Adds block kv32's contribution to dq32 and to its gradient dkv ((2B, K, L, D) fp32: dk then dv).
@@ -129,21 +138,16 @@ void backward_block(const Ring& ring, const torch::Tensor& q32, const torch::Ten
                     torch::Tensor& dq32, torch::Tensor& dkv) {
   const auto k = kv32.narrow(0, 0, ring.B), v = kv32.narrow(0, ring.B, ring.B);
   auto dk = dkv.narrow(0, 0, ring.B), dv = dkv.narrow(0, ring.B, ring.B);
-  const auto key_chunks = cp_chunks_of(ring.cp, source);
-  for (int64_t a = 0; a < 2; ++a)
-    for (int64_t b = 0; b < 2; ++b) {
-      bool skip = false;
-      const auto mask = ring.chunk_mask(a, key_chunks[b], q32.device(), &skip);
-      if (skip) continue;
-      const auto q_a = ring.query_chunk(q32, a), dout_a = ring.query_chunk(dout32, a);
-      const auto k_b = ring.key_chunk(k, b), v_b = ring.key_chunk(v, b);
-      const auto p = torch::exp(ring.scores(q_a, k_b, mask) - ring.query_chunk(lse, a));  // (B, K, G, c, c)
-      dv.narrow(2, b * ring.c, ring.c).add_(torch::matmul(p.transpose(-1, -2), dout_a).sum(2));
-      const auto dp = torch::matmul(dout_a, v_b.transpose(-1, -2));
-      const auto ds = p * (dp - ring.query_chunk(delta, a));
-      ring.query_chunk(dq32, a).add_(torch::matmul(ds, k_b), ring.scale);
-      dk.narrow(2, b * ring.c, ring.c).add_(torch::matmul(ds.transpose(-1, -2), q_a).sum(2), ring.scale);
-    }
+  for_visible_chunk_pairs(ring, source, q32.device(), [&](int64_t a, int64_t b, const OptionalMask& mask) {
+    const auto q_a = ring.query_chunk(q32, a), dout_a = ring.query_chunk(dout32, a);
+    const auto k_b = ring.key_chunk(k, b), v_b = ring.key_chunk(v, b);
+    const auto p = torch::exp(ring.scores(q_a, k_b, mask) - ring.query_chunk(lse, a));  // (B, K, G, c, c)
+    dv.narrow(2, b * ring.c, ring.c).add_(torch::matmul(p.transpose(-1, -2), dout_a).sum(2));
+    const auto dp = torch::matmul(dout_a, v_b.transpose(-1, -2));
+    const auto ds = p * (dp - ring.query_chunk(delta, a));
+    ring.query_chunk(dq32, a).add_(torch::matmul(ds, k_b), ring.scale);
+    dk.narrow(2, b * ring.c, ring.c).add_(torch::matmul(ds.transpose(-1, -2), q_a).sum(2), ring.scale);
+  });
 }
 
 Ring make_ring(const torch::Tensor& q, const torch::Tensor& k, Communicator* group, bool causal, int64_t window,
