@@ -3,8 +3,9 @@
 # (a Xeon with AMX, an AVX-512 EPYC without it, an AVX2-only CPU): ATen's own kernels follow
 # ATEN_CPU_CAPABILITY (and loom's with them, core/cpu_kernels.h), oneDNN's (bf16 GEMMs) ONEDNN_MAX_CPU_ISA, MKL's
 # (fp32 GEMMs) MKL_ENABLE_INSTRUCTIONS. A setting can only lower what the CPU has: on a CPU without AMX, "no AMX"
-# is the native path. Each setting runs the Catch2 binary, then the tensor-parallel cases on 2 MPI ranks, and
-# prints one line: setting, test cases passed / failed, seconds. Logs: BUILD_DIR/test-isa/. Exit 1 if any failed.
+# is the native path. Each setting runs the Catch2 binary, then the tensor-parallel and ring-attention cases on 2
+# MPI ranks, and prints one line: setting, test cases passed / failed, seconds. Logs: BUILD_DIR/test-isa/. Exit 1
+# if any failed.
 #   scripts/test_isa.sh                          every setting (3 ATen x 4 GEMM), every unit test
 #   scripts/test_isa.sh --ci                     the settings and tests CI runs (tests/CMakeLists.txt: "isa: ...")
 #   scripts/test_isa.sh --setting 'ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2' [-- CATCH2 TEST SPEC...]
@@ -52,7 +53,7 @@ for setting in "${settings[@]}"; do
   env $setting "$tests_binary" --use-colour no "${spec[@]}" >"$logs/$name.log" 2>&1 && rcs=(0) || rcs=($?)
   if ((mpi)); then
     runs+=("$logs/$name.mpi.log")
-    env $setting mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$tests_binary" --use-colour no "[tp]" \
+    env $setting mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$tests_binary" --use-colour no "[tp],[cp]" \
       >"$logs/$name.mpi.log" 2>&1 && rcs+=(0) || rcs+=($?)
   fi
   # Catch2's summary: "test cases: N | P passed | F failed", or "All tests passed (A assertions in N test cases)";
