@@ -92,12 +92,40 @@ assert worst < 1e-4, (worst, norms)
 print(f"{sys.argv[3]}: grad norms within {worst:.1e} relative")
 PY
 }
+# same_losses_and_grad_norms REFERENCE_RUN RUN WHAT [TOLERANCE]: losses within TOLERANCE (1e-5: another
+# layout of the same fp32 computation) and the clipped gradient norms within 1e-4 relative.
+same_losses_and_grad_norms() {
+  same_losses_within "$1" "$2" "$3" "${4:-1e-5}"
+  same_grad_norms "$1" "$2" "$3"
+}
+# same_train_losses REFERENCE_RUN RUN WHAT STEPS: train rows 1..STEPS in both, each loss within 1e-5 (a run
+# resumed across layouts, whose sessions also evaluate at their last step, against the uninterrupted one).
+same_train_losses() {
+  python3 - "$1" "$2" "$3" "$4" <<'PY' || fail "$3: the resumed run left the uninterrupted curve"
+import json, sys
+rows = [{r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"}
+        for d in sys.argv[1:3]]
+assert sorted(rows[0]) == sorted(rows[1]) == list(range(1, int(sys.argv[4]) + 1)), rows
+worst = max(abs(rows[0][s] - rows[1][s]) for s in rows[0])
+assert worst < 1e-5, worst
+print(f"{sys.argv[3]}: {len(rows[0])} train rows, max |loss diff| {worst:.1e}")
+PY
+}
 # Multi-rank runs (tensor parallelism): mpirun as the tests need it.
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 mpi_train() {  # mpi_train RANKS RUN_DIR [--set ...]
   local ranks=$1 dir=$2; shift 2
   # shellcheck disable=SC2046
   "${MPIRUN[@]}" -np "$ranks" "$LOOM" train $(train_args "$dir") "$@" >"$dir.log" 2>&1 || { tail -20 "$dir.log"; return 1; }
+}
+# resume_hop RUN_DIR RANKS STEPS [--set ...]: trains RUN_DIR on to STEPS (after the given --sets) under mpirun, every 5
+# steps a checkpoint; after the first hop (STEPS 5) it must have resumed from the checkpoint 5 steps back.
+resume_hop() {
+  local dir=$1 ranks=$2 steps=$3; shift 3
+  mpi_train "$ranks" "$dir" "$@" --set checkpoint.every=5 --set train.max_steps="$steps" \
+    || fail "resume hop to step $steps failed"
+  [ "$steps" -eq 5 ] || grep -q "resumed from .*/checkpoints/$((steps - 5))" "$dir.log" \
+    || fail "the hop to step $steps did not resume from step $((steps - 5))"
 }
 # same_curve REFERENCE_RUN RUN WHAT [STEPS]: the same rows (STEPS train losses, a valid loss every 5 steps),
 # each loss within 1e-5 of the reference's (another layout of the same fp32 computation).
