@@ -20,7 +20,7 @@ nlohmann::json to_json(const BenchResult& r) {
   const auto share = [](double s) { return s < 0 ? nlohmann::json(nullptr) : nlohmann::json(s); };
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& m : r.ranks)
-    ranks.push_back({{"rank", m.rank}, {"dp", m.dp}, {"tp", m.tp}, {"pp", m.pp}, {"base_mb", m.base_mb},
+    ranks.push_back({{"rank", m.rank}, {"dp", m.dp}, {"cp", m.cp}, {"tp", m.tp}, {"pp", m.pp}, {"base_mb", m.base_mb},
                      {"peak_mb", m.peak_mb}, {"tensors_mb", share(m.tensors_mb)}, {"estimate_mb", m.estimate_mb}});
   const StepPhases& p = r.phases_mean;
   return {{"device", r.device},
@@ -49,6 +49,7 @@ nlohmann::json to_json(const BenchResult& r) {
             {"optimizer", p.optimizer_s * 1e3},
             {"pipeline_wait", p.pipeline_wait_s * 1e3}}},
           {"exposed_dp_communication_ms", p.dp_wait_s * 1e3},
+          {"exposed_cp_communication_ms", p.cp_wait_s * 1e3},
           {"gemm_share", share(r.gemm_share)},
           {"attention_share", share(r.attention_share)},
           {"non_matmul_share", share(r.non_matmul_share)},
@@ -80,8 +81,8 @@ void print_text(const BenchResult& r) {
                                                  : fmt::format("{:.1f} MB vs {:.1f} MB estimated, ratio {:.2f}",
                                                                m.tensors_mb, m.estimate_mb, m.tensors_mb / m.estimate_mb);
     const std::string resident = gpu ? "" : fmt::format(";  resident {:.1f} MB above base {:.0f} MB", m.peak_mb, m.base_mb);
-    std::printf("  rank %ld (dp %ld, tp %ld, pp %ld)  %s%s\n", static_cast<long>(m.rank), static_cast<long>(m.dp),
-                static_cast<long>(m.tp), static_cast<long>(m.pp), tensors.c_str(), resident.c_str());
+    std::printf("  rank %ld (dp %ld, cp %ld, tp %ld, pp %ld)  %s%s\n", static_cast<long>(m.rank), static_cast<long>(m.dp),
+                static_cast<long>(m.cp), static_cast<long>(m.tp), static_cast<long>(m.pp), tensors.c_str(), resident.c_str());
   }
   const StepPhases& p = r.phases_mean;
   const double total = p.total_s();
@@ -94,6 +95,8 @@ void print_text(const BenchResult& r) {
       std::printf("  %-14s %9.2f ms  %5.1f%%\n", name, s * 1e3, total > 0 ? 100 * s / total : 0.0);
   std::printf("exposed dp communication %.2f ms per step (blocked on data-parallel collectives, within the phases above)\n",
               p.dp_wait_s * 1e3);
+  std::printf("exposed cp communication %.2f ms per step (blocked on ring attention's messages, within forward and backward)\n",
+                p.cp_wait_s * 1e3);
   if (r.non_matmul_share >= 0)
     std::printf("time in        matmul %.1f%%, attention kernels %.1f%%, everything else %.1f%%\n", 100 * r.gemm_share,
                 100 * r.attention_share, 100 * r.non_matmul_share);

@@ -141,8 +141,8 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                                                   {"total", memory.total()}};
   for (const auto& [name, bytes] : rows)
     std::printf("  %-14s %10s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());
-  if (p.dp > 1) {
-    std::printf("dp collectives per step and rank (buffer bytes)\n");
+  if (std::max<int64_t>(1, p.dp) * p.cp > 1) {
+    std::printf("%s collectives per step and rank (buffer bytes)\n", p.cp > 1 ? "dp x cp" : "dp");
     const std::pair<const char*, int64_t> moved[] = {{"all-reduced", communication.all_reduced},
                                                      {"reduce-scattered", communication.reduce_scattered},
                                                      {"all-gathered", communication.all_gathered}};

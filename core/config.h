@@ -156,8 +156,9 @@ struct PrecisionConfig {
 inline bool sequence_parallel_applies(bool asked, int64_t tp_size) { return asked && tp_size > 1; }
 
 struct ParallelConfig {
-  int64_t dp = 1;  // -1: world / (tp * pp)
+  int64_t dp = 1;  // -1: world / (cp * tp * pp)
   int64_t tp = 1;
+  int64_t cp = 1;  // context parallelism: each rank holds 1/cp of every sequence (ring attention)
   int64_t pp = 1;
   std::vector<int64_t> pp_layers;  // blocks per pipeline stage; empty: balanced
   int64_t microbatches = 0;        // pipeline micro-batches per step; 0: train.micro_batch_size decides

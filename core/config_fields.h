@@ -92,8 +92,9 @@ void visit_fields(Config& c, Visitor&& v) {
   v("precision.loss_scale_growth", c.precision.loss_scale_growth, "fp16: factor the loss scale grows by.");
   v("precision.loss_scale_backoff", c.precision.loss_scale_backoff, "fp16: factor the loss scale shrinks by when gradients overflow (the step is skipped).");
 
-  v("parallel.dp", c.parallel.dp, "Data-parallel size; -1 means world / (tp * pp).");
+  v("parallel.dp", c.parallel.dp, "Data-parallel size; -1 means world / (cp * tp * pp).");
   v("parallel.tp", c.parallel.tp, "Tensor-parallel size.");
+  v("parallel.cp", c.parallel.cp, "Context-parallel size (model.arch=gpt): each rank holds 1/cp of every sequence, cut into 2 * cp chunks of which rank r holds chunks r and 2 * cp - 1 - r (equal causal work); attention is ring attention over the cp group (key/value blocks passed round, merged by log-sum-exp), everything else works on the local tokens, and gradients are averaged over dp x cp (ZeRO shards over dp x cp). data.seq_len must be a multiple of 2 * cp; model.dropout must be 0.");
   v("parallel.pp", c.parallel.pp, "Pipeline-parallel size: the model's embedding -> blocks -> head split into this many stages (embedding on the first, final norm, head and loss on the last); the encoder-decoder's blocks are its encoder blocks then its decoder blocks.");
   v("parallel.pp_layers", c.parallel.pp_layers, "Blocks per pipeline stage, e.g. [3, 5] (parallel.pp numbers summing to model.n_layers, for model.arch=transformer to model.n_encoder_layers + model.n_layers); empty: balanced, earlier stages taking the remainder.");
   v("parallel.microbatches", c.parallel.microbatches, "Micro-batches per step and DP rank, pipelined through the stages (they are the gradient-accumulation micro-batches: sets train.micro_batch_size = batch_size / (dp * microbatches)); 0: as train.micro_batch_size says.");

@@ -51,6 +51,23 @@ void check_batch_split(Checker& check, const Config& c, int64_t dp) {
                 " must be a multiple of train.micro_batch_size * parallel.dp = ", micro, " * ", dp);
 }
 
+// parallel.cp > 1: what ring attention (parallel/ring_attention.h) and the sequence layout
+// (parallel/context_parallel_layout.h) need; the rest is refused rather than run some other way.
+void check_context_parallel(Checker& check, const Config& c) {
+  const int64_t cp = c.parallel.cp;
+  check.require(!c.model.encoder_decoder(), "parallel.cp", cp,
+                ": context parallelism is built for model.arch=gpt; the encoder-decoder's sequences are short: "
+                "use parallel.cp 1");
+  check.require(c.data.seq_len % (2 * cp) == 0, "data.seq_len", c.data.seq_len, " must be a multiple of 2 * parallel.cp = ",
+                2 * cp, " (each sequence is cut into 2 * cp equal chunks, two per context-parallel rank)");
+  if (c.parallel.sequence_parallel_active() && c.data.seq_len % (2 * cp) == 0)
+    check.require((c.data.seq_len / cp) % c.parallel.tp == 0, "data.seq_len", c.data.seq_len, " / parallel.cp=", cp,
+                  " must be a multiple of parallel.tp=", c.parallel.tp,
+                  " with parallel.sequence_parallel (each tensor-parallel rank keeps 1/tp of a context-parallel rank's positions)");
+  check.require(c.model.dropout == 0, "model.dropout", c.model.dropout,
+                ": ring attention (parallel.cp=", cp, ") has no attention-probability dropout: set model.dropout=0");
+}
+
 // Every key that sizes a resource (threads, memory, time) has a bound, so that no value, however it was
 // mistyped, can exhaust the machine: the bounds sit far above any real run and far below what would hurt.
 // What a model's weights and a batch's activations need in memory is checked against the memory there is
@@ -234,8 +251,10 @@ void validate(const Config& c) {
   check.require(t.eval_batches >= 0, "train.eval_batches", t.eval_batches, " must be >= 0");
   check.require(t.max_bad_steps >= 0, "train.max_bad_steps", t.max_bad_steps, " must be >= 0 (0: never stop)");
   check.require(t.loss_chunk_tokens >= 0, "train.loss_chunk_tokens", t.loss_chunk_tokens, " must be >= 0 (0: unfused)");
-  check.require(p.dp >= 1 || p.dp == -1, "parallel.dp", p.dp, " must be >= 1, or -1 for world / (tp * pp)");
+  check.require(p.dp >= 1 || p.dp == -1, "parallel.dp", p.dp, " must be >= 1, or -1 for world / (cp * tp * pp)");
   check.require(p.tp >= 1, "parallel.tp", p.tp, " must be >= 1");
+  check.require(p.cp >= 1, "parallel.cp", p.cp, " must be >= 1");
+  if (p.cp > 1) check_context_parallel(check, c);
   check.require(p.pp >= 1, "parallel.pp", p.pp, " must be >= 1");
   check.require(p.bucket_mb > 0, "parallel.bucket_mb", p.bucket_mb, " must be > 0");
   check.require(p.timeout_s > 0, "parallel.timeout_s", p.timeout_s, " must be > 0");

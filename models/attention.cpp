@@ -5,6 +5,7 @@
 #include "models/document_mask.h"
 #include "models/layers.h"
 #include "models/qkv_heads.h"
+#include "parallel/ring_attention.h"
 
 namespace loom {
 namespace {
@@ -118,6 +119,30 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::cross_qkv
   return {q, k, v};
 }
 
+torch::Tensor AttentionImpl::ring_attention_of(torch::Tensor q, torch::Tensor k, const torch::Tensor& v,
+                                               const torch::Tensor& document_positions) const {
+  TORCH_CHECK(!is_training() || options_.dropout == 0.0, "ring attention has no attention dropout (model.dropout)");
+  const int64_t L = q.size(2);
+  const auto global = options_.cp.positions(L, q.device());  // (L)
+  if (options_.position == PositionKind::kRope) {
+    // Packed documents turn by the position in the document, the rest by the global position.
+    const auto turns = document_positions.defined() ? document_positions.to(q.device()) : global.unsqueeze(0);
+    const auto [cos, sin] = rope_cos_sin_at(turns, head_dim_, options_.rope, q.options());
+    q = apply_rope(q, cos, sin);
+    k = apply_rope(k, cos, sin);
+  }
+  RingAttentionOptions ring;
+  ring.group = options_.cp.split_group();
+  ring.causal = options_.causal;
+  ring.window = options_.window;
+  ring.alibi_slopes = alibi_slopes_;
+  ring.waited_s = options_.cp.ring_waited_s();
+  // A packed document's queries see keys from its first token on: global position - position in the document.
+  const auto key_starts =
+      document_positions.defined() ? global.unsqueeze(0) - document_positions.to(q.device()) : torch::Tensor();
+  return ring_attention(q, k, v, ring, key_starts);  // (B, H, L, D)
+}
+
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, const AttentionInputs& inputs) {
   // Under sequence parallelism x holds T / tp positions; the projections gather them, so T here is
   // every position.
@@ -138,6 +163,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
     if (packed) {
       TORCH_CHECK(cache == nullptr && options_.causal, "packed documents are for causal training, without a cache");
       check_document_positions(inputs.positions, B, T);
+    }
+    if (options_.cp.split_group() != nullptr) {
+      TORCH_CHECK(cache == nullptr, "a context-parallel model does not generate: load it whole");
+      return out_->forward(ring_attention_of(q, k, v, inputs.positions).transpose(1, 2).reshape({B, T, H * D}));
     }
     if (options_.position == PositionKind::kRope) {
       const auto [cos, sin] = packed ? rope_cos_sin_at(inputs.positions, D, options_.rope, q.options())

@@ -14,11 +14,14 @@
 // Given a TP group (options.tp), the layer does exactly that: qkv is column-parallel in those sections,
 // out row-parallel, and n_heads() / n_kv_heads() are this rank's heads. The attention dropout of a rank's
 // own heads then draws from the TP stream (options.tp.rng()), so the ranks drop different weights.
+// Given a CP group (options.cp), each rank holds 2 of the 2 cp chunks of every sequence: RoPE and ALiBi
+// take their global positions and the keys and values go round the group (parallel/ring_attention.h).
 #pragma once
 #include <torch/torch.h>
 
 #include "models/parallel_linear.h"
 #include "models/positions.h"
+#include "parallel/context_parallel_layout.h"
 
 namespace loom {
 
@@ -57,6 +60,10 @@ struct AttentionOptions {
   // Its size divides both head counts; this rank's dropout of its own heads draws from tp.rng(); with
   // tp.sequence_parallel() x is (B, T / tp, C) and so is the output (training only).
   TensorParallelism tp;
+  // Context parallelism (causal self-attention in training): x holds this rank's part of each sequence
+  // (parallel/context_parallel_layout.h), positions are global, and attention is ring attention over the
+  // cp group. No cache, no dropout.
+  ContextParallelism cp;
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -78,6 +85,10 @@ class AttentionImpl : public torch::nn::Module {
   // bool (T, S) mask or, with ALiBi, a float (H, T, S) bias with -inf where masked.
   std::optional<torch::Tensor> scores_mask(int64_t first, int64_t T, int64_t key_first, int64_t S,
                                            const torch::Tensor& q, bool* is_causal) const;
+  // Context parallelism: this rank's queries (B, H, L, D) against every rank's keys and values (B, K, L, D),
+  // RoPE turned by global positions (or, packed, by document_positions (B, L)); (B, H, L, D).
+  torch::Tensor ring_attention_of(torch::Tensor q, torch::Tensor k, const torch::Tensor& v,
+                                  const torch::Tensor& document_positions) const;
   // q (B, H, T, D) from x, and the memory's k and v (B, K, S, D) from the k and v rows of the fused weight.
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> cross_qkv(const torch::Tensor& x, const torch::Tensor& memory,
                                                                     KVCache* cache) const;

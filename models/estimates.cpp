@@ -129,6 +129,9 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // 4sbh, MLP input, dropout mask, MLP tensors). `full` keeps each block's fp32 input 4sbh and recomputes
 // one half at a time in backward: max(attention half without its input, MLP half) more. `selective`
 // keeps the attention half and the MLP half's input, and recomputes one MLP half (without that input).
+// Context parallelism (parallel.cp): every per-position term counts s/cp positions, the rank's part of a
+// sequence; ring attention keeps no scores for backward, only each query's fp32 log-sum-exp (4asb/t), and
+// while one layer runs holds its working set (see `ring` below) on top; ZeRO shards over dp x cp.
 // Weights, gradients and optimizer state are the stage's parameter count / tp (the optimizer state also
 // / dp with ZeRO-1), ignoring replicated norms and biases. A pipeline stage holds its own blocks'
 // activations for every micro-batch in flight: all m of them under GPipe, min(m, pp - stage) under 1F1B;
@@ -139,14 +142,15 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // micro-batches, sends would be 32 MiB if all were kept; the measured peak matched the in-flight count).
 MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const ModelConfig& m = config.model;
-  const int64_t tp = config.parallel.tp, pp = config.parallel.pp;
-  const int64_t dp = std::max<int64_t>(1, config.parallel.dp);  // -1 (world / (tp * pp)) is unknown here
+  const int64_t tp = config.parallel.tp, pp = config.parallel.pp, cp = config.parallel.cp;
+  const int64_t dp = std::max<int64_t>(1, config.parallel.dp);  // -1 (world / (cp * tp * pp)) is unknown here
+  const int64_t shards = dp * cp;  // the ranks holding the same parameters, which ZeRO shards over
   const bool bf16 = config.precision.dtype == Dtype::kBf16;
 
   MemoryEstimate out;
   const int64_t params = (count_stage_parameters(config, stage) + tp - 1) / tp;
-  // ZeRO-1 and 2 keep 1/dp of the AdamW state on each rank (its shard of every gradient bucket).
-  const int64_t shard_params = (params + dp - 1) / dp;
+  // ZeRO-1 and 2 keep 1/(dp cp) of the AdamW state on each rank (its shard of every gradient bucket).
+  const int64_t shard_params = (params + shards - 1) / shards;
   const int64_t optimizer_params = config.parallel.zero >= 1 ? shard_params : params;
   // bf16 autocast runs over fp32 parameters and caches a bf16 copy of each weight for the step. bf16
   // parameters (precision.param_dtype) are the bf16 weights plus an fp32 master copy, which ZeRO-1/2 shard
@@ -165,7 +169,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   // ZeRO-1 keeps the whole buckets and, beside them, the shard's reduced gradient (measured at dp 4: without
   // it the estimate was 11% low).
   if (config.parallel.zero == 1) out.gradients += 4 * shard_params;
-  if (config.parallel.zero >= 2 && dp > 1) {
+  if (config.parallel.zero >= 2 && shards > 1) {
     // ZeRO-2 (parallel/gradient_sync.h): the shard's gradient, plus the buckets alive at once: the one
     // backward is filling and those whose reduce-scatter is under way. A bucket closes at bucket_mb of
     // parameters (bf16 parameters: twice as many fp32 gradients).
@@ -178,7 +182,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   out.optimizer = 8 * optimizer_params;
 
   const double e = bf16 ? 2 : 4;
-  const double s = static_cast<double>(config.data.seq_len);
+  const double s = static_cast<double>(config.data.seq_len / cp);  // this rank's positions of a sequence
   const double b = static_cast<double>(config.micro_batch_size(dp));
   const double h = static_cast<double>(m.d_model), f = static_cast<double>(m.ffn_dim());
   const double q = static_cast<double>(m.n_heads * m.head_dim()), kv = static_cast<double>(m.kv_heads() * m.head_dim());
@@ -189,8 +193,14 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double V = static_cast<double>(m.vocab_size);
   const double sequence = config.parallel.sequence_parallel_active() ? t : 1;
   const double half_whole = ((4 + e) + dropout) * s * b * h / sequence;  // norm input, its output, mask
-  const double attention_half =
-      half_whole + (e * s * b * (2 * q + 2 * kv + rope * 2 * (q + kv)) + a * s * s * b * (e + dropout * (1 + e))) / t;
+  // What attention keeps of its scores: SDPA's a s^2 b (with dropout its mask and the dropped scores too);
+  // ring attention only the log-sum-exp of each query.
+  const double scores = cp > 1 ? 4 * a * s * b : a * s * s * b * (e + dropout * (1 + e));
+  const double attention_half = half_whole + (e * s * b * (2 * q + 2 * kv + rope * 2 * (q + kv)) + scores) / t;
+  // Ring attention's working set while one layer's backward runs: fp32 queries, their output's gradient and
+  // the queries' gradient (3 s b q), the key/value block held and the one arriving and their gradients
+  // (4 x 2 s b kv), and one pair of chunks' (s/2 positions) fp32 probabilities and their gradients.
+  const double ring = cp > 1 ? 4 * s * b * (3 * q + 8 * kv) / t + 3 * 4 * (a / t) * b * (s / 2) * (s / 2) : 0.0;
   const double mlp_half = half_whole + e * s * b * mlp_tensors * f / t;
   const double layer = attention_half + mlp_half;
   const double block_input = 4 * s * b * h / sequence;
@@ -221,7 +231,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   out.activations = static_cast<int64_t>(
       static_cast<double>(in_flight) * (static_cast<double>(blocks.encoder) * layer +
                                         static_cast<double>(blocks.decoder) * (kept_per_layer + cross) + stage_head) +
-      (blocks.decoder > 0 ? recomputed : 0.0));
+      (blocks.decoder > 0 ? recomputed + ring : 0.0));
   // Sent forward and back, one tensor per micro-batch in flight (the encoder-decoder: two).
   const int64_t directions = pp == 1 ? 0 : (stage < pp - 1) + (stage > 0);
   const double sides = m.encoder_decoder() ? 2 : 1;
@@ -233,8 +243,9 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
 
 CommunicationEstimate estimate_communication(const Config& config, int64_t stage) {
   const int64_t tp = config.parallel.tp, dp = std::max<int64_t>(1, config.parallel.dp);
+  const int64_t shards = dp * config.parallel.cp;  // the ranks holding the same parameters
   CommunicationEstimate out;
-  if (dp == 1) return out;
+  if (shards == 1) return out;
   const int64_t params = (count_stage_parameters(config, stage) + tp - 1) / tp;
   const int64_t zero = config.parallel.zero;
   if (zero == 0) {

@@ -8,7 +8,7 @@
 
 namespace loom {
 
-BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp) {
+BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp, const ContextParallelism& cp) {
   const double out_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.n_layers));
   BlockOptions block;
   auto& a = block.attention;
@@ -26,6 +26,7 @@ BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp) {
   a.init_std = c.init_std;
   a.out_init_std = out_std;
   a.tp = tp;
+  a.cp = cp;
   auto& mlp = block.mlp;
   mlp.d_model = c.d_model;
   mlp.d_ff = c.ffn_dim();
@@ -52,11 +53,12 @@ torch::Tensor embedding_dropout(const torch::Tensor& x, torch::nn::Dropout& drop
   return dropout->forward(shard);
 }
 
-GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const ModelStage& stage)
-    : config_(config), tp_(tp), stage_(stage), position_(config.position) {
+GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const ModelStage& stage,
+                 const ContextParallelism& cp)
+    : config_(config), tp_(tp), stage_(stage), cp_(cp), position_(config.position) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
   StageBuilder build(*this, stage_, config.n_layers, "model.n_layers");
-  const BlockOptions block = block_options(config, tp);
+  const BlockOptions block = block_options(config, tp, cp);
   // The whole model's parts in order, each drawing its initial weights; this stage keeps its own.
   ends_.build_embedding(build, config, tp);
   torch::nn::Embedding position_embedding{nullptr};
@@ -80,18 +82,22 @@ void GptImpl::set_activation_checkpointing(ActivationCheckpointing mode) {
 
 torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position, const torch::Tensor& positions) {
   const int64_t T = tokens.size(1);
-  TORCH_CHECK(first_position + T <= config_.max_seq_len, "sequence of ", first_position + T,
+  const bool split = cp_.split_group() != nullptr;  // context parallelism: T of T * cp positions
+  TORCH_CHECK(!split || first_position == 0, "a context-parallel model does not generate: load it whole");
+  TORCH_CHECK(first_position + T * cp_.size() <= config_.max_seq_len, "sequence of ", first_position + T * cp_.size(),
               " positions exceeds model.max_seq_len=", config_.max_seq_len);
   if (positions.defined()) check_document_positions(positions, tokens.size(0), T);  // each below T: fits too
+  // Each token's position: in its document (packed), its global one (context parallelism), or a range.
+  const torch::Tensor at = positions.defined() ? positions.to(tokens.device())
+                           : split             ? cp_.positions(T, tokens.device()).unsqueeze(0)
+                                               : torch::Tensor();
   auto x = ends_.embed(tokens);  // (B, T, C)
   if (position_ == PositionKind::kLearned) {
     x = x + position_embedding_->forward(
-                positions.defined()
-                    ? positions.to(tokens.device())
-                    : torch::arange(first_position, first_position + T, tokens.options().dtype(torch::kLong)));
+                at.defined() ? at : torch::arange(first_position, first_position + T, tokens.options().dtype(torch::kLong)));
   } else if (position_ == PositionKind::kSinusoidal) {
-    x = x + (positions.defined() ? sinusoidal_positions_at(positions, config_.d_model, x.options())
-                                 : sinusoidal_positions(first_position, T, config_.d_model, x.options()));
+    x = x + (at.defined() ? sinusoidal_positions_at(at, config_.d_model, x.options())
+                          : sinusoidal_positions(first_position, T, config_.d_model, x.options()));
   }
   return embedding_dropout(x, dropout_, tp_);
 }

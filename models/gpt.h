@@ -12,6 +12,9 @@
 // With sequence parallelism the blocks pass (B, T / tp, C) between them: embed's output is this rank's
 // positions and head gathers them again before the vocabulary-parallel logits (training and evaluation;
 // generation loads the model whole).
+// Context parallelism: built with a CP group, the model is handed this rank's part of each sequence
+// (parallel/context_parallel_layout.h: 2 of its 2 cp chunks); positions are global (learned, sinusoidal,
+// RoPE, ALiBi) and attention runs round the group (ring attention); everything else is per token.
 #pragma once
 #include <torch/torch.h>
 
@@ -31,7 +34,8 @@ class GptImpl : public torch::nn::Module {
  public:
   // Every rank draws the whole model's initial weights from the RNG in the same order and keeps its stage
   // (and TP shard) of them, so any layout starts from the single-process model.
-  explicit GptImpl(const ModelConfig& config, const TensorParallelism& tp = {}, const ModelStage& stage = {});
+  explicit GptImpl(const ModelConfig& config, const TensorParallelism& tp = {}, const ModelStage& stage = {},
+                   const ContextParallelism& cp = {});
 
   // tokens: (B, T) int64 -> logits (B, T, V), or (B, T, V_r) of this rank's columns under TP. With caches (one per block), tokens continue the positions
   // the caches have seen. The whole model only. positions (packed documents, data.document_mask; no caches):
@@ -48,7 +52,8 @@ class GptImpl : public torch::nn::Module {
   // sequence parallelism this rank's positions (B, T / tp, C), as Megatron sends them between stages.
   std::vector<int64_t> hidden_shape(int64_t B, int64_t T) const;
 
-  // (B, T) -> (B, T or T / tp, C); positions [first_position, first_position + T), or the given (B, T) ones
+  // (B, T) -> (B, T or T / tp, C); positions [first_position, first_position + T), or the given (B, T) ones;
+  // under context parallelism this rank's global positions (first_position 0)
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position, const torch::Tensor& positions = {});
   torch::Tensor head(const torch::Tensor& hidden);  // (B, T or T / tp, C) -> (B, T, V or V_r)
   // What the LM head multiplies, for a loss that fuses the head (optim/linear_cross_entropy.h):
@@ -63,6 +68,8 @@ class GptImpl : public torch::nn::Module {
   Communicator* tp_group() const { return tp_.group(); }
   int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   const ModelStage& stage() const { return stage_; }
+  // How its sequences are split (context parallelism): the task hands it this rank's part of each batch.
+  const ContextParallelism& context_parallelism() const { return cp_; }
   // The token embedding when it is tied to the head and a pipeline puts embedding and head on different
   // stages: its gradient must be summed with the other stage's copy. Undefined otherwise.
   torch::Tensor stage_tied_embedding() const { return ends_.stage_tied_embedding(); }
@@ -81,6 +88,7 @@ class GptImpl : public torch::nn::Module {
   ModelConfig config_;
   TensorParallelism tp_;
   ModelStage stage_;
+  ContextParallelism cp_;
   PositionKind position_;
   VocabularyEnds ends_;  // the token embedding and the head
   torch::nn::Embedding position_embedding_{nullptr};  // only for learned positions
@@ -92,7 +100,8 @@ class GptImpl : public torch::nn::Module {
 TORCH_MODULE(Gpt);
 
 // The options of every block of the model a config describes.
-BlockOptions block_options(const ModelConfig& config, const TensorParallelism& tp = {});
+BlockOptions block_options(const ModelConfig& config, const TensorParallelism& tp = {},
+                           const ContextParallelism& cp = {});
 
 // The embedding's dropout, x: (B, T, C) -> (B, T, C). With tp.sequence_parallel() x is first cut to this
 // rank's positions, (B, T / tp, C), whose masks draw from tp.rng().

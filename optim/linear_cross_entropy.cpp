@@ -1,10 +1,10 @@
 #include "optim/linear_cross_entropy.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/autocast_mode.h>
 
 #include <vector>
 
+#include "core/autocast_off.h"
 #include "core/cpu_kernels.h"
 #include "core/error.h"
 #include "optim/cross_entropy_rows.h"
@@ -23,22 +23,6 @@ struct Setup {
   int64_t ignore_index = kIgnoreIndex;
   bool need_grad = false;
   SoftmaxSteps steps = SoftmaxSteps::kAuto;
-};
-
-// The function casts for itself (products in the autocast dtype, softmax in fp32): autocast must not
-// re-cast inside it. Restored on exit.
-class AutocastOff {
- public:
-  explicit AutocastOff(c10::DeviceType type) : type_(type), was_(at::autocast::is_autocast_enabled(type)) {
-    at::autocast::set_autocast_enabled(type_, false);
-  }
-  ~AutocastOff() { at::autocast::set_autocast_enabled(type_, was_); }
-  AutocastOff(const AutocastOff&) = delete;
-  AutocastOff& operator=(const AutocastOff&) = delete;
-
- private:
-  c10::DeviceType type_;
-  bool was_;
 };
 
 // One chunk's softmax over its logits z (n, V_r): the per-row statistics, summed over the vocabulary shards

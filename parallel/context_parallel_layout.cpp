@@ -28,6 +28,10 @@ torch::Tensor cp_positions_of(int64_t seq_len, int64_t cp, int64_t rank) {
   return torch::cat(parts);
 }
 
+torch::Tensor ContextParallelism::positions(int64_t local_len, const torch::Device& device) const {
+  return cp_positions_of(local_len * size(), size(), rank()).to(device);
+}
+
 torch::Tensor cp_split(const torch::Tensor& x, int64_t dim, int64_t cp, int64_t rank) {
   const int64_t c = chunk_length(x.size(dim), cp);
   const auto [early, late] = cp_chunks_of(cp, rank);

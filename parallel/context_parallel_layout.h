@@ -3,14 +3,42 @@
 // position, so a plain cut into cp contiguous parts would leave the last rank cp times the first's work;
 // instead the sequence is cut into 2 * cp chunks of equal length and rank r holds chunks r and
 // 2 * cp - 1 - r (one early, one late: every rank then has the same number of visible query-key pairs).
-// A rank's local sequence is its two chunks back to back, in that order.
+// A rank's local sequence is its two chunks back to back, in that order. ContextParallelism is how a model
+// is split so: made once from the mesh's cp group, read by the embeddings (global positions) and attention
+// (ring attention over the group).
 #pragma once
 #include <torch/torch.h>
 
 #include <array>
+#include <memory>
 #include <vector>
 
+#include "parallel/communicator.h"
+
 namespace loom {
+
+// How a model's sequences are split over its context-parallel group; the default: whole sequences.
+class ContextParallelism {
+ public:
+  ContextParallelism() = default;
+  explicit ContextParallelism(Communicator* group) : group_(group) {}
+
+  int64_t size() const { return group_ != nullptr ? group_->size() : 1; }
+  int64_t rank() const { return group_ != nullptr ? group_->rank() : 0; }
+  // The group when sequences are split (more than one rank), else null: the layers work on whole sequences.
+  Communicator* split_group() const { return size() > 1 ? group_ : nullptr; }
+  // The global positions (cp_positions_of) of this rank's `local_len` tokens, of sequences of
+  // local_len * size(): (local_len) int64 on `device`.
+  torch::Tensor positions(int64_t local_len, const torch::Device& device) const;
+  // Seconds the model's ring attention has waited on its messages so far, every layer's forward and backward
+  // (copies share the count): `loom bench`'s exposed cp communication. ring_waited_s() is what adds to it.
+  double exchange_wait_s() const { return *waited_s_; }
+  double* ring_waited_s() const { return waited_s_.get(); }
+
+ private:
+  Communicator* group_ = nullptr;
+  std::shared_ptr<double> waited_s_ = std::make_shared<double>(0.0);
+};
 
 // The global chunk indices rank `rank` of `cp` holds, in its local order: {rank, 2 cp - 1 - rank}.
 std::array<int64_t, 2> cp_chunks_of(int64_t cp, int64_t rank);

@@ -15,21 +15,30 @@ struct AxisInfo {
 };
 // Every axis, in the rank order (innermost first).
 constexpr AxisInfo kMeshAxes[kMeshAxisCount] = {
-    {MeshAxis::kTp, "tp", 1}, {MeshAxis::kDp, "dp", 0}, {MeshAxis::kPp, "pp", 2}};
+    {MeshAxis::kTp, "tp", 2}, {MeshAxis::kCp, "cp", 1}, {MeshAxis::kDp, "dp", 0}, {MeshAxis::kPp, "pp", 3}};
 // The axis a config may leave at -1, for what the world leaves of it.
 constexpr MeshAxis kFillAxis = MeshAxis::kDp;
 
 // The groups a mesh builds (every rank is in one of each), by the axes their ranks differ in: data
-// parallelism's (gradient sync, loss and token sums), tensor parallelism's (the layers' collectives,
-// norms' partial sums) and the pipeline's (messages between stages). A group over several axes (context
-// parallelism's gradient sync over dp x cp) is one more entry.
-const AxisSet kMeshGroups[] = {AxisSet(MeshAxis::kDp), AxisSet(MeshAxis::kTp), AxisSet(MeshAxis::kPp)};
+// parallelism's (the batch's sequences), tensor parallelism's (the layers' collectives, norms' partial
+// sums), the pipeline's (messages between stages), context parallelism's (ring attention's exchanges)
+// and dp x cp, the ranks holding the same parameters (gradient sync, loss and token sums).
+const AxisSet kMeshGroups[] = {AxisSet(MeshAxis::kDp), AxisSet(MeshAxis::kTp), AxisSet(MeshAxis::kPp),
+                               AxisSet(MeshAxis::kCp), kDataParallelAxes};
 
 // The axes in the order names list them.
 std::vector<AxisInfo> naming_order() {
   std::vector<AxisInfo> axes(std::begin(kMeshAxes), std::end(kMeshAxes));
   std::sort(axes.begin(), axes.end(), [](const AxisInfo& a, const AxisInfo& b) { return a.naming_order < b.naming_order; });
   return axes;
+}
+
+// The axes of `axes` with more than one rank: two sets alike in these hold the same ranks.
+AxisSet spanned(const MeshShape& shape, AxisSet axes) {
+  AxisSet out;
+  for (const auto& a : kMeshAxes)
+    if (axes.contains(a.axis) && shape.size(a.axis) > 1) out = out.with(a.axis);
+  return out;
 }
 
 std::string set_name(AxisSet axes) {
@@ -43,6 +52,7 @@ std::string set_name(AxisSet axes) {
 
 MeshShape::MeshShape(const ParallelConfig& parallel) {
   sizes_[MeshAxis::kTp] = parallel.tp;
+  sizes_[MeshAxis::kCp] = parallel.cp;
   sizes_[MeshAxis::kDp] = parallel.dp;
   sizes_[MeshAxis::kPp] = parallel.pp;
 }
@@ -51,11 +61,15 @@ MeshShape MeshShape::resolved(const Config& config, int64_t world_size) const {
   MeshShape out = *this;
   int64_t fixed = 1;  // the product of the sizes besides the fill axis's
   std::string fixed_keys, first_fixed;
+  bool fixed_size_one = true;
   for (const auto& a : naming_order()) {
     if (a.axis == kFillAxis) continue;
     fixed *= sizes_[a.axis];
     fixed_keys += (fixed_keys.empty() ? "parallel." : " * parallel.") + std::string(a.name);
-    if (first_fixed.empty()) first_fixed = a.name;
+    if (first_fixed.empty() || (fixed_size_one && sizes_[a.axis] != 1)) {  // where: a key that was set, if any
+      first_fixed = a.name;
+      fixed_size_one = sizes_[a.axis] == 1;
+    }
   }
   const std::string fill_name = kMeshAxes[static_cast<size_t>(kFillAxis)].name;
   if (sizes_[kFillAxis] == -1) {
@@ -179,6 +193,14 @@ void Mesh::build_groups(const Config& config, torch::Device device) {
     return make_nccl_communicator(host, device.index(), "NCCL " + host.name(), config.parallel.timeout_s);
   };
   for (AxisSet axes : kMeshGroups) {
+    // A set holding the same ranks as an earlier one (dp x cp when cp is 1) shares its communicators: no
+    // second NCCL communicator over the same GPUs.
+    const auto same = std::find_if(groups_.begin(), groups_.end(),
+                                   [&](const Group& g) { return spanned(shape_, g.axes) == spanned(shape_, axes); });
+    if (same != groups_.end()) {
+      groups_.push_back({axes, same->host, same->device});
+      continue;
+    }
     Group g{axes, world_->split(static_cast<int>(shape_.group_color(rank_, axes)),
                                 static_cast<int>(shape_.group_key(rank_, axes)),
                                 set_name(axes) + " group of " + coords_name()),
@@ -186,7 +208,7 @@ void Mesh::build_groups(const Config& config, torch::Device device) {
     g.device = device_twin(*g.host);
     groups_.push_back(std::move(g));
   }
-  // The first and last stage of each (dp, tp) position; colors past those tp * dp groups leave each middle
+  // The first and last stage of each (dp, cp, tp) position; colors past those groups leave each middle
   // stage on its own.
   const AxisSet stages(MeshAxis::kPp);
   const int64_t positions = shape_.world_size() / pp();

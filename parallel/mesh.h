@@ -1,6 +1,6 @@
 // The device mesh: the world's ranks as a grid of named axes, listed innermost first. Today the axes are
-// tp, dp, pp (TP innermost: the ranks of a TP group are neighbours, on one node):
-//   rank = tp_rank + tp * (dp_rank + dp * pp_rank),
+// tp, cp, dp, pp (TP innermost: the ranks of a TP group are neighbours, on one node):
+//   rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)),
 // in general rank = c[0] + n[0] * (c[1] + n[1] * (c[2] + ...)) over the axes' coordinates c and sizes n.
 // This file is the one place that knows the axes: their order and names (kMeshAxes, mesh.cpp), the sizes a
 // config asks for and the one check that they fill the world (MeshShape), the rank arithmetic, how a
@@ -10,7 +10,7 @@
 // host scalars (MPI always: loss sums, token counts, partial norms, flags), so that nothing above
 // parallel/ picks a backend. A set of axes reads as one flattened axis (Mesh::size, Mesh::coord), so a
 // group over dp x cp, or the dp of an axis split in two, is addressed like a single axis. Adding an axis
-// (context parallelism's cp; dp split into shard and replica axes for hybrid sharding) is a MeshAxis, its
+// (dp split into shard and replica axes for hybrid sharding) is a MeshAxis, its
 // line in kMeshAxes, its size in MeshShape's constructor and the groups that span it in kMeshGroups, all
 // in this file and mesh.cpp (docs/ARCHITECTURE.md, "Adding things").
 #pragma once
@@ -30,8 +30,8 @@
 namespace loom {
 
 // The axes, by their place in the rank order (innermost first).
-enum class MeshAxis { kTp = 0, kDp = 1, kPp = 2 };
-constexpr size_t kMeshAxisCount = 3;
+enum class MeshAxis { kTp = 0, kCp = 1, kDp = 2, kPp = 3 };
+constexpr size_t kMeshAxisCount = 4;
 
 // A set of axes: the coordinates the ranks of a group differ in.
 class AxisSet {
@@ -42,12 +42,22 @@ class AxisSet {
     for (MeshAxis a : axes) bits_ |= bit(a);
   }
   constexpr bool contains(MeshAxis axis) const { return (bits_ & bit(axis)) != 0; }
+  constexpr AxisSet with(MeshAxis axis) const {
+    AxisSet out = *this;
+    out.bits_ |= bit(axis);
+    return out;
+  }
   constexpr bool operator==(AxisSet other) const { return bits_ == other.bits_; }
 
  private:
   static constexpr unsigned bit(MeshAxis axis) { return 1u << static_cast<unsigned>(axis); }
   unsigned bits_ = 0;
 };
+
+// The ranks that hold the same parameters and see different tokens: data parallelism's, and context
+// parallelism's (each holding part of the same sequences). Gradients are averaged over them, ZeRO shards
+// over them, and loss and token sums add them up; only the batch's sequences are shared out by dp alone.
+constexpr AxisSet kDataParallelAxes{MeshAxis::kCp, MeshAxis::kDp};
 
 // A coordinate per axis.
 class MeshCoords {
@@ -71,14 +81,14 @@ class MeshShape {
 
   int64_t size(MeshAxis axis) const { return sizes_[axis]; }
   int64_t world_size() const;  // the product of the sizes
-  // In the naming order (dp, tp, pp): the layout of a checkpoint's manifest and of `loom info --json`.
+  // In the naming order (dp, cp, tp, pp): the layout of a checkpoint's manifest and of `loom info --json`.
   std::vector<std::pair<std::string, int64_t>> named_sizes() const;
-  // "dp=2 tp=2 pp=1" (between_axes " ", name_size "="), "dp 2 x tp 2 x pp 1" (" x ", " ").
+  // "dp=2 cp=1 tp=2 pp=1" (between_axes " ", name_size "="), "dp 2 x cp 1 x tp 2 x pp 1" (" x ", " ").
   std::string describe(const std::string& between_axes = " ", const std::string& name_size = "=") const;
 
   MeshCoords coords_of(int64_t rank) const;
   int64_t rank_of(const MeshCoords& coords) const;
-  // "dp0-tp1-pp0": a rank's place, in the naming order.
+  // "dp0-cp0-tp1-pp0": a rank's place, in the naming order.
   std::string coords_name(const MeshCoords& coords) const;
   // The group of `rank` over `axes`, as MPI_Comm_split takes it: ranks with the same color form a group,
   // ordered by key. color indexes the coordinates outside `axes`, key those inside (both innermost first).
@@ -110,6 +120,7 @@ class Mesh {
   int64_t coord(AxisSet axes) const { return shape_.group_key(rank_, axes); }
   int64_t dp() const { return size(MeshAxis::kDp); }
   int64_t tp() const { return size(MeshAxis::kTp); }
+  int64_t cp() const { return size(MeshAxis::kCp); }
   int64_t pp() const { return size(MeshAxis::kPp); }
   int64_t world_size() const { return shape_.world_size(); }
   int64_t rank() const { return rank_; }
@@ -120,9 +131,9 @@ class Mesh {
   bool first_stage() const { return coord(MeshAxis::kPp) == 0; }
   bool last_stage() const { return coord(MeshAxis::kPp) == pp() - 1; }
 
-  // "dp0-tp0-pp0": names this rank's log lines and its groups.
+  // "dp0-cp0-tp0-pp0": names this rank's log lines and its groups.
   std::string coords_name() const { return shape_.coords_name(coords()); }
-  // "dp=1 tp=2 pp=1": the layout, as logs name it.
+  // "dp=1 cp=1 tp=2 pp=1": the layout, as logs name it.
   std::string describe() const { return shape_.describe(); }
 
   // Every rank (host scalars: flags, the checkpoint step to resume).
@@ -131,15 +142,16 @@ class Mesh {
   // activations), and for CPU scalars (sums of losses and tokens, norms' partial sums).
   Communicator& device_group(AxisSet axes) const;
   Communicator& host_group(AxisSet axes) const;
-  // The first and the last pipeline stage of this rank's (dp, tp) position, which both hold a tied token
+  // The first and the last pipeline stage of this rank's (dp, cp, tp) position, which both hold a tied token
   // embedding, for device tensors; on a middle stage (or with pp = 1) this rank alone.
   Communicator& embedding_group() const;
 
  private:
+  // Shared: sets of axes that span the same ranks (dp x cp with cp 1, and dp) share one group.
   struct Group {
     AxisSet axes;
-    std::unique_ptr<Communicator> host;
-    std::unique_ptr<Communicator> device;  // null: host serves device tensors too (CPU, or a group of one)
+    std::shared_ptr<Communicator> host;
+    std::shared_ptr<Communicator> device;  // null: host serves device tensors too (CPU, or a group of one)
   };
   const Group& group(AxisSet axes) const;
   void build_groups(const Config& config, torch::Device device);

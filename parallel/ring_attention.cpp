@@ -1,11 +1,13 @@
 #include "parallel/ring_attention.h"
 
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <vector>
 
+#include "core/autocast_off.h"
 #include "core/error.h"
 #include "parallel/context_parallel_layout.h"
 
@@ -25,9 +27,12 @@ constexpr int kGradientTag = 0x5242;  // its gradient (dk and dv stacked), accum
 // even ranks send first and odd ranks receive first, so that every send meets a posted receive.
 struct Exchange {
   std::shared_ptr<Work> send, receive;
-  void wait() const {
+  // Adds the time blocked to *waited_s (when given).
+  void wait(double* waited_s) const {
+    const auto start = std::chrono::steady_clock::now();
     receive->wait();
     send->wait();
+    if (waited_s != nullptr) *waited_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 };
 Exchange exchange(Communicator& group, const torch::Tensor& out, const torch::Tensor& in, int tag) {
@@ -50,6 +55,7 @@ struct Ring {
   bool causal;
   int64_t window;
   torch::Tensor key_starts;  // (B, L) int64 global first keys, or undefined
+  torch::Tensor alibi_slopes;  // (1, K, G, 1, 1) fp32 per query head, or undefined
   std::array<int64_t, 2> first_start{}, last_start{};  // per local query chunk: the least and greatest key start
 
   // The rank whose key/value block this rank holds at step t of the ring.
@@ -85,19 +91,25 @@ struct Ring {
   // (B, K, G, L, D) chunk a.
   torch::Tensor query_chunk(const torch::Tensor& t, int64_t a) const { return t.narrow(3, a * c, c); }
 
-  // Scores (B, K, G, c, c) of query chunk q_a (B, K, G, c, D) against key chunk k_b (B, K, 1, c, D), -inf where
-  // masked.
-  torch::Tensor scores(const torch::Tensor& q_a, const torch::Tensor& k_b,
+  // Scores (B, K, G, c, c) of local query chunk a (q_a: (B, K, G, c, D)) against global key chunk key_chunk
+  // (k_b: (B, K, 1, c, D)): with ALiBi plus -slope * |query - key|, -inf where masked.
+  torch::Tensor scores(const torch::Tensor& q_a, const torch::Tensor& k_b, int64_t a, int64_t key_chunk,
                        const std::optional<torch::Tensor>& mask) const {
     auto s = torch::matmul(q_a, k_b.transpose(-1, -2)).mul_(scale);
+    if (alibi_slopes.defined()) {
+      const auto floats = torch::TensorOptions().dtype(torch::kFloat).device(s.device());
+      const int64_t q_first = cp_chunks_of(cp, rank)[a] * c, k_first = key_chunk * c;
+      const auto distance = torch::arange(q_first, q_first + c, floats).view({c, 1}) -
+                            torch::arange(k_first, k_first + c, floats).view({1, c});
+      s.sub_(alibi_slopes * distance.abs());
+    }
     if (mask) s.masked_fill_(~*mask, -std::numeric_limits<float>::infinity());
     return s;
   }
 };
 
-// fn(a, b, mask) for each pair of local query chunk a and chunk b of rank `source`'s keys that the mask does not
-// hide entirely (mask: nullopt when every pair of the two chunks is visible).
-using OptionalMask = std::optional<torch::Tensor>;
+// fn(a, b, scores) for each pair of local query chunk a and chunk b of rank `source`'s keys that the mask does
+// not hide entirely; scores(q_a, k_b) is Ring::scores of the pair, its mask and ALiBi bias applied.
 template <typename Fn>
 void for_visible_chunk_pairs(const Ring& ring, int64_t source, const torch::Device& device, const Fn& fn) {
   const auto key_chunks = cp_chunks_of(ring.cp, source);
@@ -105,7 +117,10 @@ void for_visible_chunk_pairs(const Ring& ring, int64_t source, const torch::Devi
     for (int64_t b = 0; b < 2; ++b) {
       bool skip = false;
       const auto mask = ring.chunk_mask(a, key_chunks[b], device, &skip);
-      if (!skip) fn(a, b, mask);
+      if (skip) continue;
+      fn(a, b, [&](const torch::Tensor& q_a, const torch::Tensor& k_b) {
+        return ring.scores(q_a, k_b, a, key_chunks[b], mask);
+      });
     }
 }
 
@@ -118,8 +133,8 @@ struct SoftmaxState {
 void forward_block(const Ring& ring, const torch::Tensor& q32, const torch::Tensor& kv32, int64_t source,
                    SoftmaxState& state) {
   const auto k = kv32.narrow(0, 0, ring.B), v = kv32.narrow(0, ring.B, ring.B);
-  for_visible_chunk_pairs(ring, source, q32.device(), [&](int64_t a, int64_t b, const OptionalMask& mask) {
-    const auto s = ring.scores(ring.query_chunk(q32, a), ring.key_chunk(k, b), mask);
+  for_visible_chunk_pairs(ring, source, q32.device(), [&](int64_t a, int64_t b, const auto& scores) {
+    const auto s = scores(ring.query_chunk(q32, a), ring.key_chunk(k, b));
     auto m = ring.query_chunk(state.m, a), l = ring.query_chunk(state.l, a), acc = ring.query_chunk(state.acc, a);
     const auto m_new = torch::maximum(m, std::get<0>(s.max(-1, /*keepdim=*/true)));
     // A row that has seen no visible key yet keeps max -inf: shift it by 0 instead (its exp terms are all 0).
@@ -138,10 +153,10 @@ void backward_block(const Ring& ring, const torch::Tensor& q32, const torch::Ten
                     torch::Tensor& dq32, torch::Tensor& dkv) {
   const auto k = kv32.narrow(0, 0, ring.B), v = kv32.narrow(0, ring.B, ring.B);
   auto dk = dkv.narrow(0, 0, ring.B), dv = dkv.narrow(0, ring.B, ring.B);
-  for_visible_chunk_pairs(ring, source, q32.device(), [&](int64_t a, int64_t b, const OptionalMask& mask) {
+  for_visible_chunk_pairs(ring, source, q32.device(), [&](int64_t a, int64_t b, const auto& scores) {
     const auto q_a = ring.query_chunk(q32, a), dout_a = ring.query_chunk(dout32, a);
     const auto k_b = ring.key_chunk(k, b), v_b = ring.key_chunk(v, b);
-    const auto p = torch::exp(ring.scores(q_a, k_b, mask) - ring.query_chunk(lse, a));  // (B, K, G, c, c)
+    const auto p = torch::exp(scores(q_a, k_b) - ring.query_chunk(lse, a));  // (B, K, G, c, c)
     dv.narrow(2, b * ring.c, ring.c).add_(torch::matmul(p.transpose(-1, -2), dout_a).sum(2));
     const auto dp = torch::matmul(dout_a, v_b.transpose(-1, -2));
     const auto ds = p * (dp - ring.query_chunk(delta, a));
@@ -151,7 +166,7 @@ void backward_block(const Ring& ring, const torch::Tensor& q32, const torch::Ten
 }
 
 Ring make_ring(const torch::Tensor& q, const torch::Tensor& k, Communicator* group, bool causal, int64_t window,
-               double scale, const torch::Tensor& key_starts) {
+               double scale, const torch::Tensor& key_starts, const torch::Tensor& alibi_slopes) {
   Ring ring;
   ring.cp = group->size();
   ring.rank = group->rank();
@@ -165,6 +180,7 @@ Ring make_ring(const torch::Tensor& q, const torch::Tensor& k, Communicator* gro
   ring.scale = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(ring.D));
   ring.causal = causal;
   ring.window = window;
+  if (alibi_slopes.numel() > 0) ring.alibi_slopes = alibi_slopes.to(torch::kFloat).view({1, ring.K, ring.G, 1, 1});
   if (key_starts.numel() > 0) {
     ring.key_starts = key_starts;
     for (int64_t a = 0; a < 2; ++a) {
@@ -183,9 +199,11 @@ torch::Tensor stack_key_value(const torch::Tensor& k, const torch::Tensor& v) {
 
 struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const torch::Tensor& key_starts, Communicator* group,
-                               bool causal, int64_t window, double scale) {
-    const Ring ring = make_ring(q, k, group, causal, window, scale, key_starts);
+                               const torch::Tensor& v, const torch::Tensor& key_starts,
+                               const torch::Tensor& alibi_slopes, Communicator* group, bool causal, int64_t window,
+                               double scale, double* waited_s) {
+    const AutocastOff fp32(q.device().type());  // in fp32, inside an autocast region too
+    const Ring ring = make_ring(q, k, group, causal, window, scale, key_starts, alibi_slopes);
     const auto q32 = q.to(torch::kFloat).reshape({ring.B, ring.K, ring.G, ring.L, ring.D});
     const auto stats = q32.options();
     const std::vector<int64_t> rows = {ring.B, ring.K, ring.G, ring.L, 1};
@@ -201,27 +219,31 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
       }
       forward_block(ring, q32, kv.to(torch::kFloat), ring.block_owner(t), state);
       if (blocks) {
-        blocks->wait();
+        blocks->wait(waited_s);
         kv = incoming;
       }
     }
     const auto out32 = state.acc / state.l;
     const auto lse = state.m + torch::log(state.l);
     const auto out = out32.view({ring.B, ring.H, ring.L, ring.D}).to(q.scalar_type());
-    ctx->save_for_backward({q, k, v, out, lse, key_starts});
+    ctx->save_for_backward({q, k, v, out, lse, key_starts, alibi_slopes});
     ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(group));
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["window"] = window;
     ctx->saved_data["scale"] = scale;
+    ctx->saved_data["waited_s"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(waited_s));
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4], &key_starts = saved[5];
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4], &key_starts = saved[5],
+               &alibi_slopes = saved[6];
     auto* group = reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+    auto* waited_s = reinterpret_cast<double*>(static_cast<intptr_t>(ctx->saved_data["waited_s"].toInt()));
+    const AutocastOff fp32(q.device().type());
     const Ring ring = make_ring(q, k, group, ctx->saved_data["causal"].toBool(), ctx->saved_data["window"].toInt(),
-                                ctx->saved_data["scale"].toDouble(), key_starts);
+                                ctx->saved_data["scale"].toDouble(), key_starts, alibi_slopes);
     const std::vector<int64_t> shape5 = {ring.B, ring.K, ring.G, ring.L, ring.D};
     const auto q32 = q.to(torch::kFloat).reshape(shape5);
     const auto dout32 = grads[0].to(torch::kFloat).reshape(shape5);
@@ -243,7 +265,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
       dkv = torch::zeros(kv.sizes(), q32.options());
       backward_block(ring, q32, kv.to(torch::kFloat), ring.block_owner(t), dout32, lse, delta, dq32, dkv);
       if (gradients) {
-        gradients->wait();
+        gradients->wait(waited_s);
         dkv.add_(arriving);
       }
       if (ring.cp > 1) {
@@ -251,18 +273,19 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
         gradients = exchange(*group, dkv, arriving, kGradientTag);
       }
       if (blocks) {
-        blocks->wait();
+        blocks->wait(waited_s);
         kv = incoming;
       }
     }
     if (gradients) {
-      gradients->wait();
+      gradients->wait(waited_s);
       dkv = arriving;
     }
     return {dq32.view({ring.B, ring.H, ring.L, ring.D}).to(q.scalar_type()),
             dkv.narrow(0, 0, ring.B).to(k.scalar_type()),
             dkv.narrow(0, ring.B, ring.B).to(v.scalar_type()),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -291,7 +314,14 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
                key_starts.sizes());
     starts = key_starts.to(q.device()).contiguous();
   }
-  return RingAttentionFunction::apply(q, k, v, starts, options.group, options.causal, options.window, options.scale);
+  torch::Tensor slopes = torch::empty({0}, q.options().dtype(torch::kFloat));
+  if (options.alibi_slopes.defined()) {
+    LOOM_CHECK(options.alibi_slopes.dim() == 1 && options.alibi_slopes.size(0) == q.size(1),
+               "ring_attention: alibi_slopes must be (H) = (", q.size(1), "), not ", options.alibi_slopes.sizes());
+    slopes = options.alibi_slopes.to(q.device(), torch::kFloat).contiguous();
+  }
+  return RingAttentionFunction::apply(q, k, v, starts, slopes, options.group, options.causal, options.window,
+                                      options.scale, options.waited_s);
 }
 
 }  // namespace loom

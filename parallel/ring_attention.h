@@ -22,6 +22,12 @@ struct RingAttentionOptions {
   bool causal = true;
   int64_t window = 0;  // > 0: each query sees keys at distance < window (before it when causal)
   double scale = 0.0;  // 0: 1 / sqrt(D), SDPA's
+  // ALiBi: (H) the query heads' slopes; the scores of query i and key j get -slope * |i - j| (global
+  // positions), as models/attention.cpp adds for SDPA. Undefined: none.
+  torch::Tensor alibi_slopes;
+  // Adds the seconds this rank waits on the ring's messages (what the products did not hide), forward and
+  // backward; null: not counted.
+  double* waited_s = nullptr;
 };
 
 // q (B, H, L, D), k and v (B, K, L, D) with K dividing H (query head h reads kv head h / (H / K), as SDPA's

@@ -83,17 +83,18 @@ std::vector<RankMemory> rank_memory(const Config& config, const Mesh& mesh, doub
   Config planned = config;
   planned.parallel.dp = mesh.dp();
   const MeshCoords c = mesh.coords();
-  auto rows = torch::zeros({world, 7}, torch::kDouble);
-  rows[rank] = torch::tensor({static_cast<double>(c[MeshAxis::kDp]), static_cast<double>(c[MeshAxis::kTp]),
-                              static_cast<double>(c[MeshAxis::kPp]), base_mb, peak_mb - base_mb, tensors_mb,
+  auto rows = torch::zeros({world, 8}, torch::kDouble);
+  rows[rank] = torch::tensor({static_cast<double>(c[MeshAxis::kDp]), static_cast<double>(c[MeshAxis::kCp]),
+                              static_cast<double>(c[MeshAxis::kTp]), static_cast<double>(c[MeshAxis::kPp]), base_mb,
+                              peak_mb - base_mb, tensors_mb,
                               static_cast<double>(estimate_memory(planned, c[MeshAxis::kPp]).total()) / (1024.0 * 1024.0)},
                              torch::kDouble);
   mesh.world().all_reduce(rows);
   std::vector<RankMemory> out;
   for (int64_t r = 0; r < world; ++r) {
     const auto row = rows[r];
-    out.push_back({r, row[0].item<int64_t>(), row[1].item<int64_t>(), row[2].item<int64_t>(), row[3].item<double>(),
-                   row[4].item<double>(), row[5].item<double>(), row[6].item<double>()});
+    out.push_back({r, row[0].item<int64_t>(), row[1].item<int64_t>(), row[2].item<int64_t>(), row[3].item<int64_t>(),
+                   row[4].item<double>(), row[5].item<double>(), row[6].item<double>(), row[7].item<double>()});
   }
   return out;
 }
@@ -201,6 +202,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
     sum.optimizer_s += p.optimizer_s;
     sum.pipeline_wait_s += p.pipeline_wait_s;
     sum.dp_wait_s += p.dp_wait_s;
+    sum.cp_wait_s += p.cp_wait_s;
   }
   r.cpu_ms_per_step = (cpu_seconds() - cpu_start) / static_cast<double>(options.steps) * 1e3;
   r.peak_memory_mb = peak_memory_mb(device);
@@ -216,7 +218,8 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   r.step_ms_min = *std::min_element(step_s.begin(), step_s.end()) * 1e3;
   r.mfu = r.flops_per_token * r.tokens_per_s / (world_gemm_gflops(trainer.mesh(), r.gemm_peak_gflops) * 1e9);
   r.phases_mean = {sum.data_s / n,  sum.forward_s / n,   sum.backward_s / n,
-                   sum.sync_s / n,  sum.optimizer_s / n, sum.pipeline_wait_s / n, sum.dp_wait_s / n};
+                   sum.sync_s / n,  sum.optimizer_s / n, sum.pipeline_wait_s / n, sum.dp_wait_s / n,
+                   sum.cp_wait_s / n};
   if (const Mesh& mesh = trainer.mesh(); mesh.pp() > 1) {
     // Each stage's first rank reports its idle share; the sum over the world puts them side by side.
     auto idle = torch::zeros({mesh.pp()}, torch::kDouble);

@@ -24,7 +24,7 @@ struct BenchOptions {
 
 // One rank's memory during the timed steps against `loom info`'s estimate for its place in the layout.
 struct RankMemory {
-  int64_t rank = 0, dp = 0, tp = 0, pp = 0;
+  int64_t rank = 0, dp = 0, cp = 0, tp = 0, pp = 0;
   double base_mb = 0;      // CPU: resident set before the model was built (libtorch, MPI); CUDA: 0
   double peak_mb = 0;      // the peak above base_mb: the model, its training state and a step's working set
   double tensors_mb = -1;  // bytes in tensors at the peak (CUDA, or CPU with the caching allocator; -1: not counted)

@@ -21,13 +21,14 @@ namespace {
 constexpr const char* kManifest = "manifest.json";
 constexpr int kFormat = 2;  // 2: optimizer state by parameter range (train/optimizer_state)
 
-// The shard holding this rank's state: DP replicas share the one written by DP rank 0, unless each
-// holds its own part of the optimizer state.
+// The shard holding this rank's state: the ranks holding the same parameters (dp x cp) share the one
+// written by the first of them, unless each holds its own part of the optimizer state; then the shard's
+// "dp" is the rank's place in dp x cp (its DP rank when cp is 1).
 std::string shard_name(int64_t dp, const Mesh& mesh) {
   return shard_file_name(dp, mesh.coord(MeshAxis::kTp), mesh.coord(MeshAxis::kPp));
 }
 std::string shard_name(const Mesh& mesh, bool per_dp_rank) {
-  return shard_name(per_dp_rank ? mesh.coord(MeshAxis::kDp) : 0, mesh);
+  return shard_name(per_dp_rank ? mesh.coord(kDataParallelAxes) : 0, mesh);
 }
 
 // The size of an axis in a manifest's layout (written as MeshShape::named_sizes() plus "zero"): an axis
@@ -185,7 +186,7 @@ nlohmann::json stage_record(const torch::nn::Module& model) {
 // Collective over the PP group of rank 0 (dp 0, tp 0): rank 0 gets every stage's record, in stage order
 // (sent as JSON text, its length first); the other ranks get nothing.
 std::vector<nlohmann::json> gather_stage_records(const Mesh& mesh, const torch::nn::Module& model) {
-  if (mesh.coord(MeshAxis::kDp) != 0 || mesh.coord(MeshAxis::kTp) != 0) return {};
+  if (mesh.coord(kDataParallelAxes) != 0 || mesh.coord(MeshAxis::kTp) != 0) return {};
   auto& group = mesh.host_group(MeshAxis::kPp);
   if (!mesh.first_stage()) {
     const std::string text = stage_record(model).dump();
@@ -235,8 +236,8 @@ void write_manifest(const fs::path& dir, const Config& config, const Mesh& mesh,
 
 }  // namespace
 
-// Collective over the mesh's world. Data-parallel replicas hold identical model, optimizer and RNG
-// state, so only DP rank 0 of each (tp, pp) position writes a shard; rank 0 then writes the config and
+// Collective over the mesh's world. Data- and context-parallel replicas hold identical model, optimizer and
+// RNG state, so only rank 0 of dp x cp of each (tp, pp) position writes a shard; rank 0 then writes the config and
 // the manifest and renames the directory into place.
 void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& mesh, const CheckpointParts& parts,
                      const TrainState& state) {
@@ -257,7 +258,7 @@ void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& 
       fs::create_directories(tmp_dir);
     });
   bool ok = all_ranks_ok(world, error.empty());
-  if (ok && (mesh.coord(MeshAxis::kDp) == 0 || parts.sharded_optimizer))
+  if (ok && (mesh.coord(kDataParallelAxes) == 0 || parts.sharded_optimizer))
     attempt([&] { write_shard(tmp_dir / shard_name(mesh, parts.sharded_optimizer), parts, state); });
   ok = ok && all_ranks_ok(world, error.empty());
   const auto stages = ok ? gather_stage_records(mesh, parts.model) : std::vector<nlohmann::json>{};
@@ -332,16 +333,17 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
     throw Error("checkpoint " + dir.string() + " was written with layout " + layout.dump() +
                 " by a loom that did not record its tensor-parallel layout: resume it with parallel.tp=" +
                 layout.at("tp").dump());
-  // Every shard of a (tp, pp) position holds the same model; with ZeRO-1/2 each holds its part of the optimizer.
-  const int64_t saved_dp = layout.value("zero", 0) >= 1 ? saved_size(layout, "dp") : 1;
+  // Every shard of a (tp, pp) position holds the same model; with ZeRO each holds its part of the optimizer,
+  // one per rank of dp x cp.
+  const int64_t saved_dp = layout.value("zero", 0) >= 1 ? saved_size(layout, "dp") * saved_size(layout, "cp") : 1;
   std::vector<fs::path> shard_paths;
   for (int64_t d = 0; d < saved_dp; ++d) shard_paths.push_back(dir / shard_name(d, mesh));
-  bool same_partition = !reshard && saved_dp == mesh.dp() && parts.sharded_optimizer;
+  bool same_partition = !reshard && saved_dp == mesh.size(kDataParallelAxes) && parts.sharded_optimizer;
   // Resharded, the counters and RNG state come from the first TP shard (TP ranks hold the same ones) of
   // the same stage, or the last stage there was.
   const int64_t saved_pp = saved_size(layout, "pp");
   const auto shard_path = reshard          ? dir / shard_file_name(0, 0, std::min(mesh.coord(MeshAxis::kPp), saved_pp - 1))
-                          : same_partition ? shard_paths[mesh.coord(MeshAxis::kDp)]
+                          : same_partition ? shard_paths[mesh.coord(kDataParallelAxes)]
                                            : shard_paths[0];
   torch::serialize::InputArchive shard;
   try {

@@ -43,7 +43,7 @@ std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir, int64
 // "shard-dp0-tp1-pp0.pt": the shard file of these mesh coordinates.
 std::string shard_file_name(int64_t dp, int64_t tp, int64_t pp);
 
-// Collective over mesh.world(): DP rank 0 of each (tp, pp) writes its shard (DP replicas are identical;
+// Collective over mesh.world(): rank 0 of dp x cp of each (tp, pp) writes its shard (replicas are identical;
 // with a sharded optimizer every rank writes its own), rank 0 the config and manifest. If any rank
 // fails, every rank throws and no checkpoint appears.
 void save_checkpoint(const std::filesystem::path& run_dir, const Config& config, const Mesh& mesh,

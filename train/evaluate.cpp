@@ -41,7 +41,7 @@ EvalLoss evaluate_loss(Task& task, const Config& config, const Mesh& mesh, torch
     }
   }
   auto sums = torch::tensor({loss_sum, static_cast<double>(tokens)}, torch::kDouble);
-  mesh.host_group(MeshAxis::kDp).all_reduce(sums);
+  mesh.host_group(kDataParallelAxes).all_reduce(sums);  // context-parallel ranks each count their part
   if (mesh.pp() > 1) mesh.host_group(MeshAxis::kPp).all_reduce(sums);  // only the last stage has counted
   const double total_tokens = sums[1].item<double>();
   return {total_tokens > 0 ? sums[0].item<double>() / total_tokens : 0.0, static_cast<int64_t>(total_tokens)};

@@ -21,14 +21,15 @@ LoadedModel load_trained_model(const std::filesystem::path& run_dir, std::option
   LoadedModel loaded;
   loaded.config = load_config((dir / "config.yaml").string());
   // One process holds the whole model: a tensor- or pipeline-parallel checkpoint is joined when it loads.
-  loaded.config.parallel.dp = loaded.config.parallel.tp = loaded.config.parallel.pp = 1;
+  loaded.config.parallel.dp = loaded.config.parallel.tp = loaded.config.parallel.pp = loaded.config.parallel.cp = 1;
   loaded.config.parallel.pp_layers.clear();
   configure_cpu(loaded.config.runtime);
   if (loaded.config.runtime.device == DeviceKind::kCuda && !torch::cuda::is_available()) {
     spdlog::info("{} trained on a GPU; none is visible here, so its model runs on the CPU", run_dir.string());
     loaded.config.runtime.device = DeviceKind::kCpu;
   }
-  loaded.model = model_family(loaded.config.model.arch).build(loaded.config, TensorParallelism(), ModelStage());
+  loaded.model = model_family(loaded.config.model.arch).build(loaded.config, TensorParallelism(), ModelStage(),
+                                                                 ContextParallelism());
   loaded.model->to(runtime_device(loaded.config.runtime));
   const Mesh mesh(loaded.config, 1, 0);
   load_checkpoint(run_dir, *step, mesh, {*loaded.model, nullptr}, /*restore_rng=*/false);

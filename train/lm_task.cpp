@@ -7,6 +7,7 @@
 #include "models/hf_weights.h"
 #include "optim/cross_entropy.h"
 #include "optim/linear_cross_entropy.h"
+#include "parallel/context_parallel_layout.h"
 
 namespace loom {
 namespace fs = std::filesystem;
@@ -29,6 +30,19 @@ void read_documents(const Config& config, const std::vector<TokenCorpus*>& corpo
   }
 }
 
+// Context parallelism: this rank's part of every sequence of a batch (parallel/context_parallel_layout.h),
+// packed documents' positions and loss-masked targets included. Its loss averages over its own targets; the
+// Trainer and evaluation sum tokens and losses over dp x cp.
+LmBatch context_part(LmBatch batch, const ContextParallelism& cp) {
+  if (cp.size() == 1) return batch;
+  auto cut = [&cp](const torch::Tensor& t) { return t.defined() ? cp_split(t, 1, cp.size(), cp.rank()) : t; };
+  batch.inputs = cut(batch.inputs);
+  batch.targets = cut(batch.targets);
+  batch.positions = cut(batch.positions);
+  batch.ignored_targets = (batch.targets == kIgnoreTarget).sum().item<int64_t>();
+  return batch;
+}
+
 }  // namespace
 
 LmTask::LmTask(Gpt model, std::unique_ptr<LmBatches> batches, std::unique_ptr<TokenCorpus> valid, const Config& config,
@@ -45,12 +59,12 @@ LmTask::LmTask(Gpt model, std::unique_ptr<LmBatches> batches, std::unique_ptr<To
 
 TaskBatch LmTask::train_batch(int64_t step, int64_t first, int64_t count) const {
   LOOM_CHECK(batches_ != nullptr, "no training data (data.train)");
-  return batches_->train_batch(step, first, count);
+  return context_part(batches_->train_batch(step, first, count), model_->context_parallelism());
 }
 
 TaskBatch LmTask::eval_batch(int64_t first, int64_t count) const {
   LOOM_CHECK(valid_ != nullptr, "no validation data (data.valid)");
-  return sampler_.eval_batch(*valid_, first, count);  // eval windows ignore the seed
+  return context_part(sampler_.eval_batch(*valid_, first, count), model_->context_parallelism());  // no seed
 }
 
 torch::Tensor LmTask::loss(const TaskBatch& batch, torch::Device device, double label_smoothing) {

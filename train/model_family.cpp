@@ -12,14 +12,15 @@ namespace {
 const std::vector<ModelFamily>& model_families() {
   static const std::vector<ModelFamily> families = {
       {ModelArch::kGpt,
-       [](const Config& config, const TensorParallelism& tp, const ModelStage& stage) {
-         Gpt model(config.model, tp, stage);
+       [](const Config& config, const TensorParallelism& tp, const ModelStage& stage, const ContextParallelism& cp) {
+         Gpt model(config.model, tp, stage, cp);
          model->set_activation_checkpointing(config.train.activation_checkpointing);
          return std::static_pointer_cast<torch::nn::Module>(model.ptr());
        },
        make_lm_task},
       {ModelArch::kTransformer,
-       [](const Config& config, const TensorParallelism& tp, const ModelStage& stage) {
+       [](const Config& config, const TensorParallelism& tp, const ModelStage& stage, const ContextParallelism& cp) {
+         LOOM_CHECK(cp.size() == 1, "the encoder-decoder is not context-parallel (parallel.cp)");
          return std::static_pointer_cast<torch::nn::Module>(EncoderDecoder(config.model, tp, stage).ptr());
        },
        [](Config& config, TaskData data, const ModelSource& model, std::unique_ptr<LmBatches> lm_batches) {

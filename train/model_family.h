@@ -8,17 +8,18 @@
 
 #include "core/config.h"
 #include "models/model_stage.h"
+#include "parallel/context_parallel_layout.h"
 #include "train/task.h"
 
 namespace loom {
 
 struct ModelFamily {
   ModelArch arch;
-  // The model a config describes, split over `tp` as pipeline stage `stage` (the whole model: the
-  // defaults), its weights drawn from the RNG as it stands, with train.activation_checkpointing where the
-  // family recomputes.
+  // The model a config describes, split over `tp` (and its sequences over `cp`) as pipeline stage `stage`
+  // (the whole model: the defaults), its weights drawn from the RNG as it stands, with
+  // train.activation_checkpointing where the family recomputes.
   std::function<std::shared_ptr<torch::nn::Module>(const Config& config, const TensorParallelism& tp,
-                                                   const ModelStage& stage)>
+                                                   const ModelStage& stage, const ContextParallelism& cp)>
       build;
   // The task: opens the data `data` asks for, resolves model.vocab_size from it, then takes its model from
   // `model`. lm_batches: replaces data.train for a family trained on LM windows; others refuse them.

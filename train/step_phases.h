@@ -19,6 +19,8 @@ struct StepPhases {
   // Not a phase of its own but part of those above: blocked on the data-parallel collectives (exposed
   // communication: GradientSync::step_wait_s; at ZeRO-3 the units' gathers inside forward and backward).
   double dp_wait_s = 0;
+  // Likewise blocked on ring attention's messages (context parallelism), within forward and backward.
+  double cp_wait_s = 0;
   double total_s() const { return data_s + forward_s + backward_s + sync_s + optimizer_s + pipeline_wait_s; }
 };
 

@@ -20,7 +20,7 @@ void seed_stage_dropout(const Config& config, int64_t pp_stage) {
 
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
                                 std::shared_ptr<torch::nn::Module> trained, Communicator* tp,
-                                std::unique_ptr<LmBatches> lm_batches, int64_t pp_stage) {
+                                std::unique_ptr<LmBatches> lm_batches, int64_t pp_stage, const ContextParallelism& cp) {
   const ModelFamily& family = model_family(config.model.arch);
   const ModelSource model = [&](const Config& resolved) {
     TaskModel out;
@@ -32,7 +32,7 @@ std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData d
     torch::manual_seed(static_cast<uint64_t>(resolved.run.seed));
     out.tp_rng = make_tp_rng(resolved, tp, pp_stage);
     out.module = family.build(resolved, TensorParallelism(tp, out.tp_rng.get(), resolved.parallel.sequence_parallel),
-                              model_stage(resolved.model, resolved.parallel, pp_stage));
+                              model_stage(resolved.model, resolved.parallel, pp_stage), cp);
     out.module->to(device);
     seed_stage_dropout(resolved, pp_stage);
     return out;

@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "data/lm_batches.h"
 #include "parallel/communicator.h"
+#include "parallel/context_parallel_layout.h"
 #include "parallel/tensor_parallel_rng.h"
 
 namespace loom {
@@ -137,11 +138,13 @@ using ModelSource = std::function<TaskModel(const Config& resolved)>;
 // model is `trained` (a loaded one), or else built afresh on `device` the one way for every family: from
 // torch::manual_seed(run.seed), so every rank draws the whole model's weights alike, split over the TP group
 // `tp` (null: whole; with parallel.sequence_parallel) with its own dropout stream, as pipeline stage
-// `pp_stage` of parallel.pp, whose dropout then draws from its own seed (seed_stage_dropout).
+// `pp_stage` of parallel.pp, whose dropout then draws from its own seed (seed_stage_dropout), its sequences
+// split over `cp`'s group (none: whole; the task then cuts each batch to this rank's part).
 // lm_batches replaces data.train for a family trained on LM windows (`loom bench`).
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
                                 std::shared_ptr<torch::nn::Module> trained = nullptr, Communicator* tp = nullptr,
-                                std::unique_ptr<LmBatches> lm_batches = nullptr, int64_t pp_stage = 0);
+                                std::unique_ptr<LmBatches> lm_batches = nullptr, int64_t pp_stage = 0,
+                                const ContextParallelism& cp = {});
 
 // The TP dropout stream of this rank of `tp` in pipeline stage `pp_stage`, seeded from run.seed, the TP
 // rank and the stage (TensorParallelRng::stream_seed); null for no TP.

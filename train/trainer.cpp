@@ -70,6 +70,7 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
     : config_(std::move(config)),
       device_(runtime_device(config_.runtime, processes.info().local_rank)),
       mesh_(config_, processes.world(config_.parallel.timeout_s), device_),
+      context_parallelism_(&mesh_.device_group(MeshAxis::kCp)),
       schedule_(config_),
       loss_scaler_(config_.precision),
       nonfinite_guard_(config_.train.max_bad_steps),
@@ -80,7 +81,7 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
   check_memory_fits(config_, mesh_.dp(), device_, processes.info().local_size);  // before the model is built
   // Resolves model.vocab_size from the data.
   task_ = make_task(config_, device_, TaskData::kTraining, nullptr, &mesh_.device_group(MeshAxis::kTp),
-                    std::move(train_batches), mesh_.coord(MeshAxis::kPp));
+                    std::move(train_batches), mesh_.coord(MeshAxis::kPp), context_parallelism_);
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
     task_->load_weights(config_.model.init_from);
   // A pipeline stage's copy of the tied embedding gets the rest of its gradient after the last backward
@@ -88,11 +89,12 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
   std::vector<torch::Tensor> completed_late;
   if (auto tied = task_->stage_tied_parameter(); tied.defined()) completed_late.push_back(tied);
   // ZeRO-3: the model's units, each gathered around its forward and backward by the gradient sync.
+  // Gradients are averaged, and ZeRO shards, over every rank holding the same parameters: dp x cp.
   const auto units = config_.parallel.zero == 3 ? task_->parameter_units() : std::vector<std::vector<torch::Tensor>>{};
   LOOM_CHECK(config_.parallel.zero != 3 || !units.empty(), "parallel.zero 3: model.arch ",
              enum_name(config_.model.arch), " has no parameter units");
   gradient_sync_ = std::make_unique<GradientSync>(
-      weight_decay_groups(task_->model()), mesh_.device_group(MeshAxis::kDp), config_.parallel.bucket_mb,
+      weight_decay_groups(task_->model()), mesh_.device_group(kDataParallelAxes), config_.parallel.bucket_mb,
       config_.parallel.zero, config_.precision.param_dtype == ParamDtype::kBf16 ? torch::kBFloat16 : torch::kFloat,
       completed_late, units, config_.parallel.reshard_after_forward);
   task_->set_parameter_units(gradient_sync_->parameter_units());
@@ -171,6 +173,7 @@ TrainState Trainer::run() {
 
 StepResult Trainer::step() {
   const StepFaults faults = inject_step_faults(state_.step + 1, mesh_.rank());  // tests only (LOOM_FAULT_INJECTION)
+  const double cp_waited_before = context_parallelism_.exchange_wait_s();
   PhaseClock clock(phases_, device_, synchronize_phases_);
   StepResult result;
   result.lr = schedule_.at(state_.step);
@@ -213,6 +216,7 @@ StepResult Trainer::step() {
   if (CachingCpuAllocator* allocator = caching_cpu_allocator()) allocator->trim();
   clock.lap(&StepPhases::optimizer_s);
   phases_.dp_wait_s = gradient_sync_->step_wait_s();
+  phases_.cp_wait_s = context_parallelism_.exchange_wait_s() - cp_waited_before;
   count_source_tokens();
   state_.step += 1;
   state_.tokens += result.tokens;
@@ -233,10 +237,10 @@ void Trainer::count_source_tokens() {
 }
 
 GradientNorm Trainer::global_gradient_norm() {
-  // With ZeRO-1/2 each rank holds a disjoint shard of the gradients: norms span the DP group. Under TP the
+  // With ZeRO-1/2/3 each rank holds a disjoint shard of the gradients: norms span the dp x cp group. Under TP the
   // sharded parameters' squares sum over the TP group and the replicated ones count once.
   // The sums of squares are CPU doubles by then: the host groups carry them.
-  Communicator* shards = gradient_sync_->sharded() ? &mesh_.host_group(MeshAxis::kDp) : nullptr;
+  Communicator* shards = gradient_sync_->sharded() ? &mesh_.host_group(kDataParallelAxes) : nullptr;
   return gradient_norm(gradient_sync_->optimizer_parameters(), shards, &mesh_.host_group(MeshAxis::kTp), tp_sharded_,
                        &mesh_.host_group(MeshAxis::kPp), duplicated_);
 }
@@ -246,8 +250,9 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
   gradient_sync_->zero_grad();
   const int64_t accumulation = config_.accumulation_steps(mesh_.dp());
   // The step's loss is the mean over every token of the global batch, however the batch is split: each
-  // micro-batch's mean is weighted by its share of the global token count (times the DP size, which
-  // the gradient sync divides by again).
+  // micro-batch's mean is weighted by its share of the global token count (times the dp x cp size, which
+  // the gradient sync divides by again). Context-parallel ranks share a DP rank's sequences, each holding
+  // and counting its part of their tokens.
   // A token-based batch may hold fewer pairs than there are slices: an empty slice runs the batch's
   // first pair with weight 0, so that its rank still takes part in the gradient all-reduce.
   // With SFT loss masks "tokens" here are the targets the loss counts; throughput counts every input.
@@ -260,7 +265,7 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
     tokens.push_back(slice.count > 0 ? batches.back().loss_tokens() : 0);
     local_inputs += slice.count > 0 ? batches.back().tokens() : 0;
   }
-  Communicator& dp_sums = mesh_.host_group(MeshAxis::kDp);
+  Communicator& dp_sums = mesh_.host_group(kDataParallelAxes);
   Backward out;
   const int64_t local_tokens = std::accumulate(tokens.begin(), tokens.end(), int64_t{0});
   auto counts = torch::tensor({static_cast<double>(local_tokens), static_cast<double>(local_inputs)}, torch::kDouble);
@@ -269,7 +274,7 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
   out.tokens = static_cast<int64_t>(counts[1].item<double>());
   // A global batch of prompts only (SFT) has no target: its loss and gradients are 0, not 0 / 0.
   const double loss_divisor = std::max<double>(static_cast<double>(out.loss_tokens), 1.0);
-  const double weight_per_token = static_cast<double>(mesh_.dp()) / loss_divisor;
+  const double weight_per_token = static_cast<double>(mesh_.size(kDataParallelAxes)) / loss_divisor;
   clock.lap(&StepPhases::data_s);
   if (mesh_.pp() > 1) {
     const PipelineStats before = pipeline_stats_;

@@ -86,7 +86,8 @@ class Trainer {
 
   Config config_;
   torch::Device device_;
-  Mesh mesh_;  // every process group: the world, dp, tp, pp
+  Mesh mesh_;  // every process group: the world, dp, tp, pp, cp
+  ContextParallelism context_parallelism_;  // the model's sequence split over the cp group; its ring's waits
   std::unique_ptr<Task> task_;
   std::unique_ptr<GradientSync> gradient_sync_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;

@@ -73,7 +73,7 @@ expect_job_failure() {  # expect_job_failure FAULT PATTERN
   grep -q "$2" <<<"$out" || fail "$1: the output lacks '$2': $out"
   echo "$1: job ended with exit code $code after $((SECONDS - started))s"
 }
-expect_job_failure "throw@5:rank1" "rank 1 dp1-tp0-pp0.*injected fault (LOOM_FAULT_INJECTION) on rank 1 at step 5"
+expect_job_failure "throw@5:rank1" "rank 1 dp1-cp0-tp0-pp0.*injected fault (LOOM_FAULT_INJECTION) on rank 1 at step 5"
 expect_job_failure "crash@5:rank1" "exited\|terminated\|aborted"
 expect_job_failure "stall@5:rank1" "did not finish within parallel.timeout_s=20s"
 echo PASS

@@ -11,7 +11,7 @@ check_refusal() {  # check_refusal LOG INFO_JSON RANKS
 import json, re, sys
 log, info, ranks = open(sys.argv[1]).read(), json.load(open(sys.argv[2])), int(sys.argv[3])
 m = re.search(r"the model does not fit: each rank needs ([0-9.]+) GiB for weights, gradients and AdamW state "
-              r"\(plus about ([0-9.]+) GiB of activations; `loom info` shows the estimate\) at dp (\d+) x tp 1 x pp 1"
+              r"\(plus about ([0-9.]+) GiB of activations; `loom info` shows the estimate\) at dp (\d+) x cp 1 x tp 1 x pp 1"
               r"(?: with ZeRO-1)?, but ([0-9.]+) GiB is available to it", log)
 assert m, log
 memory = info["memory"]

@@ -23,7 +23,7 @@ run clean ""
 [ $code -eq 0 ] || fail "clean run: $(tail -3 "$WORK/clean.log")"
 run nan_loss nan_loss@5
 [ $code -eq 0 ] || fail "a single NaN loss stopped the run: $(tail -3 "$WORK/nan_loss.log")"
-grep -q "step 5: non-finite loss (nan) on rank 0 (dp0-tp0-pp0); step skipped (1 in a row, train.max_bad_steps=10)" \
+grep -q "step 5: non-finite loss (nan) on rank 0 (dp0-cp0-tp0-pp0); step skipped (1 in a row, train.max_bad_steps=10)" \
   "$WORK/nan_loss.log" || fail "no warning for the NaN loss: $(grep -i nan "$WORK/nan_loss.log")"
 run nan_grad nan_grad@5
 [ $code -eq 0 ] || fail "a single NaN gradient stopped the run"
@@ -59,7 +59,7 @@ same_losses "$WORK/nan_loss" "$WORK/resumed" "resumed after a skipped step"
 # Persistent: the third NaN gradient in a row (steps 8, 9, 10) stops the run before checkpoint 10.
 run persistent nan_grad@8- --set train.max_bad_steps=3
 [ $code -eq 1 ] || fail "persistent NaN gradients: exit code $code, expected 1"
-grep -q "step 10: non-finite gradient of [a-z_.0-9]* on rank 0 (dp0-tp0-pp0); 3 bad steps in a row (train.max_bad_steps=3): stopping" \
+grep -q "step 10: non-finite gradient of [a-z_.0-9]* on rank 0 (dp0-cp0-tp0-pp0); 3 bad steps in a row (train.max_bad_steps=3): stopping" \
   "$WORK/persistent.log" || fail "stop message: $(tail -2 "$WORK/persistent.log")"
 [ "$(ls "$WORK/persistent/checkpoints")" = "5" ] || fail "checkpoints after the stop: $(ls "$WORK/persistent/checkpoints")"
 run persistent "" && [ $code -eq 0 ] || fail "resume after the stop"
@@ -84,12 +84,12 @@ dp_run() {  # dp_run NAME FAULT [--set ...]
 for zero in 0 1; do
   dp_run "dp2-zero$zero" nan_loss@5:rank1 --set parallel.zero=$zero
   [ $code -eq 0 ] || fail "DP=2 zero=$zero with a NaN loss on rank 1: exit $code: $(tail -3 "$WORK/dp2-zero$zero.log")"
-  grep -q "step 5: non-finite loss (nan) on rank 1 (dp1-tp0-pp0); step skipped" "$WORK/dp2-zero$zero.log" \
+  grep -q "step 5: non-finite loss (nan) on rank 1 (dp1-cp0-tp0-pp0); step skipped" "$WORK/dp2-zero$zero.log" \
     || fail "DP=2: the warning does not name rank 1"
   same_losses_within "$WORK/nan_loss" "$WORK/dp2-zero$zero" "DP=2 zero=$zero, NaN loss on rank 1 at step 5" 1e-5
   dp_run "dp2-stop-zero$zero" nan_grad@3-:rank1 --set train.max_bad_steps=2 --set parallel.zero=$zero
   [ $code -ne 0 ] && [ $code -ne 124 ] || fail "DP=2 persistent NaN gradient on rank 1: exit code $code"
-  grep -q "step 4: non-finite gradient of [a-z_.0-9]* on rank 1 (dp1-tp0-pp0); 2 bad steps in a row" \
+  grep -q "step 4: non-finite gradient of [a-z_.0-9]* on rank 1 (dp1-cp0-tp0-pp0); 2 bad steps in a row" \
     "$WORK/dp2-stop-zero$zero.log" || fail "DP=2 stop message: $(grep -i error "$WORK/dp2-stop-zero$zero.log")"
   echo "DP=2 zero=$zero: persistent NaN gradient on rank 1 ended the job with exit code $code"
 done

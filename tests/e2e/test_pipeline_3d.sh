@@ -40,7 +40,7 @@ for schedule in gpipe 1f1b; do
   run="$WORK/llama-tp2pp2-sp-$schedule"
   mpi_train 4 "$run" "${ten[@]}" "${llama[@]}" "${tp2pp2[@]}" --set parallel.sequence_parallel=true \
     --set parallel.pp_schedule=$schedule || fail "LLaMA TP2xPP2+SP $schedule failed"
-  grep -q "layout dp=1 tp=2 pp=2" "$run.log" || fail "$run did not run with tp=2 pp=2"
+  grep -q "layout dp=1 cp=1 tp=2 pp=2" "$run.log" || fail "$run did not run with tp=2 pp=2"
   same_curve "$WORK/llama-single" "$run" "llama TP2xPP2 + sequence parallelism ($schedule)"
 done
 

@@ -33,7 +33,7 @@ for family in gpt llama; do
     run="$WORK/$family-pp2-$schedule"
     mpi_train 2 "$run" "${common[@]}" "${extra[@]}" --set parallel.pp=2 --set parallel.dp=1 \
       --set parallel.microbatches=4 --set parallel.pp_schedule=$schedule || fail "$family PP=2 $schedule run failed"
-    grep -q "layout dp=1 tp=1 pp=2" "$run.log" || fail "$family PP=2 did not run with pp=2"
+    grep -q "layout dp=1 cp=1 tp=1 pp=2" "$run.log" || fail "$family PP=2 did not run with pp=2"
     same_curve "$WORK/$family-single" "$run" "$family PP=2 $schedule"
   done
 done

@@ -29,7 +29,7 @@ same_run() {
 pp_train() {
   local ranks=$1 dir=$2 pp=$3; shift 3
   mpi_train "$ranks" "$dir" --set parallel.pp="$pp" "$@" || fail "$(basename "$dir") run failed"
-  grep -q "layout dp=.* tp=.* pp=$pp" "$dir.log" || fail "$(basename "$dir") did not run with pp=$pp"
+  grep -q "layout dp=.* cp=1 tp=.* pp=$pp" "$dir.log" || fail "$(basename "$dir") did not run with pp=$pp"
 }
 
 tiny_train "$WORK/single" "${common[@]}" >"$WORK/single.log" 2>&1 || { tail "$WORK/single.log"; fail "single-process run"; }

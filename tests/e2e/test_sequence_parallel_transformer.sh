@@ -20,7 +20,7 @@ sp=(--set parallel.sequence_parallel=true --set parallel.tp=2)
 sp_train() {
   local ranks=$1 dir=$2; shift 2
   mpi_train "$ranks" "$dir" "${sp[@]}" "$@" || fail "$(basename "$dir") run failed"
-  grep -q "layout dp=.* tp=2 pp=" "$dir.log" || fail "$(basename "$dir") did not run with tp=2"
+  grep -q "layout dp=.* cp=1 tp=2 pp=" "$dir.log" || fail "$(basename "$dir") did not run with tp=2"
 }
 
 tiny_train "$WORK/single" "${common[@]}" >"$WORK/single.log" 2>&1 || { tail "$WORK/single.log"; fail "single-process run"; }

@@ -20,7 +20,7 @@ for family in gpt llama; do
     || fail "$family single-process run failed"
   mpi_train 2 "$WORK/$family-tp2" "${common[@]}" "${extra[@]}" --set parallel.tp=2 --set parallel.dp=1 \
     || fail "$family TP=2 run failed"
-  grep -q "layout dp=1 tp=2 pp=1" "$WORK/$family-tp2.log" || fail "$family TP=2 did not run with tp=2"
+  grep -q "layout dp=1 cp=1 tp=2 pp=1" "$WORK/$family-tp2.log" || fail "$family TP=2 did not run with tp=2"
   same_curve "$WORK/$family-single" "$WORK/$family-tp2" "$family TP=2"
   mpi_train 4 "$WORK/$family-dp2tp2" "${common[@]}" "${extra[@]}" --set parallel.tp=2 --set parallel.dp=2 \
     || fail "$family DP=2 x TP=2 run failed"

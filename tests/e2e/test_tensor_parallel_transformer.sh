@@ -15,7 +15,7 @@ variant=(--set model.norm_position=pre --set model.position=learned --set model.
 
 tiny_train "$WORK/single" "${common[@]}" >"$WORK/single.log" 2>&1 || { tail "$WORK/single.log"; fail "single-process run failed"; }
 mpi_train 2 "$WORK/tp2" "${common[@]}" --set parallel.tp=2 --set parallel.dp=1 || fail "TP=2 run failed"
-grep -q "layout dp=1 tp=2 pp=1" "$WORK/tp2.log" || fail "TP=2 did not run with tp=2"
+grep -q "layout dp=1 cp=1 tp=2 pp=1" "$WORK/tp2.log" || fail "TP=2 did not run with tp=2"
 same_curve "$WORK/single" "$WORK/tp2" "transformer TP=2"
 
 tiny_train "$WORK/variant-single" "${common[@]}" "${variant[@]}" >"$WORK/variant-single.log" 2>&1 \

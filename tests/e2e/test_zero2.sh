@@ -26,10 +26,10 @@ same_losses_and_grad_norms "$WORK/single" "$WORK/dp4" "ZeRO-2 DP=4"
 zero2_train 2 "$WORK/dp2acc" --set train.micro_batch_size=4
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2acc" "ZeRO-2 DP=2 x 2 micro-batches"
 zero2_train 4 "$WORK/dp2tp2" --set parallel.tp=2
-grep -q "layout dp=2 tp=2 pp=1" "$WORK/dp2tp2.log" || fail "DP=2 x TP=2 did not run as such"
+grep -q "layout dp=2 cp=1 tp=2 pp=1" "$WORK/dp2tp2.log" || fail "DP=2 x TP=2 did not run as such"
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2tp2" "ZeRO-2 DP=2 x TP=2"
 zero2_train 4 "$WORK/dp2pp2" --set parallel.pp=2 --set parallel.pp_schedule=1f1b --set parallel.microbatches=2
-grep -q "layout dp=2 tp=1 pp=2" "$WORK/dp2pp2.log" || fail "DP=2 x PP=2 did not run as such"
+grep -q "layout dp=2 cp=1 tp=1 pp=2" "$WORK/dp2pp2.log" || fail "DP=2 x PP=2 did not run as such"
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2pp2" "ZeRO-2 DP=2 x PP=2 1f1b (tied embedding)"
 
 # Every DP rank writes its own shard (model + its half of the AdamW state), as ZeRO-1 does.

@@ -21,14 +21,14 @@ zero3_train() {  # zero3_train RANKS RUN_DIR [--set ...]: a ZeRO-3 run, dp filli
 
 tiny_train "$WORK/single" "${common[@]}" --set train.micro_batch_size=8 >"$WORK/single.log" 2>&1 || fail "single run"
 zero3_train 2 "$WORK/dp2"
-grep -q "layout dp=2 tp=1 pp=1, 8 gradient buckets" "$WORK/dp2.log" || fail "ZeRO-3 did not bucket by unit (ends + 3 blocks, 2 groups each)"
+grep -q "layout dp=2 cp=1 tp=1 pp=1, 8 gradient buckets" "$WORK/dp2.log" || fail "ZeRO-3 did not bucket by unit (ends + 3 blocks, 2 groups each)"
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2" "ZeRO-3 DP=2"
 zero3_train 4 "$WORK/dp4"
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp4" "ZeRO-3 DP=4"
 zero3_train 2 "$WORK/dp2acc" --set train.micro_batch_size=4
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2acc" "ZeRO-3 DP=2 x 2 micro-batches"
 zero3_train 4 "$WORK/dp2tp2" --set parallel.tp=2
-grep -q "layout dp=2 tp=2 pp=1" "$WORK/dp2tp2.log" || fail "DP=2 x TP=2 did not run as such"
+grep -q "layout dp=2 cp=1 tp=2 pp=1" "$WORK/dp2tp2.log" || fail "DP=2 x TP=2 did not run as such"
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2tp2" "ZeRO-3 DP=2 x TP=2"
 zero3_train 2 "$WORK/recompute" --set train.activation_checkpointing=full
 same_losses_and_grad_norms "$WORK/single" "$WORK/recompute" "ZeRO-3 DP=2, full activation checkpointing"

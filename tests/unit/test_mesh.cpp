@@ -35,10 +35,10 @@ TEST_CASE("mesh: ranks are TP innermost, then DP, then PP", "[mesh]") {
     CHECK(mesh.last_stage() == (rank >= 6));
   }
   const loom::Mesh mesh(c, world, 9);  // 9 = 1 + 2 * (1 + 3 * 1)
-  CHECK(mesh.coords_name() == "dp1-tp1-pp1");
-  CHECK(mesh.describe() == "dp=3 tp=2 pp=2");
-  CHECK(mesh.shape().describe(" x ", " ") == "dp 3 x tp 2 x pp 2");
-  const std::vector<std::pair<std::string, int64_t>> sizes{{"dp", 3}, {"tp", 2}, {"pp", 2}};
+  CHECK(mesh.coords_name() == "dp1-cp0-tp1-pp1");
+  CHECK(mesh.describe() == "dp=3 cp=1 tp=2 pp=2");
+  CHECK(mesh.shape().describe(" x ", " ") == "dp 3 x cp 1 x tp 2 x pp 2");
+  const std::vector<std::pair<std::string, int64_t>> sizes{{"dp", 3}, {"cp", 1}, {"tp", 2}, {"pp", 2}};
   CHECK(mesh.shape().named_sizes() == sizes);
   loom::MeshCoords c2;
   c2[MeshAxis::kDp] = 2;
@@ -97,16 +97,46 @@ TEST_CASE("mesh: a group over any set of axes holds the ranks equal outside it, 
   CHECK(dp_group == std::vector<int64_t>{7, 9, 11});
 }
 
+TEST_CASE("mesh: the cp axis sits between tp and dp; dp x cp holds the ranks with the same parameters", "[mesh]") {
+  const auto c = layout({"parallel.dp=-1", "parallel.tp=2", "parallel.cp=2", "parallel.pp=2", "data.seq_len=64",
+                           "model.dropout=0"});
+  const int64_t world = 16;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    const loom::Mesh mesh(c, world, rank);
+    REQUIRE(mesh.dp() == 2);  // 16 / (2 * 2 * 2)
+    CHECK(mesh.cp() == 2);
+    const auto coords = mesh.coords();
+    // rank = tp + 2 * (cp + 2 * (dp + 2 * pp))
+    CHECK(coords[MeshAxis::kTp] == rank % 2);
+    CHECK(coords[MeshAxis::kCp] == (rank / 2) % 2);
+    CHECK(coords[MeshAxis::kDp] == (rank / 4) % 2);
+    CHECK(coords[MeshAxis::kPp] == rank / 8);
+    // dp x cp flattened cp first: the shard index of ZeRO and of a checkpoint's per-rank files.
+    CHECK(mesh.size(loom::kDataParallelAxes) == 4);
+    CHECK(mesh.coord(loom::kDataParallelAxes) == coords[MeshAxis::kCp] + 2 * coords[MeshAxis::kDp]);
+  }
+  const loom::Mesh mesh(c, world, 13);  // 13 = 1 + 2 * (0 + 2 * (1 + 2 * 1))
+  CHECK(mesh.coords_name() == "dp1-cp0-tp1-pp1");
+  CHECK(mesh.describe() == "dp=2 cp=2 tp=2 pp=2");
+  // Ranks 1, 3, 5, 7 share tp 1 and pp 0: one dp x cp group, in cp-then-dp order.
+  std::vector<int64_t> group;
+  const loom::MeshShape& shape = mesh.shape();
+  for (int64_t rank = 0; rank < world; ++rank)
+    if (shape.group_color(rank, loom::kDataParallelAxes) == shape.group_color(1, loom::kDataParallelAxes))
+      group.push_back(rank);
+  CHECK(group == std::vector<int64_t>{1, 3, 5, 7});
+}
+
 TEST_CASE("mesh: a layout that does not fill the world is a ConfigError", "[mesh]") {
   const loom::Config c = loom::parse_config("parallel:\n  dp: 2\n  tp: 2\n", "x.yaml");
-  CHECK(loom::Mesh(c, 4, 3).coords_name() == "dp1-tp1-pp0");
+  CHECK(loom::Mesh(c, 4, 3).coords_name() == "dp1-cp0-tp1-pp0");
   CHECK_THROWS_AS(loom::Mesh(c, 8, 0), loom::ConfigError);
   try {
     loom::Mesh(c, 1, 0);
     FAIL("expected a ConfigError");
   } catch (const loom::ConfigError& e) {
     const std::string message = e.what();
-    CHECK(starts_with(message, "x.yaml:2: parallel.dp * tp * pp = 2 * 2 * 1 = 4 but the job has 1 process(es)"));
+    CHECK(starts_with(message, "x.yaml:2: parallel.dp * cp * tp * pp = 2 * 1 * 2 * 1 = 4 but the job has 1 process(es)"));
     CHECK(message.find("mpirun -np 4") != std::string::npos);
   }
   const auto auto_dp = layout({"parallel.dp=-1", "parallel.tp=4"});
@@ -115,7 +145,7 @@ TEST_CASE("mesh: a layout that does not fill the world is a ConfigError", "[mesh
     loom::Mesh(auto_dp, 6, 0);
     FAIL("expected a ConfigError");
   } catch (const loom::ConfigError& e) {
-    CHECK(std::string(e.what()) == "--set parallel.tp=4: parallel.tp * parallel.pp = 4 does not divide the world size 6");
+    CHECK(std::string(e.what()) == "--set parallel.tp=4: parallel.cp * parallel.tp * parallel.pp = 4 does not divide the world size 6");
   }
   CHECK_THROWS_AS(loom::Mesh(auto_dp, 8, 8), loom::Error);  // rank outside the world
 }

@@ -44,9 +44,9 @@ TEST_CASE("non-finite guard: skips, counts, and stops after max_bad_steps in a r
 
   health = guard.check(2, nan, false, false, mesh, describe, state);  // the loss is named before the gradients
   CHECK((!health.update && !health.gradients_finite && health.bad));
-  CHECK(health.what == "non-finite loss (nan) on rank 0 (dp0-tp0-pp0)");
+  CHECK(health.what == "non-finite loss (nan) on rank 0 (dp0-cp0-tp0-pp0)");
   health = guard.check(3, 1.0, false, false, mesh, describe, state);
-  CHECK(health.what == "non-finite gradient of blocks.0.mlp.up.weight on rank 0 (dp0-tp0-pp0)");
+  CHECK(health.what == "non-finite gradient of blocks.0.mlp.up.weight on rank 0 (dp0-cp0-tp0-pp0)");
   CHECK((state.skipped_steps == 2 && state.bad_streak == 2 && described == 1));
 
   // fp16 overflow with room to back off: skipped and counted, but not bad, and it ends the streak.
@@ -61,7 +61,7 @@ TEST_CASE("non-finite guard: skips, counts, and stops after max_bad_steps in a r
   guard.check(7, nan, true, false, mesh, describe, state);
   guard.check(8, nan, true, false, mesh, describe, state);
   CHECK_THROWS_WITH(guard.check(9, nan, true, false, mesh, describe, state),
-                    "step 9: non-finite loss (nan) on rank 0 (dp0-tp0-pp0); 3 bad steps in a row "
+                    "step 9: non-finite loss (nan) on rank 0 (dp0-cp0-tp0-pp0); 3 bad steps in a row "
                     "(train.max_bad_steps=3): stopping. The checkpoints hold no bad step; look for bad data near this "
                     "step or lower optim.lr, then run again to resume from the last checkpoint");
   // 0: never stops.
@@ -161,7 +161,7 @@ TEST_CASE("memory check: MemAvailable, the estimate, and the refusal", "[reliabi
   const auto refused = loom::memory_shortfall(config, 16 * params - 1);
   REQUIRE(refused.has_value());
   CHECK_THAT(*refused, Catch::StartsWith("the model does not fit: each rank needs"));
-  CHECK_THAT(*refused, Catch::Contains("at dp 1 x tp 1 x pp 1, but"));
+  CHECK_THAT(*refused, Catch::Contains("at dp 1 x cp 1 x tp 1 x pp 1, but"));
   // The model fits, a micro-batch's activations on top do not: the message names the keys that shrink them.
   const auto batch = loom::memory_shortfall(config, 16 * params + activations - 1);
   REQUIRE(batch.has_value());

@@ -1,5 +1,5 @@
 // Ring attention (parallel/ring_attention.h) against SDPA on the whole sequence: output, dq, dk and dv of this
-// rank's chunks, for causal and full masks, grouped-query heads, sliding windows and packed documents, in fp32
+// rank's chunks, for causal and full masks, grouped-query heads, sliding windows, packed documents and ALiBi, in fp32
 // (1e-5 of the magnitude) and bf16 (SDPA's own bf16 error against fp32, with a margin). Written for any world
 // size, the world being the CP group: ctest runs them as unit tests (cp 1: the ring of one, its chunk pairs
 // still masked and skipped) and under `mpirun -np 2` and `-np 4` ([cp]). Every rank draws the same whole
@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "models/document_mask.h"
+#include "models/positions.h"
 #include "parallel/context_parallel_layout.h"
 #include "parallel/ring_attention.h"
 #include "test_util.h"
@@ -25,6 +26,7 @@ struct MaskCase {
   int64_t window;
   bool documents;
   int64_t kv_heads;  // of 4 query heads
+  bool alibi = false;  // ALiBi's bias by global distance (models/positions.h's slopes of 4 heads)
 };
 
 const MaskCase kCases[] = {
@@ -32,6 +34,8 @@ const MaskCase kCases[] = {
     {"causal GQA", true, 0, false, 2},      {"causal multi-query", true, 0, false, 1},
     {"causal window 4", true, 4, false, 2}, {"full window 5", false, 5, false, 4},
     {"causal documents", true, 0, true, 2}, {"causal documents window 4", true, 4, true, 4},
+    {"causal ALiBi GQA", true, 0, false, 2, true}, {"full ALiBi window 5", false, 5, false, 4, true},
+    {"causal documents ALiBi", true, 0, true, 1, true},
 };
 
 // (B = 2, T) int64 positions in documents: row 0 holds three documents (one of a single token), row 1 one.
@@ -42,7 +46,8 @@ torch::Tensor document_positions(int64_t T) {
   return torch::stack({row0, torch::arange(T, torch::kLong)});
 }
 
-// SDPA's mask (B or 1, 1, T, T) of a case over the whole sequence: models/attention.cpp's rule.
+// SDPA's mask (B or 1, 1, T, T) of a case over the whole sequence: models/attention.cpp's rule; with ALiBi
+// the float bias (B or 1, 4, T, T), -slope * |i - j|, -inf where masked.
 torch::Tensor whole_mask(const MaskCase& c, int64_t T, const torch::Tensor& positions) {
   const auto index = torch::arange(T, torch::kLong);
   const auto distance = index.view({T, 1}) - index.view({1, T});
@@ -50,7 +55,9 @@ torch::Tensor whole_mask(const MaskCase& c, int64_t T, const torch::Tensor& posi
   if (c.window > 0) visible = visible & (distance.abs() < c.window);
   visible = visible.view({1, 1, T, T});
   if (c.documents) visible = visible & loom::document_causal_mask(positions);
-  return visible;
+  if (!c.alibi) return visible;
+  const auto bias = -loom::alibi_slopes(4).view({1, 4, 1, 1}) * distance.abs().to(torch::kFloat).view({1, 1, T, T});
+  return bias.masked_fill(~visible, -std::numeric_limits<float>::infinity());
 }
 
 struct Inputs {
@@ -79,7 +86,8 @@ std::vector<torch::Tensor> whole_sdpa(const MaskCase& c, const Inputs& in, torch
   const bool gqa = in.k.size(1) != in.q.size(1);
   auto results = loom::test::output_and_gradients(
       [&](const std::vector<torch::Tensor>& x) {
-        return at::scaled_dot_product_attention(x[0], x[1], x[2], mask, 0.0, false, std::nullopt, gqa);
+        return at::scaled_dot_product_attention(x[0], x[1], x[2], mask.is_floating_point() ? mask.to(dtype) : mask, 0.0,
+                                                 false, std::nullopt, gqa);
       },
       {in.q.to(dtype), in.k.to(dtype), in.v.to(dtype)}, in.upstream);
   for (auto& t : results) t = loom::cp_split(t.to(torch::kFloat), 2, cp, rank);
@@ -93,6 +101,7 @@ std::vector<torch::Tensor> ring(const MaskCase& c, const Inputs& in, torch::Dtyp
   options.group = &group;
   options.causal = c.causal;
   options.window = c.window;
+  if (c.alibi) options.alibi_slopes = loom::alibi_slopes(4);
   const auto starts = c.documents ? loom::cp_split(loom::document_starts(in.positions), 1, cp, rank) : torch::Tensor();
   auto local = [&](const torch::Tensor& t) { return loom::cp_split(t, 2, cp, rank).to(dtype); };
   auto results = loom::test::output_and_gradients(
