@@ -70,8 +70,8 @@ std::optional<std::string> memory_shortfall(const Config& config, int64_t availa
     return fmt::format(
         "the batch does not fit: besides the model's {}, each rank needs about {} for the activations of "
         "train.micro_batch_size={} sequences of data.seq_len={} tokens (`loom info` shows the estimate) at {}, but {} "
-        "is available to it. Lower train.micro_batch_size (gradient accumulation keeps train.batch_size), or set "
-        "train.activation_checkpointing",
+        "is available to it. Lower train.micro_batch_size (gradient accumulation keeps train.batch_size), set "
+        "train.activation_checkpointing, or split each sequence over more ranks (parallel.cp)",
         gib(model), gib(memory.activations + memory.pipeline_sends), config.micro_batch_size(p.dp), config.data.seq_len,
         layout, gib(available));
   return std::nullopt;

@@ -26,7 +26,7 @@ expect_config_error "optim.lr: -1 must be > 0" train "$SRC/tests/e2e/tiny.yaml" 
 expect_config_error "unknown key" train "$SRC/tests/e2e/tiny.yaml" --set optim.learning_rate=1
 expect_config_error "cannot open the config file" train "$WORK/missing.yaml"
 expect_config_error "unknown option --sett" train "$SRC/tests/e2e/tiny.yaml" --sett x=1
-expect_config_error "parallel.dp \* tp \* pp = 2 \* 1 \* 1 = 2 but the job has 1 process" \
+expect_config_error "parallel.dp \* cp \* tp \* pp = 2 \* 1 \* 1 \* 1 = 2 but the job has 1 process" \
   train $(tiny_args "$WORK/r") --set parallel.dp=2
 
 # A missing data file is a config error (exit 2) naming the key and the file.

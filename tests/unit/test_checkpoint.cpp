@@ -123,7 +123,7 @@ TEST_CASE("checkpoint: a round trip restores parameters, AdamW state, counters a
   const auto manifest = nlohmann::json::parse(loom::read_file(dir / "manifest.json"));
   CHECK(manifest["step"] == 2);
   CHECK(manifest["tokens"] == 128);
-  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 0}}));
+  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"cp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 0}}));
   CHECK(manifest["files"][kShard]["bytes"] == fs::file_size(dir / kShard));
   CHECK(manifest["files"][kShard]["crc32"] == loom::crc32_file(dir / kShard));
   CHECK(manifest["files"]["config.yaml"]["crc32"] == loom::crc32_file(dir / "config.yaml"));
@@ -272,7 +272,7 @@ TEST_CASE("checkpoint: a model with other shapes is refused", "[checkpoint]") {
 }
 
 // The manifest's layout is the mesh's axis sizes by name plus "zero", as loom has always written it; an axis
-// a manifest does not name (one its writer did not have, like a future cp) reads as size 1.
+// a manifest does not name (one its writer did not have: cp before context parallelism) reads as size 1.
 TEST_CASE("checkpoint: a layout without an axis of this mesh loads as that axis of size 1", "[checkpoint]") {
   const auto run = loom::test::scratch_dir("ckpt-axes");
   const auto config = tiny_config();
@@ -280,10 +280,10 @@ TEST_CASE("checkpoint: a layout without an axis of this mesh loads as that axis 
   loom::save_checkpoint(run, config, loom::Mesh(config, 1, 0), t.parts(), {3, 0, 0});
   const auto path = loom::checkpoint_dir(run, 3) / "manifest.json";
   auto manifest = nlohmann::json::parse(loom::read_file(path));
-  // Exactly the keys a loom with the three fixed axes wrote (and read with layout.at("tp")): old and new
+  // The keys a loom with the three fixed axes wrote (and read with layout.at("tp")), and cp: old and new
   // manifests are one format.
-  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"pp", 1}, {"tp", 1}, {"zero", 0}}));
-  manifest["layout"] = {{"dp", 1}, {"zero", 0}};  // no tp, no pp
+  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"cp", 1}, {"pp", 1}, {"tp", 1}, {"zero", 0}}));
+  manifest["layout"] = {{"dp", 1}, {"zero", 0}};  // no tp, no pp, no cp
   loom::write_file_atomic(path, manifest.dump(2) + "\n");  // the manifest is not among its own checksums
   REQUIRE_FALSE(loom::checkpoint_problem(loom::checkpoint_dir(run, 3)));
   Trainee restored(config, 2);

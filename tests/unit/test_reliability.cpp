@@ -167,6 +167,7 @@ TEST_CASE("memory check: MemAvailable, the estimate, and the refusal", "[reliabi
   REQUIRE(batch.has_value());
   CHECK_THAT(*batch, Catch::StartsWith("the batch does not fit:") && Catch::Contains("train.micro_batch_size=32 ") &&
                          Catch::Contains("data.seq_len=128 "));
+  CHECK_THAT(*batch, Catch::EndsWith("or split each sequence over more ranks (parallel.cp)"));
   // The same model over 4 ranks with ZeRO-1 keeps a quarter of the AdamW state per rank (and of the batch):
   // 4 weights + 4 gradient buckets + 1 (its quarter of the reduced gradient) + 2 (a quarter of 8 AdamW).
   config.parallel.dp = 4;
@@ -182,4 +183,19 @@ TEST_CASE("memory check: MemAvailable, the estimate, and the refusal", "[reliabi
   REQUIRE((alone && shared));
   CHECK(*alone > 0);
   CHECK(std::abs(static_cast<double>(*shared) * 4 - static_cast<double>(*alone)) < 0.05 * static_cast<double>(*alone));
+}
+
+TEST_CASE("memory check: the long-context preset fits a quarter of 24 GiB per rank at cp 4, not 24 GiB at cp 1",
+          "[reliability]") {
+  // configs/llama-long-context.yaml: 32,768-token sequences on this kind of machine (24 GiB, 4 ranks). At cp 1
+  // one rank would keep every layer's scores; ring attention keeps each query's log-sum-exp instead.
+  const auto path = (loom::test::source_dir() / "configs" / "llama-long-context.yaml").string();
+  const int64_t gib = int64_t{1} << 30;
+  const auto cp4 = loom::load_config(path, {"model.vocab_size=1024"});
+  REQUIRE(cp4.parallel.cp == 4);
+  CHECK_FALSE(loom::memory_shortfall(cp4, 24 * gib / 4).has_value());
+  const auto cp1 = loom::load_config(path, {"model.vocab_size=1024", "parallel.cp=1"});
+  const auto refused = loom::memory_shortfall(cp1, 24 * gib);
+  REQUIRE(refused.has_value());
+  CHECK_THAT(*refused, Catch::StartsWith("the batch does not fit") && Catch::Contains("data.seq_len=32768"));
 }
