@@ -259,13 +259,6 @@ void validate(const Config& c) {
   check.require(p.bucket_mb > 0, "parallel.bucket_mb", p.bucket_mb, " must be > 0");
   check.require(p.timeout_s > 0, "parallel.timeout_s", p.timeout_s, " must be > 0");
   check.require(p.zero >= 0 && p.zero <= 3, "parallel.zero", p.zero, " must be 0, 1 (ZeRO-1), 2 (ZeRO-2) or 3 (ZeRO-3)");
-  // What ZeRO-3 is built for so far; the rest is refused rather than run some other way.
-  if (p.zero == 3) {
-    check.require(p.pp == 1, "parallel.zero", p.zero, ": ZeRO-3 with pipeline stages (parallel.pp=", p.pp,
-                  ") is not built yet: use parallel.zero 2 with parallel.pp > 1, or parallel.pp 1");
-    check.require(!m.encoder_decoder(), "parallel.zero", p.zero,
-                  ": ZeRO-3 is built for model.arch=gpt; for model.arch=transformer use parallel.zero 2");
-  }
   if (p.tp >= 1 && m.n_heads > 0)
     check.require(m.n_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_heads=", m.n_heads);
   if (p.tp >= 1 && m.n_kv_heads > 0)

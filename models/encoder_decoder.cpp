@@ -75,18 +75,19 @@ std::vector<torch::Tensor> EncoderDecoderImpl::forward_stage(const torch::Tensor
                                                              const torch::Tensor& target_inputs,
                                                              const std::vector<torch::Tensor>& inputs) {
   TORCH_CHECK(stage_.first || inputs.size() == 2, "a later pipeline stage takes [source side, target side]");
+  if (units_ != nullptr) units_->before_forward(0);  // the ends: embedding, positions, final norms, head
   // x: (B, S, C): the encoder's hidden states, from the stage ending the encoder on the memory;
   // y: (B, T, C): the embedded target, then the decoder's hidden states.
   auto x = stage_.first ? embed(source, 0, Side::kSource) : inputs[0];
   auto y = stage_.first ? embed(target_inputs, 0, Side::kTarget) : inputs[1];
   BlockInputs encoder_inputs;
   encoder_inputs.padding = source_padding;
-  for (auto& block : encoder_) x = block->forward(x, nullptr, encoder_inputs);
+  x = run_encoder_blocks(x, encoder_inputs);
   if (ends_encoder_ && encoder_norm_) x = encoder_norm_->forward(x);
   BlockInputs decoder_inputs;
   decoder_inputs.memory = x;
   decoder_inputs.memory_padding = source_padding;
-  for (auto& block : decoder_) y = block->forward(y, nullptr, decoder_inputs);
+  y = run_decoder_blocks(y, decoder_inputs, nullptr);
   if (stage_.last) return {head(y)};
   return {x, y};
 }
@@ -119,11 +120,34 @@ torch::Tensor EncoderDecoderImpl::head(const torch::Tensor& hidden) {
 
 torch::Tensor EncoderDecoderImpl::encode(const torch::Tensor& source, const torch::Tensor& source_padding) {
   TORCH_CHECK(whole(), "encode() runs the whole model; a pipeline stage runs forward_stage()");
+  if (units_ != nullptr) units_->before_forward(0);  // the ends, kept for the decoder's embedding and head
   auto x = embed(source, 0, Side::kSource);
   BlockInputs inputs;
   inputs.padding = source_padding;
-  for (auto& block : encoder_) x = block->forward(x, nullptr, inputs);
+  x = run_encoder_blocks(x, inputs);
   return encoder_norm_ ? encoder_norm_->forward(x) : x;
+}
+
+torch::Tensor EncoderDecoderImpl::run_encoder_blocks(torch::Tensor x, const BlockInputs& inputs) {
+  for (int64_t i = 0; i < n_encoder_blocks(); ++i)
+    x = run_unit(units_, static_cast<size_t>(1 + i), [&] { return encoder_[i]->forward(x, nullptr, inputs); });
+  return x;
+}
+
+torch::Tensor EncoderDecoderImpl::run_decoder_blocks(torch::Tensor y, BlockInputs inputs, DecoderState* state) {
+  for (int64_t i = 0; i < n_decoder_blocks(); ++i) {
+    inputs.memory_cache = state != nullptr ? &state->cross[i] : nullptr;
+    y = run_unit(units_, static_cast<size_t>(1 + n_encoder_blocks() + i),
+                 [&] { return decoder_[i]->forward(y, state != nullptr ? &state->self[i] : nullptr, inputs); });
+  }
+  return y;
+}
+
+std::vector<std::vector<torch::Tensor>> EncoderDecoderImpl::parameter_units() const {
+  std::vector<const torch::nn::Module*> blocks;
+  for (const auto* stack : {&encoder_, &decoder_})
+    for (const auto& block : *stack) blocks.push_back(block.get());
+  return ends_and_block_units(*this, blocks);
 }
 
 torch::Tensor EncoderDecoderImpl::run_decoder(const torch::Tensor& x, const torch::Tensor& memory,
@@ -131,15 +155,10 @@ torch::Tensor EncoderDecoderImpl::run_decoder(const torch::Tensor& x, const torc
   TORCH_CHECK(whole(), "decoding runs the whole model; a pipeline stage runs forward_stage()");
   TORCH_CHECK(state == nullptr || !tp_.sequence_parallel(),
               "a sequence-parallel model does not decode incrementally: load it whole");
-  auto h = x;
-  for (int64_t i = 0; i < n_decoder_blocks(); ++i) {
-    BlockInputs inputs;
-    inputs.memory = memory;
-    inputs.memory_padding = source_padding;
-    inputs.memory_cache = state != nullptr ? &state->cross[i] : nullptr;
-    h = decoder_[i]->forward(h, state != nullptr ? &state->self[i] : nullptr, inputs);
-  }
-  return head(h);
+  BlockInputs inputs;
+  inputs.memory = memory;
+  inputs.memory_padding = source_padding;
+  return head(run_decoder_blocks(x, inputs, state));
 }
 
 torch::Tensor EncoderDecoderImpl::decode(const torch::Tensor& target, const torch::Tensor& memory,
@@ -154,6 +173,7 @@ torch::Tensor EncoderDecoderImpl::forward(const torch::Tensor& source, const tor
 }
 
 DecoderState EncoderDecoderImpl::start_decoding(const torch::Tensor& source, const torch::Tensor& source_lengths) {
+  TORCH_CHECK(units_ == nullptr, "a ZeRO-3 model does not decode incrementally: load it whole");
   DecoderState state;
   state.source_padding = padding_mask(source_lengths, source.size(1));
   state.memory = encode(source, state.source_padding);

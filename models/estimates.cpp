@@ -27,16 +27,28 @@ Parts parts_of(const ModelConfig& c) {
   return p;
 }
 
-// ZeRO-3's units per TP rank (pp 1, the gpt family: parallel.zero 3 refuses the rest): a block, and the
-// ends (everything outside the blocks).
+// ZeRO-3's units per TP rank of pipeline stage `stage` (models/model_stage.h ends_and_block_units): its
+// blocks (an encoder-decoder's decoder block holds a cross-attention and its norm more than an encoder
+// block), and its ends: every other parameter the stage holds.
 struct UnitSizes {
-  int64_t block, ends;
+  int64_t count = 0;    // the stage's blocks
+  int64_t largest = 0;  // the largest block's parameters (a stage's last block is its largest)
+  int64_t blocks = 0;   // all its blocks' parameters
+  int64_t ends = 0;
 };
-UnitSizes unit_sizes(const Config& config) {
+UnitSizes unit_sizes(const Config& config, int64_t stage) {
   const int64_t tp = config.parallel.tp;
-  const int64_t block = (parts_of(config.model).block + tp - 1) / tp;
-  const int64_t all = (count_parameters(config.model) + tp - 1) / tp;
-  return {block, std::max<int64_t>(0, all - config.model.n_layers * block)};
+  auto per_rank = [tp](int64_t n) { return (n + tp - 1) / tp; };
+  const Parts p = parts_of(config.model);
+  const int64_t encoder_block = per_rank(p.block);
+  const int64_t decoder_block = per_rank(config.model.encoder_decoder() ? p.block + p.norm + p.attention : p.block);
+  const StageBlockCounts counts = stage_block_counts(config, stage);
+  UnitSizes out;
+  out.count = counts.encoder + counts.decoder;
+  out.largest = counts.decoder > 0 ? decoder_block : encoder_block;
+  out.blocks = counts.encoder * encoder_block + counts.decoder * decoder_block;
+  out.ends = std::max<int64_t>(0, per_rank(count_stage_parameters(config, stage)) - out.blocks);
+  return out;
 }
 
 }  // namespace
@@ -157,13 +169,18 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   // like the AdamW state. Gradients are fp32 either way.
   const bool bf16_params = config.precision.param_dtype == ParamDtype::kBf16;
   out.weights = bf16_params ? 2 * params + 4 * optimizer_params : 4 * params + (bf16 ? 2 * params : 0);
+  const int64_t micro = config.accumulation_steps(dp);
+  const int64_t in_flight = pp == 1 ? 1 : config.parallel.pp_schedule == PipelineSchedule::kGPipe ? micro : std::min(micro, pp - stage);
   const bool zero3 = config.parallel.zero == 3;
-  const UnitSizes units = zero3 ? unit_sizes(config) : UnitSizes{0, 0};
+  const UnitSizes units = zero3 ? unit_sizes(config, stage) : UnitSizes{};
   if (zero3) {
-    // The shards (fp32, the master of bf16 parameters) are the weights; what is gathered comes and goes.
+    // The shards (fp32, the master of bf16 parameters) are the weights; what is gathered comes and goes:
+    // the block computing and the one prefetched, and on a stage that runs forwards back to back (GPipe,
+    // 1F1B's warm-up) the last block, kept from the previous forward for its backward; without resharding
+    // every block.
+    const int64_t computing = std::min<int64_t>(in_flight > 1 ? 3 : 2, units.count) * units.largest;
     out.weights = 4 * shard_params;
-    const int64_t blocks = config.parallel.reshard_after_forward ? std::min<int64_t>(2, m.n_layers) : m.n_layers;
-    out.gathered = (bf16_params ? 2 : 4) * (units.ends + blocks * units.block);
+    out.gathered = (bf16_params ? 2 : 4) * (units.ends + (config.parallel.reshard_after_forward ? computing : units.blocks));
   }
   out.gradients = 4 * params;
   // ZeRO-1 keeps the whole buckets and, beside them, the shard's reduced gradient (measured at dp 4: without
@@ -174,7 +191,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
     // backward is filling and those whose reduce-scatter is under way. A bucket closes at bucket_mb of
     // parameters (bf16 parameters: twice as many fp32 gradients).
     // ZeRO-3's buckets are its units, the largest of them counted.
-    const auto bucket_params = zero3 ? std::max(units.block, units.ends)
+    const auto bucket_params = zero3 ? std::max(units.largest, units.ends)
                                      : static_cast<int64_t>(config.parallel.bucket_mb * 1024 * 1024) / (bf16_params ? 2 : 4);
     const auto alive = static_cast<int64_t>(GradientSync::kReductionsInFlight + 1) * bucket_params;
     out.gradients = 4 * (shard_params + std::min(params, alive));
@@ -223,8 +240,6 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double cross = !m.encoder_decoder() ? 0.0
                                             : (e * s * b * h + dropout * s * b * h) / sequence +
                                                   (e * s * b * (2 * q + 2 * kv) + a * s * s * b * (e + dropout * (1 + e))) / t;
-  const int64_t micro = config.accumulation_steps(dp);
-  const int64_t in_flight = pp == 1 ? 1 : config.parallel.pp_schedule == PipelineSchedule::kGPipe ? micro : std::min(micro, pp - stage);
   const auto blocks = stage_block_counts(config, stage);
   const double stage_head = stage == pp - 1 ? head : 0.0;
   // Checkpointing is for GPT blocks (decoder blocks without cross-attention); one block recomputes at a time.
@@ -258,10 +273,9 @@ CommunicationEstimate estimate_communication(const Config& config, int64_t stage
   const int64_t element = config.precision.param_dtype == ParamDtype::kBf16 ? 2 : 4;
   out.all_gathered = element * params;
   if (zero == 3) {
-    const UnitSizes units = unit_sizes(config);
-    const int64_t n = config.model.n_layers;
-    const int64_t per_micro_batch = config.parallel.reshard_after_forward ? 2 * n - 1 : n;
-    out.all_gathered = element * (units.ends + micro * per_micro_batch * units.block);
+    const UnitSizes units = unit_sizes(config, stage);
+    const int64_t blocks = config.parallel.reshard_after_forward ? micro * (2 * units.blocks - units.largest) : units.blocks;
+    out.all_gathered = element * (units.ends + blocks);
   }
   return out;
 }

@@ -39,8 +39,9 @@ struct MemoryEstimate {
                             // parameters + their fp32 master (precision.param_dtype bf16); ZeRO-3: the shard
   int64_t gradients = 0;    // fp32, one per parameter (ZeRO-1: + its shard; ZeRO-2, 3: the shard + buckets in flight)
   int64_t optimizer = 0;    // AdamW's two fp32 moments (1/dp of them per rank with ZeRO-1)
-  // ZeRO-3: the units gathered at once: the ends unit and two blocks (the one computing, the one prefetched),
-  // every block with parallel.reshard_after_forward false.
+  // ZeRO-3: the units of the stage gathered at once: the ends unit and two blocks (the one computing, the one
+  // prefetched), three where a pipeline stage runs forwards back to back (GPipe, 1F1B's warm-up: the last
+  // block stays for its backward), every block with parallel.reshard_after_forward false.
   int64_t gathered = 0;
   int64_t activations = 0;  // what the micro-batches in flight keep for their backward
   // Pipeline stages: fp32 outputs sent forward and input gradients sent back, each freed once its
@@ -60,9 +61,9 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage = 0);
 struct CommunicationEstimate {
   int64_t all_reduced = 0;       // zero 0: the fp32 gradients, once per step
   int64_t reduce_scattered = 0;  // fp32 gradients: zero 1 once per step, zero 2 once per micro-batch
-  // zero 1, 2: the updated parameters (bf16 ones with precision.param_dtype bf16); zero 3: the ends unit once
-  // and per micro-batch every block for its forward and again for its backward (but the last, kept; none
-  // with parallel.reshard_after_forward false)
+  // zero 1, 2: the updated parameters (bf16 ones with precision.param_dtype bf16); zero 3: the stage's ends
+  // unit once and per micro-batch every block for its forward and again for its backward (but the last,
+  // kept); with parallel.reshard_after_forward false every block once per step
   int64_t all_gathered = 0;
 };
 CommunicationEstimate estimate_communication(const Config& config, int64_t stage = 0);

@@ -1,7 +1,6 @@
 #include "models/gpt.h"
 
 #include <cmath>
-#include <unordered_set>
 
 #include "core/error.h"
 #include "models/document_mask.h"
@@ -124,16 +123,10 @@ torch::Tensor GptImpl::run_blocks(torch::Tensor x, std::vector<KVCache>* caches,
   return x;
 }
 
-std::vector<std::vector<torch::Tensor>> GptImpl::parameter_units() {
-  std::vector<std::vector<torch::Tensor>> units(1 + blocks_.size());
-  std::unordered_set<const void*> in_blocks;
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    units[i + 1] = blocks_[i]->parameters();
-    for (const auto& p : units[i + 1]) in_blocks.insert(p.unsafeGetTensorImpl());
-  }
-  for (const auto& p : parameters())
-    if (in_blocks.count(p.unsafeGetTensorImpl()) == 0) units[0].push_back(p);
-  return units;
+std::vector<std::vector<torch::Tensor>> GptImpl::parameter_units() const {
+  std::vector<const torch::nn::Module*> blocks;
+  for (const auto& block : blocks_) blocks.push_back(block.get());
+  return ends_and_block_units(*this, blocks);
 }
 
 std::vector<int64_t> GptImpl::hidden_shape(int64_t B, int64_t T) const {

@@ -76,7 +76,7 @@ class GptImpl : public torch::nn::Module {
   // ZeRO-3's units (parallel/parameter_units.h): unit 0 every parameter outside the blocks (embeddings,
   // final norm, head), unit 1 + i this stage's block i. With units set, the training and evaluation
   // forwards gather each unit around its use; generation (KV caches) runs a whole, unsharded model.
-  std::vector<std::vector<torch::Tensor>> parameter_units();
+  std::vector<std::vector<torch::Tensor>> parameter_units() const;
   void set_parameter_units(ParameterUnits* units) { units_ = units; }
 
  private:

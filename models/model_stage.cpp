@@ -1,5 +1,7 @@
 #include "models/model_stage.h"
 
+#include <unordered_set>
+
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -60,6 +62,19 @@ const torch::Tensor& VocabularyEnds::head_weight() const { return head_ ? head_-
 
 torch::Tensor VocabularyEnds::stage_tied_embedding() const {
   return tied_copy_ && embedding_ ? embedding_->weight : torch::Tensor();
+}
+
+std::vector<std::vector<torch::Tensor>> ends_and_block_units(const torch::nn::Module& model,
+                                                             const std::vector<const torch::nn::Module*>& blocks) {
+  std::vector<std::vector<torch::Tensor>> units(1 + blocks.size());
+  std::unordered_set<const void*> in_blocks;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    units[i + 1] = blocks[i]->parameters();
+    for (const auto& p : units[i + 1]) in_blocks.insert(p.unsafeGetTensorImpl());
+  }
+  for (const auto& p : model.parameters())
+    if (in_blocks.count(p.unsafeGetTensorImpl()) == 0) units[0].push_back(p);
+  return units;
 }
 
 }  // namespace loom

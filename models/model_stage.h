@@ -8,6 +8,7 @@
 //                  or with model.tie_embeddings the embedding itself, of which a last stage that is not also
 //                  the first keeps its own copy (stage_tied_embedding), kept equal by summing the two
 //                  stages' gradients (train/pipeline_runner.h).
+//   ends_and_block_units  a stage's ZeRO-3 units (parallel/parameter_units.h): its ends, then its blocks.
 // A family's constructor is then its own parts in order between these (models/gpt.cpp, encoder_decoder.cpp).
 #pragma once
 #include <torch/torch.h>
@@ -98,5 +99,11 @@ class VocabularyEnds {
   ColumnParallelLinear head_{nullptr};         // the untied head, on the last stage
   bool tied_copy_ = false;                     // the embedding is held by two stages
 };
+
+// ZeRO-3's units of a stage (parallel/parameter_units.h): unit 0 every parameter of `model` outside the
+// blocks (the ends: embeddings, final norms, head; none on a stage between the first and the last but a
+// norm ending a stack), unit 1 + i the parameters of blocks[i], the stage's blocks in forward order.
+std::vector<std::vector<torch::Tensor>> ends_and_block_units(const torch::nn::Module& model,
+                                                             const std::vector<const torch::nn::Module*>& blocks);
 
 }  // namespace loom

@@ -35,7 +35,6 @@ GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups
   TORCH_CHECK(param_dtype == torch::kFloat || param_dtype == torch::kBFloat16,
               "GradientSync: parameters are fp32 or bf16");
   TORCH_CHECK((zero == 3) == !units.empty(), "GradientSync: parameter units are for ZeRO-3, and it needs them");
-  TORCH_CHECK(zero < 3 || deferred.empty(), "GradientSync: ZeRO-3 has no deferred parameters (no pipeline stages)");
   const int64_t ranks = dp_group_.size();
   auto is_deferred = [&deferred](const torch::Tensor& p) {
     return std::any_of(deferred.begin(), deferred.end(),

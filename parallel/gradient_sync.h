@@ -17,12 +17,14 @@
 //           reduce-scatter per micro-batch (measured against local accumulation then one reduce-scatter:
 //           docs/ARCHITECTURE.md, section 5). `deferred` parameters (a pipeline stage's copy of the tied
 //           embedding, whose gradient is summed over the stages after the last backward) keep their bucket
-//           whole over the micro-batches and reduce it in finish(), as zero 1 does.
+//           whole over the micro-batches and reduce it in finish(), as zero 1 does (zero 3 too: it is in
+//           the ends unit, gathered until finish() anyway).
 //   zero 3: as zero 2, but the parameters live only as shards: the buckets are the model's units
 //           (parallel/parameter_units.h: each block, the ends), one per unit and optimizer group, not
 //           bucket_mb; each shard is a tensor of its own, and the full flat buffers, whose views the
 //           parameters are, hold storage only while parallel/unit_gathers.h has the unit gathered. A unit
-//           is freed once its gradients are reduced in backward (block units) or at finish() (the ends);
+//           is freed once its gradients are reduced in backward (block units, when resharding) or at
+//           finish() (the ends; every block with parallel.reshard_after_forward false);
 //           after the optimizer step nothing is gathered: the next forward gathers the updated shards.
 // With a DP group of one there is no communication, just the flat buffers (zero 2: copies into the shard).
 // param_dtype bf16 (precision.param_dtype, Megatron's --bf16): the parameters become bf16 views into flat
@@ -60,7 +62,7 @@ class GradientSync {
 
   // groups: fp32 parameters. zero: the ZeRO stage, 0 to 3. param_dtype kBFloat16 turns them into bf16
   // working weights over an fp32 master. deferred: parameters whose gradient is completed after the last
-  // backward (zero 2 reduces their buckets in finish()). units (zero 3): the model's parameter units, the
+  // backward (zero 2, 3 reduce their buckets in finish()). units (zero 3): the model's parameter units, the
   // ends first (every trainable parameter in one), reshard_after_forward as parallel.reshard_after_forward.
   GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& dp_group, double bucket_mb,
                int64_t zero, torch::ScalarType param_dtype = torch::kFloat,

@@ -3,7 +3,8 @@
 // model's own stage forward calls these around each unit, as it takes TensorParallelism: the model says
 // where a unit starts and ends, the implementation (parallel/unit_gathers.h) what that costs. Unit 0 is
 // the ends unit (gathered at the first forward of a step, kept until the step's gradients are reduced);
-// units 1..n are the blocks in forward order.
+// units 1..n are the blocks in forward order (the encoder-decoder's encoder blocks, then its decoder blocks).
+// A pipeline stage's units are its own ends and blocks.
 #pragma once
 #include <torch/torch.h>
 

@@ -130,7 +130,9 @@ void UnitGathers::before_backward(size_t unit) {
 }
 
 void UnitGathers::backward_done(size_t unit) {
-  if (unit > 0) free(unit);
+  // Without resharding a block stays gathered over the step: another micro-batch's forward or backward (a
+  // pipeline schedule interleaves them) uses it again.
+  if (unit > 0 && reshard_after_forward_) free(unit);
 }
 
 void UnitGathers::free_all() {

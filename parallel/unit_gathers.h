@@ -3,9 +3,12 @@
 // parameter buffer, whose views the parameters are, and this rank's fp32 shard of it. Between uses the full
 // buffer's storage is resized to 0 bytes; a gather resizes it back and all-gathers the shards into it. The
 // storage object itself stays, so the parameters' views and what autograd saved of them for backward see the
-// refilled values, and nothing keeps a freed unit's bytes alive. At most the unit computing and the one
-// prefetched are gathered at a time, besides the ends unit (unit 0), which stays gathered from its first
-// forward until free_all() at the end of the step.
+// refilled values, and nothing keeps a freed unit's bytes alive. The ends unit (unit 0) stays gathered from
+// its first forward until free_all() at the end of the step; a block is freed after its forward (but the
+// last block: backward starts with it) and after its backward, so besides the ends the block computing, the
+// one prefetched and the last one kept are gathered, however a pipeline schedule interleaves micro-batches'
+// forwards and backwards (a unit not prefetched is gathered when it is needed). Without resharding
+// (parallel.reshard_after_forward false) a block stays gathered from its first forward to free_all().
 #pragma once
 #include <torch/torch.h>
 
@@ -36,7 +39,7 @@ class UnitGathers : public ParameterUnits {
   void before_forward(size_t unit) override;
   void after_forward(size_t unit) override;
   void before_backward(size_t unit) override;
-  // The unit's gradients are all reduced (launched) in this backward: a block unit is freed.
+  // The unit's gradients are all reduced (launched) in this backward: a block unit is freed (resharding).
   void backward_done(size_t unit);
   // Waits for gathers under way and frees every unit: the end of a step, of an evaluation.
   void free_all();

@@ -34,6 +34,8 @@ class TranslationTask : public Task {
                                            const std::vector<torch::Tensor>& inputs, double label_smoothing) override;
   std::vector<std::vector<int64_t>> stage_output_shapes(const TaskBatch& batch) const override;
   torch::Tensor stage_tied_parameter() override { return model_->stage_tied_embedding(); }
+  std::vector<std::vector<torch::Tensor>> parameter_units() override { return model_->parameter_units(); }
+  void set_parameter_units(ParameterUnits* units) override { model_->set_parameter_units(units); }
 
   EncoderDecoder& encoder_decoder() { return model_; }
   const Seq2SeqSource& data() const { return *data_; }

@@ -9,8 +9,10 @@
 # against the bf16-parameters single process within 0.005 (as ZeRO-1/2's bf16 runs: see below). A checkpoint resumes across ZeRO stages, DP and
 # TP sizes on the uninterrupted curve: ZeRO-3 DP=4 (steps 1-5) -> ZeRO-2 DP=2 (6-10) -> one process (11-15)
 # -> ZeRO-3 DP=2 x TP=2 (16-20); `loom eval` and `loom export` load a ZeRO-3 checkpoint whole; at DP=4 the
-# measured peak in tensors is within 10% of `loom info`'s estimate. What is not
-# built yet (pipeline stages, the encoder-decoder) is refused, naming parallel.zero.
+# measured peak in tensors is within 10% of `loom info`'s estimate. Pipeline stages (each stage sharding its
+# own units): DP=2 x PP=2 1F1B (also without resharding) and GPipe, TP=2 x PP=2, and resuming at step 10 out
+# of PP=2 into one process and out of DP=2 into DP=2 x PP=2; the encoder-decoder at DP=2 and, pre-norm,
+# DP=2 x PP=2 (10 steps against its single run).
 source "$(dirname "$0")/common.sh"
 common=(--set model.dropout=0 --set model.n_layers=3 --set train.max_steps=20 --set schedule.total_steps=20
         --set train.micro_batch_size=0)
@@ -34,6 +36,35 @@ zero3_train 2 "$WORK/recompute" --set train.activation_checkpointing=full
 same_losses_and_grad_norms "$WORK/single" "$WORK/recompute" "ZeRO-3 DP=2, full activation checkpointing"
 zero3_train 2 "$WORK/keep" --set parallel.reshard_after_forward=false --set train.micro_batch_size=4
 same_losses_and_grad_norms "$WORK/single" "$WORK/keep" "ZeRO-3 DP=2 x 2 micro-batches, reshard_after_forward false"
+
+# Pipeline stages (blocks 0-1 | 2): each stage shards its own units over its DP group: the first stage its
+# embeddings, the last its final norm and its copy of the tied embedding, whose bucket is reduced after the
+# stages' sum. The schedules interleave micro-batches' forwards and backwards: 1F1B (a warm-up of two
+# forwards) and GPipe (every forward, then every backward), each resharded and, for 1F1B, not.
+zero3_train 4 "$WORK/dp2pp2-1f1b" --set parallel.pp=2 --set parallel.pp_schedule=1f1b --set parallel.microbatches=4
+grep -q "layout dp=2 tp=1 pp=2, 5 gradient buckets" "$WORK/dp2pp2-1f1b.log" \
+  || fail "DP=2 x PP=2: the first stage did not bucket by its units (the embeddings; 2 blocks x matrices, vectors)"
+same_losses_and_grad_norms "$WORK/single" "$WORK/dp2pp2-1f1b" "ZeRO-3 DP=2 x PP=2 1f1b, 4 micro-batches"
+zero3_train 4 "$WORK/dp2pp2-gpipe" --set parallel.pp=2 --set parallel.pp_schedule=gpipe --set parallel.microbatches=2
+same_losses_and_grad_norms "$WORK/single" "$WORK/dp2pp2-gpipe" "ZeRO-3 DP=2 x PP=2 gpipe, 2 micro-batches"
+zero3_train 4 "$WORK/dp2pp2-keep" --set parallel.pp=2 --set parallel.pp_schedule=1f1b --set parallel.microbatches=4 \
+  --set parallel.reshard_after_forward=false
+same_losses_and_grad_norms "$WORK/single" "$WORK/dp2pp2-keep" "ZeRO-3 DP=2 x PP=2 1f1b, reshard_after_forward false"
+zero3_train 4 "$WORK/tp2pp2" --set parallel.tp=2 --set parallel.pp=2 --set parallel.microbatches=2
+grep -q "layout dp=1 tp=2 pp=2" "$WORK/tp2pp2.log" || fail "TP=2 x PP=2 did not run as such"
+same_losses_and_grad_norms "$WORK/single" "$WORK/tp2pp2" "ZeRO-3 TP=2 x PP=2 1f1b"
+# A run's step-10 checkpoint resumed in another layout (steps 11-20) continues the single process's curve:
+# out of the stages' shards into one process, and out of one stage into two (hide_master per stage).
+resume_at_10() {  # resume_at_10 FROM_RUN RUN RANKS WHAT [--set ...]
+  local from=$1 dir=$2 ranks=$3 what=$4; shift 4
+  cp -r "$from" "$dir" && rm -r "$dir/checkpoints/20"
+  mpi_train "$ranks" "$dir" "${common[@]}" "$@" || fail "$what failed"
+  grep -q "resumed from .*/checkpoints/10" "$dir.log" || fail "$what did not resume from step 10"
+  same_train_losses "$WORK/single" "$dir" "$what" 20
+}
+resume_at_10 "$WORK/dp2pp2-1f1b" "$WORK/from-pp2" 1 "ZeRO-3 DP=2 x PP=2 -> one process" --set train.micro_batch_size=8
+resume_at_10 "$WORK/dp2" "$WORK/into-pp2" 4 "ZeRO-3 DP=2 -> ZeRO-3 DP=2 x PP=2 gpipe" --set parallel.zero=3 \
+  --set parallel.dp=2 --set parallel.pp=2 --set parallel.pp_schedule=gpipe --set parallel.microbatches=2
 
 bf16=(--set precision.dtype=bf16 --set precision.param_dtype=bf16)
 tiny_train "$WORK/bf16-single" "${common[@]}" "${bf16[@]}" --set train.micro_batch_size=8 >"$WORK/bf16-single.log" 2>&1 ||
@@ -89,8 +120,19 @@ assert r["exposed_dp_communication_ms"] > 0, r  # the gathers and reductions are
 print(f"ZeRO-3 at DP=4: {[round(m['tensors_mb'], 1) for m in ranks]} MiB in tensors, {ranks[0]['estimate_mb']:.1f} estimated")
 PY
 
-expect_train_config_error "parallel.zero: 3: ZeRO-3 with pipeline stages (parallel.pp=2) is not built yet" \
-  --set parallel.zero=3 --set parallel.pp=2
-train_args() { reverse_tiny_args "$1"; }
-expect_train_config_error "parallel.zero: 3: ZeRO-3 is built for model.arch=gpt" --set parallel.zero=3
+# The encoder-decoder on the synthetic reversal task (pairs of varying lengths), 10 steps: its units are the
+# ends (shared embedding, final norms, head) and every encoder and decoder block. DP=2, and DP=2 x PP=2 1F1B
+# pre-norm with parallel.pp_layers [3, 1]: the first stage holds the encoder, its final norm and a decoder
+# block, the last the other decoder block, the decoder's norm and the tied embedding's copy.
+train_args() { echo "$(reverse_tiny_args "$1") --set model.dropout=0 --set train.max_steps=10"; }
+tiny_train "$WORK/mt-single" >"$WORK/mt-single.log" 2>&1 || fail "transformer single run"
+mpi_train 2 "$WORK/mt-dp2" --set parallel.dp=2 --set parallel.zero=3 || fail "transformer ZeRO-3 DP=2 failed"
+grep -q "layout dp=2 tp=1 pp=1, 9 gradient buckets" "$WORK/mt-dp2.log" \
+  || fail "the encoder-decoder's ZeRO-3 did not bucket by unit (the ends' embedding; 4 blocks x matrices, vectors)"
+same_losses_and_grad_norms "$WORK/mt-single" "$WORK/mt-dp2" "transformer ZeRO-3 DP=2"
+pre_norm=(--set model.norm_position=pre)
+tiny_train "$WORK/mt-pre-single" "${pre_norm[@]}" >"$WORK/mt-pre-single.log" 2>&1 || fail "pre-norm transformer single run"
+mpi_train 4 "$WORK/mt-dp2pp2" "${pre_norm[@]}" --set parallel.dp=2 --set parallel.pp=2 --set 'parallel.pp_layers=[3,1]' \
+  --set parallel.microbatches=2 --set parallel.zero=3 || fail "transformer ZeRO-3 DP=2 x PP=2 failed"
+same_losses_and_grad_norms "$WORK/mt-pre-single" "$WORK/mt-dp2pp2" "transformer (pre-norm) ZeRO-3 DP=2 x PP=2 1f1b, pp_layers [3, 1]"
 echo PASS

@@ -173,12 +173,13 @@ TEST_CASE("gradient sync: ZeRO-3 gathers each unit for forward and backward and 
         CHECK(units->gathered(2));
         loss.backward();
         CHECK(units->gathered(0));  // until the step's gradients are all reduced
-        CHECK_FALSE(units->gathered(1));
-        CHECK_FALSE(units->gathered(2));
+        // Without resharding the blocks stay for the next micro-batch.
+        CHECK(units->gathered(1) == !reshard);
+        CHECK(units->gathered(2) == !reshard);
       }
-      // Per micro-batch: block 1 for its forward and (resharded) again for its backward, block 2 once; the
-      // ends once per step.
-      CHECK(units->gathers() - gathers_before == 1 + kMicroBatches * (reshard ? 3 : 2));
+      // Resharding, per micro-batch: block 1 for its forward and again for its backward, block 2 once; the
+      // ends once per step. Without: every unit once per step.
+      CHECK(units->gathers() - gathers_before == (reshard ? 1 + kMicroBatches * 3 : 3));
       sync.finish();
       for (size_t u = 0; u < units->unit_count(); ++u) CHECK_FALSE(units->gathered(u));
       for (const auto& p : params) CHECK(p.storage().nbytes() == 0);
@@ -201,6 +202,71 @@ TEST_CASE("gradient sync: ZeRO-3 gathers each unit for forward and backward and 
       for (auto& p : reference_params) p.sub_(p.grad() / ranks * 0.5);
       sync.gather_parameters();  // nothing to gather at ZeRO-3
       for (const auto& p : params) CHECK(p.storage().nbytes() == 0);
+    }
+  }
+}
+
+TEST_CASE("gradient sync: ZeRO-3 under a pipeline schedule's interleaved micro-batches", "[mpi]") {
+  // A pipeline stage runs several micro-batches' forwards before their backwards (GPipe: all of them; 1F1B:
+  // a warm-up, then one forward and one backward in turn). Every forward gathers what it needs and every
+  // backward what it needs, whatever ran before; the ends unit holds a stage's copy of the tied embedding
+  // (`a`'s weight, deferred: its gradient is completed after the last backward, as the pipeline runner sums
+  // the stages' copies).
+  auto comm = loom::test::processes().world(/*timeout_s=*/60);
+  const int rank = comm->rank(), ranks = comm->size();
+  constexpr int kMicro = 3;
+  const std::vector<std::pair<std::string, std::string>> schedules = {{"gpipe", "FFFBBB"}, {"1f1b", "FFBFBB"}};
+  for (const auto& [name, schedule] : schedules) {
+    for (const bool reshard : {true, false}) {
+      INFO(name << ", reshard_after_forward " << reshard);
+      torch::manual_seed(5);
+      ThreeLayer model;
+      torch::manual_seed(5);
+      ThreeLayer reference;
+      const auto params = model.parameters(), reference_params = reference.parameters();
+      for (int k = 0; k < ranks; ++k)
+        for (int m = 0; m < kMicro; ++m) loss_of(reference, input_of(k, 0, m)).backward();
+
+      GradientSync sync(weight_decay_groups(model), *comm, 25, 3, torch::kFloat, {model.a->weight},
+                        {model.a->parameters(), model.b->parameters(), model.c->parameters()}, reshard);
+      UnitGathers* units = sync.parameter_units();
+      sync.zero_grad();
+      std::vector<torch::Tensor> losses;
+      int backwards = 0;
+      for (const char action : schedule) {
+        if (action == 'F') {
+          losses.push_back(unit_loss(model, units, input_of(rank, 0, static_cast<int>(losses.size()))));
+          // The last block stays for a backward; block 1 only without resharding.
+          CHECK(units->gathered(1) == !reshard);
+          CHECK(units->gathered(2));
+        } else {
+          losses[backwards++].backward();
+          CHECK(units->gathered(1) == !reshard);
+          CHECK(units->gathered(2) == !reshard);
+        }
+        CHECK(units->gathered(0));
+      }
+      // Resharding, per micro-batch: block 1 for its forward and again for its backward, block 2 once (for a
+      // forward right after another forward it is still there, for a backward right after another backward
+      // it is gathered again: the two even out); the ends once. Without: every unit once per step.
+      CHECK(units->gathers() == (reshard ? 1 + kMicro * 3 : 3));
+      REQUIRE(model.a->weight.grad().defined());
+      model.a->weight.grad().add_(1.0);  // the other stage's part, summed in
+      sync.prepare_last_backward();
+      sync.finish();
+      for (size_t u = 0; u < units->unit_count(); ++u) CHECK_FALSE(units->gathered(u));
+
+      const auto shards = sync.optimizer_parameters();
+      const auto slices = sync.optimizer_slices();
+      for (size_t i = 0; i < shards.size(); ++i) {
+        for (const auto& slice : slices[i]) {
+          const size_t p = index_of(params, slice.parameter);
+          auto expected = reference_params[p].grad().reshape(-1).narrow(0, slice.parameter_offset, slice.length) / ranks;
+          if (p == 0) expected = expected + 1.0;  // a.weight, every rank's + 1 averaged
+          const auto got = shards[i].grad().narrow(0, slice.offset, slice.length);
+          CHECK(max_abs_diff(got, expected) <= 1e-6 * (1.0 + expected.abs().max().item<double>()));
+        }
+      }
     }
   }
 }
