@@ -4,6 +4,7 @@
 
 #include "parallel/gradient_sync.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/ring_attention.h"
 
 namespace loom {
 
@@ -216,8 +217,10 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double attention_half = half_whole + (e * s * b * (2 * q + 2 * kv + rope * 2 * (q + kv)) + scores) / t;
   // Ring attention's working set while one layer's backward runs: fp32 queries, their output's gradient and
   // the queries' gradient (3 s b q), the key/value block held and the one arriving and their gradients
-  // (4 x 2 s b kv), and one pair of chunks' (s/2 positions) fp32 probabilities and their gradients.
-  const double ring = cp > 1 ? 4 * s * b * (3 * q + 8 * kv) / t + 3 * 4 * (a / t) * b * (s / 2) * (s / 2) : 0.0;
+  // (4 x 2 s b kv), and one tile's fp32 probabilities and their gradients: a chunk's s/2 queries against
+  // RingAttentionOptions::key_tile keys.
+  const double key_tile = std::min(s / 2, static_cast<double>(RingAttentionOptions().key_tile));
+  const double ring = cp > 1 ? 4 * s * b * (3 * q + 8 * kv) / t + 3 * 4 * (a / t) * b * (s / 2) * key_tile : 0.0;
   const double mlp_half = half_whole + e * s * b * mlp_tensors * f / t;
   const double layer = attention_half + mlp_half;
   const double block_input = 4 * s * b * h / sequence;

@@ -56,8 +56,13 @@ torch::Tensor cp_unsplit(const std::vector<torch::Tensor>& parts, int64_t dim) {
 }
 
 BlockVisibility block_visibility(int64_t q_first, int64_t k_first, int64_t len, bool causal, int64_t window) {
+  return block_visibility(q_first, len, k_first, len, causal, window);
+}
+
+BlockVisibility block_visibility(int64_t q_first, int64_t q_len, int64_t k_first, int64_t k_len, bool causal,
+                                 int64_t window) {
   // Over the block, query - key takes every value in [lowest, highest].
-  const int64_t lowest = q_first - k_first - (len - 1), highest = q_first - k_first + (len - 1);
+  const int64_t lowest = q_first - (k_first + k_len - 1), highest = q_first + q_len - 1 - k_first;
   // A pair is visible when (not causal or d >= 0) and (no window or |d| < window): an interval of d.
   int64_t from = causal ? 0 : std::numeric_limits<int64_t>::min();
   int64_t to = std::numeric_limits<int64_t>::max();

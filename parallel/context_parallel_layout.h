@@ -53,11 +53,13 @@ torch::Tensor cp_split(const torch::Tensor& x, int64_t dim, int64_t cp, int64_t 
 // The inverse: the whole sequence along dim `dim` from every rank's local part (parts[r] is rank r's).
 torch::Tensor cp_unsplit(const std::vector<torch::Tensor>& parts, int64_t dim);
 
-// Which query-key pairs of a block of `len` queries at global positions [q_first, q_first + len) against
-// `len` keys at [k_first, k_first + len) are visible under a causal mask (key <= query) and/or a sliding
+// Which query-key pairs of a block of `q_len` queries at global positions [q_first, q_first + q_len) against
+// `k_len` keys at [k_first, k_first + k_len) are visible under a causal mask (key <= query) and/or a sliding
 // window (|query - key| < window; window 0: none): none (the block is skipped), all (no mask needed), or
-// some (the block needs its mask).
+// some (the block needs its mask). The second form: a square block of len queries and len keys.
 enum class BlockVisibility { kNone, kAll, kSome };
+BlockVisibility block_visibility(int64_t q_first, int64_t q_len, int64_t k_first, int64_t k_len, bool causal,
+                                 int64_t window);
 BlockVisibility block_visibility(int64_t q_first, int64_t k_first, int64_t len, bool causal, int64_t window);
 
 }  // namespace loom

@@ -1,5 +1,6 @@
 #include "parallel/ring_attention.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -57,16 +58,17 @@ struct Ring {
   torch::Tensor key_starts;  // (B, L) int64 global first keys, or undefined
   torch::Tensor alibi_slopes;  // (1, K, G, 1, 1) fp32 per query head, or undefined
   std::array<int64_t, 2> first_start{}, last_start{};  // per local query chunk: the least and greatest key start
+  int64_t key_tile;  // keys per score tile: a chunk pair's scores are computed a tile of keys at a time
 
   // The rank whose key/value block this rank holds at step t of the ring.
   int64_t block_owner(int64_t t) const { return (rank - t + cp) % cp; }
 
-  // The mask (1 or B, 1, 1, c, c) of local query chunk a against key chunk `key_chunk` (global index):
+  // The mask (1 or B, 1, 1, c, n) of local query chunk a against the n keys from global position k_first:
   // nullopt when every pair is visible; *skip when none is.
-  std::optional<torch::Tensor> chunk_mask(int64_t a, int64_t key_chunk, const torch::Device& device,
-                                          bool* skip) const {
-    const int64_t q_first = cp_chunks_of(cp, rank)[a] * c, k_first = key_chunk * c, k_last = k_first + c - 1;
-    const auto visibility = block_visibility(q_first, k_first, c, causal, window);
+  std::optional<torch::Tensor> tile_mask(int64_t a, int64_t k_first, int64_t n, const torch::Device& device,
+                                         bool* skip) const {
+    const int64_t q_first = cp_chunks_of(cp, rank)[a] * c, k_last = k_first + n - 1;
+    const auto visibility = block_visibility(q_first, c, k_first, n, causal, window);
     const bool documents = key_starts.defined();
     *skip = visibility == BlockVisibility::kNone || (documents && first_start[a] > k_last);
     if (*skip) return std::nullopt;
@@ -74,33 +76,36 @@ struct Ring {
     if (visibility == BlockVisibility::kAll && !documents_cut) return std::nullopt;
     const auto longs = torch::TensorOptions().dtype(torch::kLong).device(device);
     const auto queries = torch::arange(q_first, q_first + c, longs).view({c, 1});
-    const auto keys = torch::arange(k_first, k_first + c, longs).view({1, c});
+    const auto keys = torch::arange(k_first, k_first + n, longs).view({1, n});
     const auto distance = queries - keys;
-    auto visible = causal ? distance >= 0 : torch::ones({c, c}, longs.dtype(torch::kBool));
+    auto visible = causal ? distance >= 0 : torch::ones({c, n}, longs.dtype(torch::kBool));
     if (window > 0) visible = visible & (distance.abs() < window);
-    auto mask = visible.view({1, 1, 1, c, c});
+    auto mask = visible.view({1, 1, 1, c, n});
     if (documents_cut) {
       const auto starts = key_starts.narrow(1, a * c, c).reshape({B, 1, 1, c, 1});
-      mask = mask & (keys.view({1, 1, 1, 1, c}) >= starts);
+      mask = mask & (keys.view({1, 1, 1, 1, n}) >= starts);
     }
     return mask;
   }
 
-  // (B, K, L, D) chunk b as (B, K, 1, c, D), broadcasting over a kv head's G query heads.
-  torch::Tensor key_chunk(const torch::Tensor& t, int64_t b) const { return t.narrow(2, b * c, c).unsqueeze(2); }
+  // The n keys (B, K, L, D) from local position `from` as (B, K, 1, n, D), broadcasting over a kv head's G
+  // query heads.
+  torch::Tensor key_tile_of(const torch::Tensor& t, int64_t from, int64_t n) const {
+    return t.narrow(2, from, n).unsqueeze(2);
+  }
   // (B, K, G, L, D) chunk a.
   torch::Tensor query_chunk(const torch::Tensor& t, int64_t a) const { return t.narrow(3, a * c, c); }
 
-  // Scores (B, K, G, c, c) of local query chunk a (q_a: (B, K, G, c, D)) against global key chunk key_chunk
-  // (k_b: (B, K, 1, c, D)): with ALiBi plus -slope * |query - key|, -inf where masked.
-  torch::Tensor scores(const torch::Tensor& q_a, const torch::Tensor& k_b, int64_t a, int64_t key_chunk,
+  // Scores (B, K, G, c, n) of local query chunk a (q_a: (B, K, G, c, D)) against n keys from global position
+  // k_first (k: (B, K, 1, n, D)): with ALiBi plus -slope * |query - key|, -inf where masked.
+  torch::Tensor scores(const torch::Tensor& q_a, const torch::Tensor& k, int64_t a, int64_t k_first,
                        const std::optional<torch::Tensor>& mask) const {
-    auto s = torch::matmul(q_a, k_b.transpose(-1, -2)).mul_(scale);
+    auto s = torch::matmul(q_a, k.transpose(-1, -2)).mul_(scale);
     if (alibi_slopes.defined()) {
       const auto floats = torch::TensorOptions().dtype(torch::kFloat).device(s.device());
-      const int64_t q_first = cp_chunks_of(cp, rank)[a] * c, k_first = key_chunk * c;
+      const int64_t q_first = cp_chunks_of(cp, rank)[a] * c, n = k.size(3);
       const auto distance = torch::arange(q_first, q_first + c, floats).view({c, 1}) -
-                            torch::arange(k_first, k_first + c, floats).view({1, c});
+                            torch::arange(k_first, k_first + n, floats).view({1, n});
       s.sub_(alibi_slopes * distance.abs());
     }
     if (mask) s.masked_fill_(~*mask, -std::numeric_limits<float>::infinity());
@@ -108,20 +113,24 @@ struct Ring {
   }
 };
 
-// fn(a, b, scores) for each pair of local query chunk a and chunk b of rank `source`'s keys that the mask does
-// not hide entirely; scores(q_a, k_b) is Ring::scores of the pair, its mask and ALiBi bias applied.
+// fn(a, from, n, scores) for local query chunk a against each tile of n keys of rank `source`'s block (local
+// positions [from, from + n) of the block, ring.key_tile at most, within one chunk) that the mask does not hide
+// entirely; scores(q_a, k) is Ring::scores of the pair, its mask and ALiBi bias applied. Tiles bound the
+// scores held at once to (B, H, c, key_tile), whatever the chunk length c.
 template <typename Fn>
-void for_visible_chunk_pairs(const Ring& ring, int64_t source, const torch::Device& device, const Fn& fn) {
+void for_visible_tiles(const Ring& ring, int64_t source, const torch::Device& device, const Fn& fn) {
   const auto key_chunks = cp_chunks_of(ring.cp, source);
   for (int64_t a = 0; a < 2; ++a)
-    for (int64_t b = 0; b < 2; ++b) {
-      bool skip = false;
-      const auto mask = ring.chunk_mask(a, key_chunks[b], device, &skip);
-      if (skip) continue;
-      fn(a, b, [&](const torch::Tensor& q_a, const torch::Tensor& k_b) {
-        return ring.scores(q_a, k_b, a, key_chunks[b], mask);
-      });
-    }
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t offset = 0; offset < ring.c; offset += ring.key_tile) {
+        const int64_t n = std::min(ring.key_tile, ring.c - offset), k_first = key_chunks[b] * ring.c + offset;
+        bool skip = false;
+        const auto mask = ring.tile_mask(a, k_first, n, device, &skip);
+        if (skip) continue;
+        fn(a, b * ring.c + offset, n, [&](const torch::Tensor& q_a, const torch::Tensor& k) {
+          return ring.scores(q_a, k, a, k_first, mask);
+        });
+      }
 }
 
 // The online softmax's state per local query row, fp32: running max m, running sum l, unnormalized output.
@@ -133,8 +142,8 @@ struct SoftmaxState {
 void forward_block(const Ring& ring, const torch::Tensor& q32, const torch::Tensor& kv32, int64_t source,
                    SoftmaxState& state) {
   const auto k = kv32.narrow(0, 0, ring.B), v = kv32.narrow(0, ring.B, ring.B);
-  for_visible_chunk_pairs(ring, source, q32.device(), [&](int64_t a, int64_t b, const auto& scores) {
-    const auto s = scores(ring.query_chunk(q32, a), ring.key_chunk(k, b));
+  for_visible_tiles(ring, source, q32.device(), [&](int64_t a, int64_t from, int64_t n, const auto& scores) {
+    const auto s = scores(ring.query_chunk(q32, a), ring.key_tile_of(k, from, n));
     auto m = ring.query_chunk(state.m, a), l = ring.query_chunk(state.l, a), acc = ring.query_chunk(state.acc, a);
     const auto m_new = torch::maximum(m, std::get<0>(s.max(-1, /*keepdim=*/true)));
     // A row that has seen no visible key yet keeps max -inf: shift it by 0 instead (its exp terms are all 0).
@@ -142,7 +151,7 @@ void forward_block(const Ring& ring, const torch::Tensor& q32, const torch::Tens
     const auto rescale = torch::exp(m - shift);
     const auto p = torch::exp(s - shift);
     l.mul_(rescale).add_(p.sum(-1, /*keepdim=*/true));
-    acc.mul_(rescale).add_(torch::matmul(p, ring.key_chunk(v, b)));
+    acc.mul_(rescale).add_(torch::matmul(p, ring.key_tile_of(v, from, n)));
     m.copy_(m_new);
   });
 }
@@ -153,20 +162,20 @@ void backward_block(const Ring& ring, const torch::Tensor& q32, const torch::Ten
                     torch::Tensor& dq32, torch::Tensor& dkv) {
   const auto k = kv32.narrow(0, 0, ring.B), v = kv32.narrow(0, ring.B, ring.B);
   auto dk = dkv.narrow(0, 0, ring.B), dv = dkv.narrow(0, ring.B, ring.B);
-  for_visible_chunk_pairs(ring, source, q32.device(), [&](int64_t a, int64_t b, const auto& scores) {
+  for_visible_tiles(ring, source, q32.device(), [&](int64_t a, int64_t from, int64_t n, const auto& scores) {
     const auto q_a = ring.query_chunk(q32, a), dout_a = ring.query_chunk(dout32, a);
-    const auto k_b = ring.key_chunk(k, b), v_b = ring.key_chunk(v, b);
-    const auto p = torch::exp(scores(q_a, k_b) - ring.query_chunk(lse, a));  // (B, K, G, c, c)
-    dv.narrow(2, b * ring.c, ring.c).add_(torch::matmul(p.transpose(-1, -2), dout_a).sum(2));
-    const auto dp = torch::matmul(dout_a, v_b.transpose(-1, -2));
+    const auto k_t = ring.key_tile_of(k, from, n), v_t = ring.key_tile_of(v, from, n);
+    const auto p = torch::exp(scores(q_a, k_t) - ring.query_chunk(lse, a));  // (B, K, G, c, n)
+    dv.narrow(2, from, n).add_(torch::matmul(p.transpose(-1, -2), dout_a).sum(2));
+    const auto dp = torch::matmul(dout_a, v_t.transpose(-1, -2));
     const auto ds = p * (dp - ring.query_chunk(delta, a));
-    ring.query_chunk(dq32, a).add_(torch::matmul(ds, k_b), ring.scale);
-    dk.narrow(2, b * ring.c, ring.c).add_(torch::matmul(ds.transpose(-1, -2), q_a).sum(2), ring.scale);
+    ring.query_chunk(dq32, a).add_(torch::matmul(ds, k_t), ring.scale);
+    dk.narrow(2, from, n).add_(torch::matmul(ds.transpose(-1, -2), q_a).sum(2), ring.scale);
   });
 }
 
 Ring make_ring(const torch::Tensor& q, const torch::Tensor& k, Communicator* group, bool causal, int64_t window,
-               double scale, const torch::Tensor& key_starts, const torch::Tensor& alibi_slopes) {
+               double scale, const torch::Tensor& key_starts, const torch::Tensor& alibi_slopes, int64_t key_tile) {
   Ring ring;
   ring.cp = group->size();
   ring.rank = group->rank();
@@ -180,6 +189,7 @@ Ring make_ring(const torch::Tensor& q, const torch::Tensor& k, Communicator* gro
   ring.scale = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(ring.D));
   ring.causal = causal;
   ring.window = window;
+  ring.key_tile = std::min(key_tile, ring.c);
   if (alibi_slopes.numel() > 0) ring.alibi_slopes = alibi_slopes.to(torch::kFloat).view({1, ring.K, ring.G, 1, 1});
   if (key_starts.numel() > 0) {
     ring.key_starts = key_starts;
@@ -201,9 +211,9 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& key_starts,
                                const torch::Tensor& alibi_slopes, Communicator* group, bool causal, int64_t window,
-                               double scale, double* waited_s) {
+                               double scale, int64_t key_tile, double* waited_s) {
     const AutocastOff fp32(q.device().type());  // in fp32, inside an autocast region too
-    const Ring ring = make_ring(q, k, group, causal, window, scale, key_starts, alibi_slopes);
+    const Ring ring = make_ring(q, k, group, causal, window, scale, key_starts, alibi_slopes, key_tile);
     const auto q32 = q.to(torch::kFloat).reshape({ring.B, ring.K, ring.G, ring.L, ring.D});
     const auto stats = q32.options();
     const std::vector<int64_t> rows = {ring.B, ring.K, ring.G, ring.L, 1};
@@ -231,6 +241,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["window"] = window;
     ctx->saved_data["scale"] = scale;
+    ctx->saved_data["key_tile"] = key_tile;
     ctx->saved_data["waited_s"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(waited_s));
     return out;
   }
@@ -243,7 +254,8 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     auto* waited_s = reinterpret_cast<double*>(static_cast<intptr_t>(ctx->saved_data["waited_s"].toInt()));
     const AutocastOff fp32(q.device().type());
     const Ring ring = make_ring(q, k, group, ctx->saved_data["causal"].toBool(), ctx->saved_data["window"].toInt(),
-                                ctx->saved_data["scale"].toDouble(), key_starts, alibi_slopes);
+                                ctx->saved_data["scale"].toDouble(), key_starts, alibi_slopes,
+                                ctx->saved_data["key_tile"].toInt());
     const std::vector<int64_t> shape5 = {ring.B, ring.K, ring.G, ring.L, ring.D};
     const auto q32 = q.to(torch::kFloat).reshape(shape5);
     const auto dout32 = grads[0].to(torch::kFloat).reshape(shape5);
@@ -285,7 +297,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
             dkv.narrow(0, 0, ring.B).to(k.scalar_type()),
             dkv.narrow(0, ring.B, ring.B).to(v.scalar_type()),
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -303,6 +315,7 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
   LOOM_CHECK(q.size(2) % 2 == 0, "ring_attention: a rank's ", q.size(2),
              " positions are not two chunks of equal length (the layout of parallel/context_parallel_layout.h)");
   LOOM_CHECK(options.window >= 0, "ring_attention: window ", options.window, " < 0");
+  LOOM_CHECK(options.key_tile >= 1, "ring_attention: key_tile ", options.key_tile, " < 1");
   LOOM_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(),
              "ring_attention: q, k and v have different dtypes");
   torch::Tensor starts = torch::empty({0}, torch::TensorOptions().dtype(torch::kLong).device(q.device()));
@@ -321,7 +334,7 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
     slopes = options.alibi_slopes.to(q.device(), torch::kFloat).contiguous();
   }
   return RingAttentionFunction::apply(q, k, v, starts, slopes, options.group, options.causal, options.window,
-                                      options.scale, options.waited_s);
+                                      options.scale, options.key_tile, options.waited_s);
 }
 
 }  // namespace loom

@@ -22,6 +22,9 @@ struct RingAttentionOptions {
   bool causal = true;
   int64_t window = 0;  // > 0: each query sees keys at distance < window (before it when causal)
   double scale = 0.0;  // 0: 1 / sqrt(D), SDPA's
+  // Keys per score tile: a chunk's queries meet a block's keys this many at a time, so that the fp32 scores and
+  // probabilities held at once are (B, H, L / 2, key_tile), not (B, H, L / 2, L / 2).
+  int64_t key_tile = 512;
   // ALiBi: (H) the query heads' slopes; the scores of query i and key j get -slope * |i - j| (global
   // positions), as models/attention.cpp adds for SDPA. Undefined: none.
   torch::Tensor alibi_slopes;

@@ -42,7 +42,7 @@ same_losses_and_grad_norms "$WORK/single" "$WORK/keep" "ZeRO-3 DP=2 x 2 micro-ba
 # stages' sum. The schedules interleave micro-batches' forwards and backwards: 1F1B (a warm-up of two
 # forwards) and GPipe (every forward, then every backward), each resharded and, for 1F1B, not.
 zero3_train 4 "$WORK/dp2pp2-1f1b" --set parallel.pp=2 --set parallel.pp_schedule=1f1b --set parallel.microbatches=4
-grep -q "layout dp=2 tp=1 pp=2, 5 gradient buckets" "$WORK/dp2pp2-1f1b.log" \
+grep -q "layout dp=2 cp=1 tp=1 pp=2, 5 gradient buckets" "$WORK/dp2pp2-1f1b.log" \
   || fail "DP=2 x PP=2: the first stage did not bucket by its units (the embeddings; 2 blocks x matrices, vectors)"
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2pp2-1f1b" "ZeRO-3 DP=2 x PP=2 1f1b, 4 micro-batches"
 zero3_train 4 "$WORK/dp2pp2-gpipe" --set parallel.pp=2 --set parallel.pp_schedule=gpipe --set parallel.microbatches=2
@@ -51,7 +51,7 @@ zero3_train 4 "$WORK/dp2pp2-keep" --set parallel.pp=2 --set parallel.pp_schedule
   --set parallel.reshard_after_forward=false
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2pp2-keep" "ZeRO-3 DP=2 x PP=2 1f1b, reshard_after_forward false"
 zero3_train 4 "$WORK/tp2pp2" --set parallel.tp=2 --set parallel.pp=2 --set parallel.microbatches=2
-grep -q "layout dp=1 tp=2 pp=2" "$WORK/tp2pp2.log" || fail "TP=2 x PP=2 did not run as such"
+grep -q "layout dp=1 cp=1 tp=2 pp=2" "$WORK/tp2pp2.log" || fail "TP=2 x PP=2 did not run as such"
 same_losses_and_grad_norms "$WORK/single" "$WORK/tp2pp2" "ZeRO-3 TP=2 x PP=2 1f1b"
 # A run's step-10 checkpoint resumed in another layout (steps 11-20) continues the single process's curve:
 # out of the stages' shards into one process, and out of one stage into two (hide_master per stage).
@@ -127,7 +127,7 @@ PY
 train_args() { echo "$(reverse_tiny_args "$1") --set model.dropout=0 --set train.max_steps=10"; }
 tiny_train "$WORK/mt-single" >"$WORK/mt-single.log" 2>&1 || fail "transformer single run"
 mpi_train 2 "$WORK/mt-dp2" --set parallel.dp=2 --set parallel.zero=3 || fail "transformer ZeRO-3 DP=2 failed"
-grep -q "layout dp=2 tp=1 pp=1, 9 gradient buckets" "$WORK/mt-dp2.log" \
+grep -q "layout dp=2 cp=1 tp=1 pp=1, 9 gradient buckets" "$WORK/mt-dp2.log" \
   || fail "the encoder-decoder's ZeRO-3 did not bucket by unit (the ends' embedding; 4 blocks x matrices, vectors)"
 same_losses_and_grad_norms "$WORK/mt-single" "$WORK/mt-dp2" "transformer ZeRO-3 DP=2"
 pre_norm=(--set model.norm_position=pre)

@@ -90,7 +90,7 @@ TEST_CASE("mesh: a group over any set of axes holds the ranks equal outside it, 
       }
     }
   }
-  // The dp group of rank 9 (dp1-tp1-pp1): tp 1 and pp 1 with every dp, 1 + 2 * (d + 3).
+  // The dp group of rank 9 (dp1-cp0-tp1-pp1): tp 1 and pp 1 with every dp, 1 + 2 * (d + 3).
   std::vector<int64_t> dp_group;
   for (int64_t rank = 0; rank < 12; ++rank)
     if (shape.group_color(rank, MeshAxis::kDp) == shape.group_color(9, MeshAxis::kDp)) dp_group.push_back(rank);

@@ -94,11 +94,14 @@ std::vector<torch::Tensor> whole_sdpa(const MaskCase& c, const Inputs& in, torch
   return results;
 }
 
-// Ring attention on this rank's chunks in `dtype`: its output and gradients (in fp32).
-std::vector<torch::Tensor> ring(const MaskCase& c, const Inputs& in, torch::Dtype dtype, loom::Communicator& group) {
+// Ring attention on this rank's chunks in `dtype`, its scores `key_tile` keys at a time (0: the default): its
+// output and gradients (in fp32).
+std::vector<torch::Tensor> ring(const MaskCase& c, const Inputs& in, torch::Dtype dtype, loom::Communicator& group,
+                                int64_t key_tile = 0) {
   const int64_t cp = group.size(), rank = group.rank();
   loom::RingAttentionOptions options;
   options.group = &group;
+  if (key_tile > 0) options.key_tile = key_tile;
   options.causal = c.causal;
   options.window = c.window;
   if (c.alibi) options.alibi_slopes = loom::alibi_slopes(4);
@@ -153,6 +156,12 @@ TEST_CASE("context parallel layout: block visibility of chunk pairs under causal
   CHECK(loom::block_visibility(12, 4, 4, true, 5) == BlockVisibility::kNone);  // distances [5, 11]
   CHECK(loom::block_visibility(4, 12, 4, false, 5) == BlockVisibility::kNone);
   CHECK(loom::block_visibility(4, 8, 4, false, 8) == BlockVisibility::kAll);  // distances [-7, -1]
+  // Rectangles: 4 queries [8, 12) against 2 keys [10, 12) or [12, 14).
+  CHECK(loom::block_visibility(8, 4, 10, 2, true, 0) == BlockVisibility::kSome);  // query - key in [-3, 1]
+  CHECK(loom::block_visibility(8, 4, 12, 2, true, 0) == BlockVisibility::kNone);  // [-5, -1]
+  CHECK(loom::block_visibility(8, 4, 4, 2, true, 0) == BlockVisibility::kAll);    // [3, 7]
+  CHECK(loom::block_visibility(8, 4, 4, 2, true, 4) == BlockVisibility::kSome);   // 3 in, 4 and more out
+  CHECK(loom::block_visibility(8, 4, 0, 2, true, 4) == BlockVisibility::kNone);   // [7, 11]
 }
 
 TEST_CASE("ring attention: fp32 output and gradients equal SDPA on the whole sequence", "[cp]") {
@@ -160,13 +169,17 @@ TEST_CASE("ring attention: fp32 output and gradients equal SDPA on the whole seq
   const int64_t cp = group->size(), rank = group->rank();
   for (const auto& c : kCases) {
     for (int64_t chunk : {3, 4}) {
-      INFO(c.name << ", cp " << cp << ", rank " << rank << ", chunk " << chunk);
-      const auto in = whole_inputs(cp, c.kv_heads, chunk);
-      const auto expected = whole_sdpa(c, in, torch::kFloat, cp, rank);
-      const auto actual = ring(c, in, torch::kFloat, *group);
-      for (size_t i = 0; i < 4; ++i) {
-        INFO(kNames[i]);
-        CHECK_THAT(actual[i], loom::test::tensor_close_to(expected[i], 1e-5));
+      // Key tiles of the whole chunk, and of 2 keys (chunks of 3: a tile of 2 and one of 1, each masked,
+      // skipped or merged on its own).
+      for (int64_t key_tile : {0, 2}) {
+        INFO(c.name << ", cp " << cp << ", rank " << rank << ", chunk " << chunk << ", key tile " << key_tile);
+        const auto in = whole_inputs(cp, c.kv_heads, chunk);
+        const auto expected = whole_sdpa(c, in, torch::kFloat, cp, rank);
+        const auto actual = ring(c, in, torch::kFloat, *group, key_tile);
+        for (size_t i = 0; i < 4; ++i) {
+          INFO(kNames[i]);
+          CHECK_THAT(actual[i], loom::test::tensor_close_to(expected[i], 1e-5));
+        }
       }
     }
   }
