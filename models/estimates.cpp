@@ -123,9 +123,14 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 //     also runs the norms in fp32 (the paper counts them in 16 bits)
 //   split over TP: q, k, v and the output projection's input: sb(2q + 2kv); RoPE's unrotated and
 //     rotated q and k: 2sb(q + kv); MLP: GELU keeps its input and output (2sbf), ReLU its output (sbf),
-//     a gated MLP the gate, act(gate), up and their product (4sbf); softmax scores a s^2 b (the unfused path; flash
-//     kernels keep O(s) instead, so this is an upper bound there)
-//   with dropout, 1-byte masks: 2sbh (residual branches) + a s^2 b / t, and the dropped scores (e each)
+//     a gated MLP the gate, act(gate), up and their product (4sbf); of the softmax, what the kernel SDPA
+//     picks keeps: its flash kernels (CUDA's; the CPU's, which take masks and grouped-query heads but not
+//     dropout) and loom's blocked CPU kernel keep each query's fp32 log-sum-exp, 4asb; its math path (the
+//     CPU with dropout) the probabilities a s^2 b (measured, llama-tiny fp32 at s = 4096 without dropout:
+//     358 MiB of activations against 2.4 GiB when the scores were counted). Masks a kernel keeps (sliding
+//     windows, packed documents, ALiBi's bias) are not counted.
+//   with dropout, 1-byte masks: 2sbh (residual branches), and on the math path a s^2 b / t masks and the
+//     dropped probabilities (e each)
 // For GPT-2 (f = 4h, q = kv = h, bf16, dropout) this is the paper's sbh(10 + 24/t + 5as/(ht)) bytes plus
 // the fp32 norm inputs' extra 4sbh: sbh(14 + 24/t + 5as/(ht)).
 // With sequence parallelism (ParallelConfig::sequence_parallel_active()) what was kept whole is kept for s/t
@@ -211,9 +216,10 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double V = static_cast<double>(m.vocab_size);
   const double sequence = config.parallel.sequence_parallel_active() ? t : 1;
   const double half_whole = ((4 + e) + dropout) * s * b * h / sequence;  // norm input, its output, mask
-  // What attention keeps of its scores: SDPA's a s^2 b (with dropout its mask and the dropped scores too);
-  // ring attention only the log-sum-exp of each query.
-  const double scores = cp > 1 ? 4 * a * s * b : a * s * s * b * (e + dropout * (1 + e));
+  // What attention keeps of its scores: SDPA's math path (CPU, dropout) a s^2 b with its mask and the dropped
+  // probabilities; a flash kernel, loom's blocked kernel and ring attention the log-sum-exp of each query.
+  const bool math_path = dropout > 0 && config.runtime.device == DeviceKind::kCpu && cp == 1;
+  const double scores = math_path ? a * s * s * b * (e + 1 + e) : 4 * a * s * b;
   const double attention_half = half_whole + (e * s * b * (2 * q + 2 * kv + rope * 2 * (q + kv)) + scores) / t;
   // Ring attention's working set while one layer's backward runs: fp32 queries, their output's gradient and
   // the queries' gradient (3 s b q), the key/value block held and the one arriving and their gradients
@@ -242,7 +248,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   // output projection's input, scores and their dropout mask.
   const double cross = !m.encoder_decoder() ? 0.0
                                             : (e * s * b * h + dropout * s * b * h) / sequence +
-                                                  (e * s * b * (2 * q + 2 * kv) + a * s * s * b * (e + dropout * (1 + e))) / t;
+                                                  (e * s * b * (2 * q + 2 * kv) + scores) / t;
   const auto blocks = stage_block_counts(config, stage);
   const double stage_head = stage == pp - 1 ? head : 0.0;
   // Checkpointing is for GPT blocks (decoder blocks without cross-attention); one block recomputes at a time.

@@ -336,12 +336,13 @@ TEST_CASE("variants: memory estimate follows Korthikanti et al. for GPT-2", "[mo
     CHECK(memory.gradients == 4 * params);
     CHECK(memory.optimizer == 8 * params);
   }
-  // fp32 without dropout: everything in 4-byte elements, no masks: 16sbh + 2as^2b per layer for GPT-2.
+  // fp32 without dropout: everything in 4-byte elements, no masks, and SDPA's flash kernel keeps each query's
+  // fp32 log-sum-exp instead of the probabilities: 16sbh + asb per layer for GPT-2, in 4-byte elements.
   auto fp32 = loom::load_config((loom::test::source_dir() / "configs" / "gpt2-124m.yaml").string(),
                                 {"precision.dtype=fp32", "train.micro_batch_size=2", "train.batch_size=64",
                                  "train.loss_chunk_tokens=0"});
   const double s = 1024, b = 2, h = 768, a = 12;
-  const double layer = 4 * (16 * s * b * h + a * s * s * b);
+  const double layer = 4 * (16 * s * b * h + a * s * b);
   const double head = 8 * s * b * h + 8 * s * b * 50257;  // the final norm's and the LM head's inputs
   CHECK(static_cast<double>(loom::estimate_memory(fp32).activations) == Approx(12 * layer + head).epsilon(1e-9));
   CHECK(loom::estimate_memory(fp32).weights == 4 * 124439808);
@@ -353,7 +354,7 @@ TEST_CASE("variants: the memory estimate follows the fused loss and activation c
   // chunks of 1024 tokens (the default): one chunk's fp32 logits and their gradient (8 x 1024 x V) and the
   // gradients of the head's input (4sbh) and weight (4Vh) replace the full logits (8sbV).
   const double s = 1024, b = 2, h = 768, a = 12, V = 50257;
-  const double sbh = s * b * h, scores = 4 * a * s * s * b;
+  const double sbh = s * b * h, scores = 4 * a * s * b;  // the flash kernel's log-sum-exp
   const double head = 8 * sbh + 8 * 1024 * V + 4 * sbh + 4 * V * h;
   // Per layer: the attention half 8sbh (ln1 input and output) + 16sbh (q, k, v, projection input) + scores,
   // the MLP half 8sbh + 32sbh (GELU's input and output, 4h each).

@@ -187,16 +187,16 @@ TEST_CASE("memory check: MemAvailable, the estimate, and the refusal", "[reliabi
 
 TEST_CASE("memory check: the long-context preset fits a quarter of 24 GiB per rank at cp 4", "[reliability]") {
   // configs/llama-long-context.yaml: 32,768-token sequences on this kind of machine (24 GiB, 4 ranks). Ring
-  // attention keeps each query's log-sum-exp and works a tile of keys at a time, so a rank's activations are
-  // about 1/cp of one process's (whose estimate counts the scores SDPA's math path keeps: an upper bound where
-  // its flash kernel runs, which the memory check then refuses).
+  // attention keeps each query's log-sum-exp and works a tile of keys at a time; its working set (fp32 copies
+  // of q, of the key/value blocks in flight and their gradients, one tile's probabilities) keeps a rank's
+  // activations above 1/cp of one process's, whose flash kernel keeps only the log-sum-exp too.
   const auto path = (loom::test::source_dir() / "configs" / "llama-long-context.yaml").string();
   const int64_t gib = int64_t{1} << 30;
   const auto cp4 = loom::load_config(path, {"model.vocab_size=1024"});
   REQUIRE(cp4.parallel.cp == 4);
   CHECK_FALSE(loom::memory_shortfall(cp4, 24 * gib / 4).has_value());
   const auto cp1 = loom::load_config(path, {"model.vocab_size=1024", "parallel.cp=1"});
-  CHECK(loom::estimate_memory(cp4).activations < loom::estimate_memory(cp1).activations / 4);
-  CHECK_THAT(loom::memory_shortfall(cp1, 24 * gib).value_or(""),
-             Catch::StartsWith("the batch does not fit") && Catch::Contains("data.seq_len=32768"));
+  const auto one = loom::estimate_memory(cp1).activations, quarter = loom::estimate_memory(cp4).activations;
+  CHECK(quarter > one / 4);
+  CHECK(quarter < one / 2);
 }
