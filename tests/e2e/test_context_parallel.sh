@@ -7,8 +7,8 @@
 # 4 query heads sharing 1 KV head) at CP=2 with full activation recomputation, a sliding window of 6
 # (chunk pairs beyond it skipped, some cut), ALiBi, packed documents (data.document_mask), and bf16 autocast
 # (within 0.002: ring attention is fp32 where one process's attention is bf16). CP does not
-# shard parameters, so checkpoints move between any cp: CP=2 -> one process -> CP=4 -> CP=2 x DP=2 with
-# ZeRO-1 continues the uninterrupted curve. A sequence length that 2 * cp does not divide, and dropout,
+# shard parameters, so checkpoints move between any cp: CP=2 -> one process -> CP=2 x DP=2 with ZeRO-1 ->
+# CP=4 continues the uninterrupted curve. A sequence length that 2 * cp does not divide, and dropout,
 # are config errors naming the key.
 source "$(dirname "$0")/common.sh"
 common=(--set model.dropout=0 --set train.max_steps=20 --set schedule.total_steps=20 --set train.micro_batch_size=0)
@@ -64,11 +64,13 @@ cp_train 2 "$WORK/bf16-cp2" --set parallel.cp=2 "${bf16[@]}"
 same_losses_within "$WORK/bf16-single" "$WORK/bf16-cp2" "bf16 autocast, CP=2" 0.002
 
 # Checkpoints move between any cp, and into none, on the single process's 20-step curve.
+# The ZeRO-1 hop writes one optimizer shard per rank of dp x cp, which CP=4 without ZeRO reads by range.
 resume_hop "$WORK/hops" 2 5 "${common[@]}" --set parallel.cp=2
 resume_hop "$WORK/hops" 1 10 "${common[@]}" --set parallel.cp=1
-resume_hop "$WORK/hops" 4 15 "${common[@]}" --set parallel.cp=4
-resume_hop "$WORK/hops" 4 20 "${common[@]}" --set parallel.cp=2 --set parallel.dp=2 --set parallel.zero=1
-same_train_losses "$WORK/single" "$WORK/hops" "CP=2 -> single -> CP=4 -> CP=2 x DP=2 ZeRO-1" 20
+resume_hop "$WORK/hops" 4 15 "${common[@]}" --set parallel.cp=2 --set parallel.dp=2 --set parallel.zero=1
+ls "$WORK"/hops/checkpoints/15/shard-dp{0,1,2,3}-tp0-pp0.pt >/dev/null || fail "ZeRO-1 at CP=2 x DP=2 did not write 4 shards"
+resume_hop "$WORK/hops" 4 20 "${common[@]}" --set parallel.cp=4
+same_train_losses "$WORK/single" "$WORK/hops" "CP=2 -> single -> CP=2 x DP=2 ZeRO-1 -> CP=4" 20
 "$LOOM" eval "$WORK/cp2" --json > "$WORK/cp2-eval.json" 2>/dev/null || fail "loom eval of the CP=2 checkpoint"
 "$LOOM" eval "$WORK/single" --json > "$WORK/single-eval.json" 2>/dev/null || fail "loom eval of the single run"
 python3 - "$WORK" <<'PY' || fail "the CP=2 checkpoint, loaded whole, is not the single run's model"
