@@ -1,6 +1,6 @@
 // Ring attention (parallel/ring_attention.h) against SDPA on the whole sequence: output, dq, dk and dv of this
 // rank's chunks, for causal and full masks, grouped-query heads, sliding windows, packed documents and ALiBi, in fp32
-// (1e-5 of the magnitude) and bf16 (SDPA's own bf16 error against fp32, with a margin). Written for any world
+// (1e-5 of the magnitude; also with key tiles of 2, uneven where a chunk is 3 long) and bf16 (SDPA's own bf16 error against fp32, with a margin). Written for any world
 // size, the world being the CP group: ctest runs them as unit tests (cp 1: the ring of one, its chunk pairs
 // still masked and skipped) and under `mpirun -np 2` and `-np 4` ([cp]). Every rank draws the same whole
 // tensors, computes the reference itself and checks its own chunks. Also the load-balanced layout
