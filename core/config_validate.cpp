@@ -64,8 +64,6 @@ void check_context_parallel(Checker& check, const Config& c) {
     check.require((c.data.seq_len / cp) % c.parallel.tp == 0, "data.seq_len", c.data.seq_len, " / parallel.cp=", cp,
                   " must be a multiple of parallel.tp=", c.parallel.tp,
                   " with parallel.sequence_parallel (each tensor-parallel rank keeps 1/tp of a context-parallel rank's positions)");
-  check.require(c.model.dropout == 0, "model.dropout", c.model.dropout,
-                ": ring attention (parallel.cp=", cp, ") has no attention-probability dropout: set model.dropout=0");
 }
 
 // Every key that sizes a resource (threads, memory, time) has a bound, so that no value, however it was

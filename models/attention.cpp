@@ -5,6 +5,7 @@
 #include "models/document_mask.h"
 #include "models/layers.h"
 #include "models/qkv_heads.h"
+#include "parallel/attention_dropout.h"
 #include "parallel/ring_attention.h"
 
 namespace loom {
@@ -121,7 +122,6 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::cross_qkv
 
 torch::Tensor AttentionImpl::ring_attention_of(torch::Tensor q, torch::Tensor k, const torch::Tensor& v,
                                                const torch::Tensor& document_positions) const {
-  TORCH_CHECK(!is_training() || options_.dropout == 0.0, "ring attention has no attention dropout (model.dropout)");
   const int64_t L = q.size(2);
   const auto global = options_.cp.positions(L, q.device());  // (L)
   if (options_.position == PositionKind::kRope) {
@@ -137,6 +137,12 @@ torch::Tensor AttentionImpl::ring_attention_of(torch::Tensor q, torch::Tensor k,
   ring.window = options_.window;
   ring.alibi_slopes = alibi_slopes_;
   ring.waited_s = options_.cp.ring_waited_s();
+  ring.dropout = is_training() ? options_.dropout : 0.0;
+  if (ring.dropout > 0) {  // one seed per call, from this rank's heads' stream under TP (as SDPA's draws below)
+    std::optional<TensorParallelRng::Fork> own_stream;
+    if (options_.tp.rng() != nullptr) own_stream.emplace(*options_.tp.rng(), q.device());
+    ring.dropout_seed = draw_attention_dropout_seed(q.device());
+  }
   // A packed document's queries see keys from its first token on: global position - position in the document.
   const auto key_starts =
       document_positions.defined() ? global.unsqueeze(0) - document_positions.to(q.device()) : torch::Tensor();

@@ -10,6 +10,7 @@
 
 #include "core/autocast_off.h"
 #include "core/error.h"
+#include "parallel/attention_dropout.h"
 #include "parallel/context_parallel_layout.h"
 
 namespace loom {
@@ -59,6 +60,8 @@ struct Ring {
   torch::Tensor alibi_slopes;  // (1, K, G, 1, 1) fp32 per query head, or undefined
   std::array<int64_t, 2> first_start{}, last_start{};  // per local query chunk: the least and greatest key start
   int64_t key_tile;  // keys per score tile: a chunk pair's scores are computed a tile of keys at a time
+  double dropout = 0.0;
+  int64_t dropout_seed = 0;
 
   // The rank whose key/value block this rank holds at step t of the ring.
   int64_t block_owner(int64_t t) const { return (rank - t + cp) % cp; }
@@ -113,24 +116,45 @@ struct Ring {
   }
 };
 
-// fn(a, from, n, scores) for local query chunk a against each tile of n keys of rank `source`'s block (local
-// positions [from, from + n) of the block, ring.key_tile at most, within one chunk) that the mask does not hide
-// entirely; scores(q_a, k) is Ring::scores of the pair, its mask and ALiBi bias applied. Tiles bound the
-// scores held at once to (B, H, c, key_tile), whatever the chunk length c.
+// A tile of keys met by a local query chunk: chunk a's queries against the n keys at local positions
+// [from, from + n) of a key/value block, global positions [k_first, k_first + n).
+struct Tile {
+  int64_t a, from, k_first, n;
+};
+
+// fn(tile, scores) for local query chunk a against each tile of rank `source`'s block (ring.key_tile keys at
+// most, within one chunk) that the mask does not hide entirely; scores(q_a, k) is Ring::scores of the pair,
+// its mask and ALiBi bias applied. Tiles bound the scores held at once to (B, H, c, key_tile), whatever the
+// chunk length c.
 template <typename Fn>
 void for_visible_tiles(const Ring& ring, int64_t source, const torch::Device& device, const Fn& fn) {
   const auto key_chunks = cp_chunks_of(ring.cp, source);
   for (int64_t a = 0; a < 2; ++a)
     for (int64_t b = 0; b < 2; ++b)
       for (int64_t offset = 0; offset < ring.c; offset += ring.key_tile) {
-        const int64_t n = std::min(ring.key_tile, ring.c - offset), k_first = key_chunks[b] * ring.c + offset;
+        const Tile tile{a, b * ring.c + offset, key_chunks[b] * ring.c + offset, std::min(ring.key_tile, ring.c - offset)};
         bool skip = false;
-        const auto mask = ring.tile_mask(a, k_first, n, device, &skip);
+        const auto mask = ring.tile_mask(a, tile.k_first, tile.n, device, &skip);
         if (skip) continue;
-        fn(a, b * ring.c + offset, n, [&](const torch::Tensor& q_a, const torch::Tensor& k) {
-          return ring.scores(q_a, k, a, k_first, mask);
+        fn(tile, [&](const torch::Tensor& q_a, const torch::Tensor& k) {
+          return ring.scores(q_a, k, a, tile.k_first, mask);
         });
       }
+}
+
+// Dropout of a tile's probabilities (and of their gradient): what attention_dropout_scale multiplies them by,
+// (B, K, G, c, n) for the tile's pairs, or nullopt without dropout.
+std::optional<torch::Tensor> dropout_scale(const Ring& ring, const Tile& tile, const torch::Device& device) {
+  if (ring.dropout == 0.0) return std::nullopt;
+  const auto longs = torch::TensorOptions().dtype(torch::kLong).device(device);
+  const int64_t q_first = cp_chunks_of(ring.cp, ring.rank)[tile.a] * ring.c;
+  return attention_dropout_scale(ring.dropout_seed, ring.dropout, ring.B, ring.H,
+                                 torch::arange(q_first, q_first + ring.c, longs),
+                                 torch::arange(tile.k_first, tile.k_first + tile.n, longs))
+      .view({ring.B, ring.K, ring.G, ring.c, tile.n});
+}
+torch::Tensor dropped(const torch::Tensor& x, const std::optional<torch::Tensor>& scale) {
+  return scale ? x * *scale : x;
 }
 
 // The online softmax's state per local query row, fp32: running max m, running sum l, unnormalized output.
@@ -142,16 +166,18 @@ struct SoftmaxState {
 void forward_block(const Ring& ring, const torch::Tensor& q32, const torch::Tensor& kv32, int64_t source,
                    SoftmaxState& state) {
   const auto k = kv32.narrow(0, 0, ring.B), v = kv32.narrow(0, ring.B, ring.B);
-  for_visible_tiles(ring, source, q32.device(), [&](int64_t a, int64_t from, int64_t n, const auto& scores) {
-    const auto s = scores(ring.query_chunk(q32, a), ring.key_tile_of(k, from, n));
+  for_visible_tiles(ring, source, q32.device(), [&](const Tile& tile, const auto& scores) {
+    const int64_t a = tile.a;
+    const auto s = scores(ring.query_chunk(q32, a), ring.key_tile_of(k, tile.from, tile.n));
     auto m = ring.query_chunk(state.m, a), l = ring.query_chunk(state.l, a), acc = ring.query_chunk(state.acc, a);
     const auto m_new = torch::maximum(m, std::get<0>(s.max(-1, /*keepdim=*/true)));
     // A row that has seen no visible key yet keeps max -inf: shift it by 0 instead (its exp terms are all 0).
     const auto shift = m_new.masked_fill(m_new == -std::numeric_limits<float>::infinity(), 0.0);
     const auto rescale = torch::exp(m - shift);
     const auto p = torch::exp(s - shift);
-    l.mul_(rescale).add_(p.sum(-1, /*keepdim=*/true));
-    acc.mul_(rescale).add_(torch::matmul(p, ring.key_tile_of(v, from, n)));
+    l.mul_(rescale).add_(p.sum(-1, /*keepdim=*/true));  // the softmax's sum is of every probability, dropped or not
+    const auto scale = dropout_scale(ring, tile, q32.device());
+    acc.mul_(rescale).add_(torch::matmul(dropped(p, scale), ring.key_tile_of(v, tile.from, tile.n)));
     m.copy_(m_new);
   });
 }
@@ -162,23 +188,26 @@ void backward_block(const Ring& ring, const torch::Tensor& q32, const torch::Ten
                     torch::Tensor& dq32, torch::Tensor& dkv) {
   const auto k = kv32.narrow(0, 0, ring.B), v = kv32.narrow(0, ring.B, ring.B);
   auto dk = dkv.narrow(0, 0, ring.B), dv = dkv.narrow(0, ring.B, ring.B);
-  for_visible_tiles(ring, source, q32.device(), [&](int64_t a, int64_t from, int64_t n, const auto& scores) {
+  for_visible_tiles(ring, source, q32.device(), [&](const Tile& tile, const auto& scores) {
+    const int64_t a = tile.a, from = tile.from, n = tile.n;
     const auto q_a = ring.query_chunk(q32, a), dout_a = ring.query_chunk(dout32, a);
     const auto k_t = ring.key_tile_of(k, from, n), v_t = ring.key_tile_of(v, from, n);
     const auto p = torch::exp(scores(q_a, k_t) - ring.query_chunk(lse, a));  // (B, K, G, c, n)
-    dv.narrow(2, from, n).add_(torch::matmul(p.transpose(-1, -2), dout_a).sum(2));
-    const auto dp = torch::matmul(dout_a, v_t.transpose(-1, -2));
-    const auto ds = p * (dp - ring.query_chunk(delta, a));
+    // With dropout the output is (p * scale) v: forward's masks again, on p and on dp.
+    const auto scale = dropout_scale(ring, tile, q32.device());
+    dv.narrow(2, from, n).add_(torch::matmul(dropped(p, scale).transpose(-1, -2), dout_a).sum(2));
+    const auto dp = dropped(torch::matmul(dout_a, v_t.transpose(-1, -2)), scale);
+    const auto ds = p * (dp - ring.query_chunk(delta, a));  // delta = rowsum(dout * out) holds with dropout too
     ring.query_chunk(dq32, a).add_(torch::matmul(ds, k_t), ring.scale);
     dk.narrow(2, from, n).add_(torch::matmul(ds.transpose(-1, -2), q_a).sum(2), ring.scale);
   });
 }
 
-Ring make_ring(const torch::Tensor& q, const torch::Tensor& k, Communicator* group, bool causal, int64_t window,
-               double scale, const torch::Tensor& key_starts, const torch::Tensor& alibi_slopes, int64_t key_tile) {
+Ring make_ring(const torch::Tensor& q, const torch::Tensor& k, const RingAttentionOptions& options,
+               const torch::Tensor& key_starts, const torch::Tensor& alibi_slopes) {
   Ring ring;
-  ring.cp = group->size();
-  ring.rank = group->rank();
+  ring.cp = options.group->size();
+  ring.rank = options.group->rank();
   ring.B = q.size(0);
   ring.H = q.size(1);
   ring.K = k.size(1);
@@ -186,10 +215,12 @@ Ring make_ring(const torch::Tensor& q, const torch::Tensor& k, Communicator* gro
   ring.L = q.size(2);
   ring.D = q.size(3);
   ring.c = ring.L / 2;
-  ring.scale = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(ring.D));
-  ring.causal = causal;
-  ring.window = window;
-  ring.key_tile = std::min(key_tile, ring.c);
+  ring.scale = options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(ring.D));
+  ring.causal = options.causal;
+  ring.window = options.window;
+  ring.key_tile = std::min(options.key_tile, ring.c);
+  ring.dropout = options.dropout;
+  ring.dropout_seed = options.dropout_seed;
   if (alibi_slopes.numel() > 0) ring.alibi_slopes = alibi_slopes.to(torch::kFloat).view({1, ring.K, ring.G, 1, 1});
   if (key_starts.numel() > 0) {
     ring.key_starts = key_starts;
@@ -207,13 +238,38 @@ torch::Tensor stack_key_value(const torch::Tensor& k, const torch::Tensor& v) {
   return torch::cat({k, v}, 0).contiguous();
 }
 
+// The options besides the tensors, kept for backward in the autograd context's saved data.
+void save_options(AutogradContext* ctx, const RingAttentionOptions& options) {
+  ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(options.group));
+  ctx->saved_data["causal"] = options.causal;
+  ctx->saved_data["window"] = options.window;
+  ctx->saved_data["scale"] = options.scale;
+  ctx->saved_data["key_tile"] = options.key_tile;
+  ctx->saved_data["waited_s"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(options.waited_s));
+  ctx->saved_data["dropout"] = options.dropout;
+  ctx->saved_data["dropout_seed"] = options.dropout_seed;
+}
+RingAttentionOptions saved_options(AutogradContext* ctx) {
+  RingAttentionOptions options;
+  options.group = reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+  options.causal = ctx->saved_data["causal"].toBool();
+  options.window = ctx->saved_data["window"].toInt();
+  options.scale = ctx->saved_data["scale"].toDouble();
+  options.key_tile = ctx->saved_data["key_tile"].toInt();
+  options.waited_s = reinterpret_cast<double*>(static_cast<intptr_t>(ctx->saved_data["waited_s"].toInt()));
+  options.dropout = ctx->saved_data["dropout"].toDouble();
+  options.dropout_seed = ctx->saved_data["dropout_seed"].toInt();
+  return options;
+}
+
+// alibi_slopes travels as a tensor argument (checked and on q's device), not in options.
 struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& key_starts,
-                               const torch::Tensor& alibi_slopes, Communicator* group, bool causal, int64_t window,
-                               double scale, int64_t key_tile, double* waited_s) {
+                               const torch::Tensor& alibi_slopes, const RingAttentionOptions& options) {
     const AutocastOff fp32(q.device().type());  // in fp32, inside an autocast region too
-    const Ring ring = make_ring(q, k, group, causal, window, scale, key_starts, alibi_slopes, key_tile);
+    const Ring ring = make_ring(q, k, options, key_starts, alibi_slopes);
+    auto& group = *options.group;
     const auto q32 = q.to(torch::kFloat).reshape({ring.B, ring.K, ring.G, ring.L, ring.D});
     const auto stats = q32.options();
     const std::vector<int64_t> rows = {ring.B, ring.K, ring.G, ring.L, 1};
@@ -225,11 +281,11 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
       torch::Tensor incoming;
       if (t + 1 < ring.cp) {  // the next block arrives while this one is multiplied
         incoming = torch::empty_like(kv);
-        blocks = exchange(*group, kv, incoming, kKeyValueTag);
+        blocks = exchange(group, kv, incoming, kKeyValueTag);
       }
       forward_block(ring, q32, kv.to(torch::kFloat), ring.block_owner(t), state);
       if (blocks) {
-        blocks->wait(waited_s);
+        blocks->wait(options.waited_s);
         kv = incoming;
       }
     }
@@ -237,12 +293,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     const auto lse = state.m + torch::log(state.l);
     const auto out = out32.view({ring.B, ring.H, ring.L, ring.D}).to(q.scalar_type());
     ctx->save_for_backward({q, k, v, out, lse, key_starts, alibi_slopes});
-    ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(group));
-    ctx->saved_data["causal"] = causal;
-    ctx->saved_data["window"] = window;
-    ctx->saved_data["scale"] = scale;
-    ctx->saved_data["key_tile"] = key_tile;
-    ctx->saved_data["waited_s"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(waited_s));
+    save_options(ctx, options);
     return out;
   }
 
@@ -250,12 +301,11 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     const auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4], &key_starts = saved[5],
                &alibi_slopes = saved[6];
-    auto* group = reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
-    auto* waited_s = reinterpret_cast<double*>(static_cast<intptr_t>(ctx->saved_data["waited_s"].toInt()));
+    const auto options = saved_options(ctx);
+    auto& group = *options.group;
+    double* waited_s = options.waited_s;
     const AutocastOff fp32(q.device().type());
-    const Ring ring = make_ring(q, k, group, ctx->saved_data["causal"].toBool(), ctx->saved_data["window"].toInt(),
-                                ctx->saved_data["scale"].toDouble(), key_starts, alibi_slopes,
-                                ctx->saved_data["key_tile"].toInt());
+    const Ring ring = make_ring(q, k, options, key_starts, alibi_slopes);
     const std::vector<int64_t> shape5 = {ring.B, ring.K, ring.G, ring.L, ring.D};
     const auto q32 = q.to(torch::kFloat).reshape(shape5);
     const auto dout32 = grads[0].to(torch::kFloat).reshape(shape5);
@@ -272,7 +322,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
       torch::Tensor incoming;
       if (t + 1 < ring.cp) {
         incoming = torch::empty_like(kv);
-        blocks = exchange(*group, kv, incoming, kKeyValueTag);
+        blocks = exchange(group, kv, incoming, kKeyValueTag);
       }
       dkv = torch::zeros(kv.sizes(), q32.options());
       backward_block(ring, q32, kv.to(torch::kFloat), ring.block_owner(t), dout32, lse, delta, dq32, dkv);
@@ -282,7 +332,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
       }
       if (ring.cp > 1) {
         arriving = torch::empty_like(dkv);
-        gradients = exchange(*group, dkv, arriving, kGradientTag);
+        gradients = exchange(group, dkv, arriving, kGradientTag);
       }
       if (blocks) {
         blocks->wait(waited_s);
@@ -295,9 +345,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     }
     return {dq32.view({ring.B, ring.H, ring.L, ring.D}).to(q.scalar_type()),
             dkv.narrow(0, 0, ring.B).to(k.scalar_type()),
-            dkv.narrow(0, ring.B, ring.B).to(v.scalar_type()),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
+            dkv.narrow(0, ring.B, ring.B).to(v.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -333,8 +381,9 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
                "ring_attention: alibi_slopes must be (H) = (", q.size(1), "), not ", options.alibi_slopes.sizes());
     slopes = options.alibi_slopes.to(q.device(), torch::kFloat).contiguous();
   }
-  return RingAttentionFunction::apply(q, k, v, starts, slopes, options.group, options.causal, options.window,
-                                      options.scale, options.key_tile, options.waited_s);
+  LOOM_CHECK(options.dropout >= 0 && options.dropout < 1, "ring_attention: dropout ", options.dropout,
+             " is not in [0, 1)");
+  return RingAttentionFunction::apply(q, k, v, starts, slopes, options);
 }
 
 }  // namespace loom

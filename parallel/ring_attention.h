@@ -31,12 +31,18 @@ struct RingAttentionOptions {
   // Adds the seconds this rank waits on the ring's messages (what the products did not hide), forward and
   // backward; null: not counted.
   double* waited_s = nullptr;
+  // Attention-probability dropout (training): each query-key probability is kept with 1 - dropout and the kept
+  // ones scaled by 1 / (1 - dropout), as SDPA's dropout. The masks are attention_dropout_scale(dropout_seed, ...)
+  // of the pairs' global positions (parallel/attention_dropout.h): backward regenerates them, none is kept.
+  double dropout = 0.0;
+  int64_t dropout_seed = 0;  // in [0, 2^31): draw_attention_dropout_seed()
 };
 
 // q (B, H, L, D), k and v (B, K, L, D) with K dividing H (query head h reads kv head h / (H / K), as SDPA's
 // enable_gqa): this rank's L = T / cp positions of a sequence of T, in the layout's local order. Returns
 // (B, H, L, D) in q's dtype, equal to SDPA over the whole sequence (causal or full, with the window) at these
-// positions. Computed in fp32 whatever the inputs' dtype; differentiable in q, k and v.
+// positions (with dropout: SDPA's math over the whole sequence with attention_dropout_scale's masks). Computed
+// in fp32 whatever the inputs' dtype; differentiable in q, k and v.
 // key_starts (B, L) int64 (packed documents, models/document_mask.h): the global position of the first key
 // each local query may see (its document's first token); undefined: no document mask. Only with causal.
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstring>
+#include <map>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -142,7 +143,53 @@ torch::Tensor optimizer_partition(const CheckpointParts& parts) {
   return torch::tensor(sizes, torch::kLong);
 }
 
-void write_shard(const fs::path& path, const CheckpointParts& parts, const TrainState& state) {
+// This rank's RNG states by checkpoint key: the default generators' ("rng.cpu"; on a GPU, where dropout draws,
+// "rng.cuda" too) and the TP stream's ("rng.tp.<device>").
+std::map<std::string, torch::Tensor> own_rng_states(const CheckpointParts& parts) {
+  std::map<std::string, torch::Tensor> states;
+  states["rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
+  if (const auto device = model_device(parts.model); device.is_cuda())
+    states["rng.cuda"] = at::globalContext().defaultGenerator(device).get_state();
+  if (parts.tp_rng != nullptr)
+    for (const auto& [device, rng_state] : parts.tp_rng->states()) states["rng.tp." + device] = rng_state;
+  return states;
+}
+
+// The key of CP rank `cp_rank`'s RNG state `key`: rank 0 keeps the key of a run without CP.
+std::string cp_rng_key(int64_t cp_rank, const std::string& key) {
+  return cp_rank == 0 ? key : "cp" + std::to_string(cp_rank) + "." + key;
+}
+
+// Collective over the CP group: the RNG states a shard keeps. Every CP rank draws its own dropout masks
+// (seed_dropout, train/task.h) but only one rank of dp x cp writes a shard, so every rank gets the states of
+// all, each under cp_rng_key.
+std::map<std::string, torch::Tensor> rng_states_of_cp_group(const Mesh& mesh, const CheckpointParts& parts) {
+  const auto own = own_rng_states(parts);
+  if (mesh.cp() == 1) return own;
+  std::vector<torch::Tensor> pieces;
+  for (const auto& [key, rng_state] : own) pieces.push_back(rng_state.to(torch::kCPU).contiguous().view(-1));
+  const auto blob = torch::cat(pieces);
+  auto& group = mesh.host_group(MeshAxis::kCp);
+  auto lengths = torch::empty({mesh.cp()}, torch::kLong);
+  group.all_gather(torch::tensor({blob.numel()}, torch::kLong), lengths);
+  if (!(lengths == blob.numel()).all().item<bool>())
+    throw Error("context-parallel ranks hold RNG states of different sizes (" +
+                c10::str(lengths.sizes()) + "): they do not run the same model");
+  auto all = torch::empty({mesh.cp() * blob.numel()}, blob.options());
+  group.all_gather(blob, all);
+  std::map<std::string, torch::Tensor> states;
+  for (int64_t r = 0; r < mesh.cp(); ++r) {
+    int64_t offset = r * blob.numel();
+    for (const auto& [key, rng_state] : own) {
+      states[cp_rng_key(r, key)] = all.narrow(0, offset, rng_state.numel()).clone();
+      offset += rng_state.numel();
+    }
+  }
+  return states;
+}
+
+void write_shard(const fs::path& path, const CheckpointParts& parts, const TrainState& state,
+                 const std::map<std::string, torch::Tensor>& rng_states) {
   torch::serialize::OutputArchive shard;
   torch::serialize::OutputArchive model_archive;
   parts.model.save(model_archive);
@@ -150,12 +197,7 @@ void write_shard(const fs::path& path, const CheckpointParts& parts, const Train
   if (parts.optimizer != nullptr) write_optimizer_state(shard, optimizer_layout(parts), parts.model);
   if (parts.optimizer != nullptr && parts.sharded_optimizer) shard.write("optimizer.partition", optimizer_partition(parts));
   if (parts.loss_scaler != nullptr) shard.write("loss_scaler", parts.loss_scaler->state());
-  shard.write("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
-  // On a GPU, dropout draws from the device's generator: exact resume needs its state too.
-  if (const auto device = model_device(parts.model); device.is_cuda())
-    shard.write("rng.cuda", at::globalContext().defaultGenerator(device).get_state());
-  if (parts.tp_rng != nullptr)
-    for (const auto& [device, rng_state] : parts.tp_rng->states()) shard.write("rng.tp." + device, rng_state);
+  for (const auto& [key, rng_state] : rng_states) shard.write(key, rng_state);
   shard.write("state.step", scalar(state.step));
   shard.write("state.tokens", scalar(state.tokens));
   shard.write("state.elapsed_s", torch::tensor({state.elapsed_s}, torch::kDouble));
@@ -258,8 +300,9 @@ void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& 
       fs::create_directories(tmp_dir);
     });
   bool ok = all_ranks_ok(world, error.empty());
+  const auto rng_states = ok ? rng_states_of_cp_group(mesh, parts) : std::map<std::string, torch::Tensor>{};
   if (ok && (mesh.coord(kDataParallelAxes) == 0 || parts.sharded_optimizer))
-    attempt([&] { write_shard(tmp_dir / shard_name(mesh, parts.sharded_optimizer), parts, state); });
+    attempt([&] { write_shard(tmp_dir / shard_name(mesh, parts.sharded_optimizer), parts, state, rng_states); });
   ok = ok && all_ranks_ok(world, error.empty());
   const auto stages = ok ? gather_stage_records(mesh, parts.model) : std::vector<nlohmann::json>{};
   if (ok && leader) attempt([&] {
@@ -385,18 +428,21 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   // A checkpoint of a run without loss scaling (bf16, fp32) resumed in fp16 starts from the initial scale.
   if (torch::Tensor scaler; parts.loss_scaler != nullptr && shard.try_read("loss_scaler", scaler))
     parts.loss_scaler->load_state(scaler);
+  // This rank's RNG states. Under CP each rank has its own (cp_rng_key) when the checkpoint was written at this
+  // cp; at another cp the ranks beyond CP rank 0 keep the streams their seeds began. A checkpoint written on
+  // the CPU resumed on a GPU: the device's stream starts from the run's seed. Resharded (another TP size or
+  // pipeline split), the TP stream starts from its seed.
   if (restore_rng) {
-    set_generator_state(at::detail::getDefaultCPUGenerator(), read("rng.cpu"));
-    // A checkpoint written on the CPU resumed on a GPU: the device's stream starts from the run's seed.
-    if (const auto device = model_device(parts.model); device.is_cuda())
-      if (torch::Tensor rng_state; shard.try_read("rng.cuda", rng_state))
-        set_generator_state(at::globalContext().defaultGenerator(device), rng_state);
-  }
-  // This TP rank's dropout stream, when the shard is its own (resharded, the stream starts from its seed).
-  if (restore_rng && parts.tp_rng != nullptr && !reshard) {
-    for (const auto* device : {"cpu", "cuda"})
-      if (torch::Tensor rng_state; shard.try_read(std::string("rng.tp.") + device, rng_state))
-        parts.tp_rng->set_state(torch::Device(device), rng_state);
+    const int64_t cp_rank = mesh.coord(MeshAxis::kCp);
+    if (cp_rank == 0 || saved_size(layout, "cp") == mesh.cp()) {
+      auto saved = [&](const std::string& key, torch::Tensor& t) { return shard.try_read(cp_rng_key(cp_rank, key), t); };
+      set_generator_state(at::detail::getDefaultCPUGenerator(), read(cp_rng_key(cp_rank, "rng.cpu").c_str()));
+      if (const auto device = model_device(parts.model); device.is_cuda())
+        if (torch::Tensor t; saved("rng.cuda", t)) set_generator_state(at::globalContext().defaultGenerator(device), t);
+      if (parts.tp_rng != nullptr && !reshard)
+        for (const char* device : {"cpu", "cuda"})
+          if (torch::Tensor t; saved(std::string("rng.tp.") + device, t)) parts.tp_rng->set_state(torch::Device(device), t);
+    }
   }
   return state;
 }

@@ -6,16 +6,20 @@
 
 namespace loom {
 
-std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Communicator* tp, int64_t pp_stage) {
+std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Communicator* tp, int64_t pp_stage,
+                                               int64_t cp_rank) {
   if (tp == nullptr || tp->size() == 1) return nullptr;
-  // Megatron's tensor-model-parallel seed: every TP rank and pipeline stage its own stream, alike across
-  // DP replicas.
+  // Megatron's tensor-model-parallel seed: every TP rank, pipeline stage and CP rank its own stream, alike
+  // across DP replicas.
   return std::make_unique<TensorParallelRng>(
-      TensorParallelRng::stream_seed(static_cast<uint64_t>(config.run.seed), tp->rank(), pp_stage));
+      TensorParallelRng::stream_seed(static_cast<uint64_t>(config.run.seed), tp->rank(), pp_stage, cp_rank));
 }
 
-void seed_stage_dropout(const Config& config, int64_t pp_stage) {
-  if (pp_stage > 0) torch::manual_seed(static_cast<uint64_t>(config.run.seed + 100 * pp_stage));
+void seed_dropout(const Config& config, int64_t pp_stage, int64_t cp_rank) {
+  if (pp_stage == 0 && cp_rank == 0) return;
+  torch::manual_seed(static_cast<uint64_t>(config.run.seed) +
+                     TensorParallelRng::kPipelineSeedStride * static_cast<uint64_t>(pp_stage) +
+                     TensorParallelRng::kContextSeedStride * static_cast<uint64_t>(cp_rank));
 }
 
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
@@ -30,11 +34,11 @@ std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData d
     }
     // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
     torch::manual_seed(static_cast<uint64_t>(resolved.run.seed));
-    out.tp_rng = make_tp_rng(resolved, tp, pp_stage);
+    out.tp_rng = make_tp_rng(resolved, tp, pp_stage, cp.rank());
     out.module = family.build(resolved, TensorParallelism(tp, out.tp_rng.get(), resolved.parallel.sequence_parallel),
                               model_stage(resolved.model, resolved.parallel, pp_stage), cp);
     out.module->to(device);
-    seed_stage_dropout(resolved, pp_stage);
+    seed_dropout(resolved, pp_stage, cp.rank());
     return out;
   };
   return family.make_task(config, data, model, std::move(lm_batches));

@@ -138,22 +138,25 @@ using ModelSource = std::function<TaskModel(const Config& resolved)>;
 // model is `trained` (a loaded one), or else built afresh on `device` the one way for every family: from
 // torch::manual_seed(run.seed), so every rank draws the whole model's weights alike, split over the TP group
 // `tp` (null: whole; with parallel.sequence_parallel) with its own dropout stream, as pipeline stage
-// `pp_stage` of parallel.pp, whose dropout then draws from its own seed (seed_stage_dropout), its sequences
-// split over `cp`'s group (none: whole; the task then cuts each batch to this rank's part).
+// `pp_stage` of parallel.pp, its sequences split over `cp`'s group (none: whole; the task then cuts each
+// batch to this rank's part); its dropout then draws from the seed of its stage and CP rank (seed_dropout).
 // lm_batches replaces data.train for a family trained on LM windows (`loom bench`).
 std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
                                 std::shared_ptr<torch::nn::Module> trained = nullptr, Communicator* tp = nullptr,
                                 std::unique_ptr<LmBatches> lm_batches = nullptr, int64_t pp_stage = 0,
                                 const ContextParallelism& cp = {});
 
-// The TP dropout stream of this rank of `tp` in pipeline stage `pp_stage`, seeded from run.seed, the TP
-// rank and the stage (TensorParallelRng::stream_seed); null for no TP.
-std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Communicator* tp, int64_t pp_stage = 0);
+// The TP dropout stream of this rank of `tp` in pipeline stage `pp_stage` and CP rank `cp_rank`, seeded
+// from run.seed, the TP rank, the stage and the CP rank (TensorParallelRng::stream_seed); null for no TP.
+std::unique_ptr<TensorParallelRng> make_tp_rng(const Config& config, const Communicator* tp, int64_t pp_stage = 0,
+                                               int64_t cp_rank = 0);
 
 // After a stage's model is built (every rank drew the whole model's weights from run.seed), the default
-// generator that its dropout draws from: stage 0 keeps its stream (a run without stages is unchanged),
-// stage s > 0 restarts it from run.seed + 100 * s, as Megatron's seed does, so stages holding blocks of the
-// same shape do not drop the same units.
-void seed_stage_dropout(const Config& config, int64_t pp_stage);
+// generator that its dropout draws from: stage 0 of CP rank 0 keeps its stream (a run without stages or
+// CP is unchanged); stage s and CP rank c restart it from run.seed + 100 s + 1000003 c (the strides of
+// TensorParallelRng::stream_seed), as Megatron's seed does for stages, so stages holding blocks of the same
+// shape do not drop the same units, and CP ranks holding other positions of the same sequences do not drop
+// alike either.
+void seed_dropout(const Config& config, int64_t pp_stage, int64_t cp_rank = 0);
 
 }  // namespace loom

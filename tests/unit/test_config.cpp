@@ -113,21 +113,17 @@ TEST_CASE("config: a validation error names file, line, key and the constraint",
 }
 
 TEST_CASE("config: context parallelism refuses what ring attention cannot run, naming the key", "[config]") {
-  const std::string no_dropout = "model.dropout=0";
-  CHECK(config_error("", {"parallel.cp=2", no_dropout}).empty());  // data.seq_len 128
+  CHECK(config_error("", {"parallel.cp=2"}).empty());  // data.seq_len 128, dropout 0.1
   CHECK(config_error("", {"parallel.cp=0"}) == "--set parallel.cp=0: parallel.cp: 0 must be >= 1");
-  CHECK(config_error("data:\n  seq_len: 96\n", {"parallel.cp=32", no_dropout}) ==
+  CHECK(config_error("data:\n  seq_len: 96\n", {"parallel.cp=32"}) ==
         "x.yaml:2: data.seq_len: 96 must be a multiple of 2 * parallel.cp = 64 (each sequence is cut into 2 * cp "
         "equal chunks, two per context-parallel rank)");
-  CHECK(config_error("model:\n  dropout: 0.1\n", {"parallel.cp=2"}) ==
-        "x.yaml:2: model.dropout: 0.1: ring attention (parallel.cp=2) has no attention-probability dropout: set "
-        "model.dropout=0");
-  CHECK_THAT(config_error("model:\n  arch: transformer\n", {"parallel.cp=2", no_dropout}),
+  CHECK_THAT(config_error("model:\n  arch: transformer\n", {"parallel.cp=2"}),
              Catch::Contains("--set parallel.cp=2: parallel.cp: 2: context parallelism is built for model.arch=gpt"));
   // With sequence parallelism each TP rank keeps 1/tp of a CP rank's positions: 128 / 4 = 32 over 2.
-  CHECK(config_error("", {"parallel.cp=4", "parallel.tp=2", "parallel.sequence_parallel=true", no_dropout}).empty());
+  CHECK(config_error("", {"parallel.cp=4", "parallel.tp=2", "parallel.sequence_parallel=true"}).empty());
   CHECK(config_error("data:\n  seq_len: 24\nmodel:\n  n_heads: 8\n",
-                     {"parallel.cp=2", "parallel.tp=8", "parallel.sequence_parallel=true", no_dropout}) ==
+                     {"parallel.cp=2", "parallel.tp=8", "parallel.sequence_parallel=true"}) ==
         "x.yaml:2: data.seq_len: 24 / parallel.cp=2 must be a multiple of parallel.tp=8 with "
         "parallel.sequence_parallel (each tensor-parallel rank keeps 1/tp of a context-parallel rank's positions)");
 }

@@ -1,6 +1,8 @@
 // Ring attention (parallel/ring_attention.h) against SDPA on the whole sequence: output, dq, dk and dv of this
 // rank's chunks, for causal and full masks, grouped-query heads, sliding windows, packed documents and ALiBi, in fp32
-// (1e-5 of the magnitude; also with key tiles of 2, uneven where a chunk is 3 long) and bf16 (SDPA's own bf16 error against fp32, with a margin). Written for any world
+// (1e-5 of the magnitude; also with key tiles of 2, uneven where a chunk is 3 long) and bf16 (SDPA's own bf16 error
+// against fp32, with a margin); with probability dropout against the whole sequence's attention with
+// attention_dropout_scale's masks, whose statistics are checked too. Written for any world
 // size, the world being the CP group: ctest runs them as unit tests (cp 1: the ring of one, its chunk pairs
 // still masked and skipped) and under `mpirun -np 2` and `-np 4` ([cp]). Every rank draws the same whole
 // tensors, computes the reference itself and checks its own chunks. Also the load-balanced layout
@@ -10,6 +12,7 @@
 
 #include "models/document_mask.h"
 #include "models/positions.h"
+#include "parallel/attention_dropout.h"
 #include "parallel/context_parallel_layout.h"
 #include "parallel/ring_attention.h"
 #include "test_util.h"
@@ -94,13 +97,15 @@ std::vector<torch::Tensor> whole_sdpa(const MaskCase& c, const Inputs& in, torch
   return results;
 }
 
-// Ring attention on this rank's chunks in `dtype`, its scores `key_tile` keys at a time (0: the default): its
-// output and gradients (in fp32).
+// Ring attention on this rank's chunks in `dtype`, its scores `key_tile` keys at a time (0: the default), with
+// probability dropout `dropout` from `dropout_seed`: its output and gradients (in fp32).
 std::vector<torch::Tensor> ring(const MaskCase& c, const Inputs& in, torch::Dtype dtype, loom::Communicator& group,
-                                int64_t key_tile = 0) {
+                                int64_t key_tile = 0, double dropout = 0.0, int64_t dropout_seed = 0) {
   const int64_t cp = group.size(), rank = group.rank();
   loom::RingAttentionOptions options;
   options.group = &group;
+  options.dropout = dropout;
+  options.dropout_seed = dropout_seed;
   if (key_tile > 0) options.key_tile = key_tile;
   options.causal = c.causal;
   options.window = c.window;
@@ -115,6 +120,26 @@ std::vector<torch::Tensor> ring(const MaskCase& c, const Inputs& in, torch::Dtyp
 }
 
 const char* const kNames[] = {"output", "dq", "dk", "dv"};
+
+// Attention over the whole sequence with probability dropout, written out (SDPA draws its own masks): scores,
+// the case's mask or ALiBi bias, softmax, the kept probabilities scaled by 1 / (1 - p), times v; this rank's
+// chunks of its output and gradients.
+std::vector<torch::Tensor> whole_with_dropout(const MaskCase& c, const Inputs& in, double p, int64_t seed, int64_t cp,
+                                              int64_t rank) {
+  const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2), D = in.q.size(3), G = H / in.k.size(1);
+  const auto mask = whole_mask(c, T, in.positions);
+  const auto scale = loom::attention_dropout_scale(seed, p, B, H, torch::arange(T, torch::kLong), torch::arange(T, torch::kLong));
+  auto results = loom::test::output_and_gradients(
+      [&](const std::vector<torch::Tensor>& x) {
+        auto scores = torch::matmul(x[0], x[1].repeat_interleave(G, 1).transpose(-1, -2)) / std::sqrt(double(D));
+        scores = mask.is_floating_point() ? scores + mask : scores.masked_fill(~mask, -std::numeric_limits<float>::infinity());
+        const auto probabilities = torch::softmax(scores, -1) * scale;
+        return torch::matmul(probabilities, x[2].repeat_interleave(G, 1));
+      },
+      {in.q, in.k, in.v}, in.upstream);
+  for (auto& t : results) t = loom::cp_split(t, 2, cp, rank);
+  return results;
+}
 
 }  // namespace
 
@@ -183,6 +208,61 @@ TEST_CASE("ring attention: fp32 output and gradients equal SDPA on the whole seq
       }
     }
   }
+}
+
+TEST_CASE("ring attention: with dropout, equal to the whole sequence's attention with the same masks", "[cp]") {
+  auto group = cp_group();
+  const int64_t cp = group->size(), rank = group->rank();
+  const double p = 0.3;
+  const int64_t seed = 12345;
+  for (const auto& c : kCases) {
+    for (int64_t key_tile : {0, 2}) {
+      INFO(c.name << ", cp " << cp << ", rank " << rank << ", key tile " << key_tile);
+      const auto in = whole_inputs(cp, c.kv_heads, 4);
+      const auto expected = whole_with_dropout(c, in, p, seed, cp, rank);
+      const auto actual = ring(c, in, torch::kFloat, *group, key_tile, p, seed);
+      const auto undropped = ring(c, in, torch::kFloat, *group, key_tile);
+      for (size_t i = 0; i < 4; ++i) {
+        INFO(kNames[i]);
+        CHECK_THAT(actual[i], loom::test::tensor_close_to(expected[i], 1e-5));
+        CHECK(loom::test::max_abs_diff(actual[i], undropped[i]) > 1e-2);  // the masks were applied
+      }
+    }
+  }
+}
+
+TEST_CASE("attention dropout masks: kept with 1 - p, independent across rows, heads, pairs and seeds, by position",
+          "[cp]") {
+  const int64_t B = 2, H = 4, T = 64;
+  const auto positions = torch::arange(T, torch::kLong);
+  for (double p : {0.1, 0.3, 0.5}) {
+    INFO("p " << p);
+    const auto scale = loom::attention_dropout_scale(7, p, B, H, positions, positions);
+    REQUIRE(scale.sizes() == torch::IntArrayRef({B, H, T, T}));
+    const auto keep = scale > 0;
+    CHECK(scale.masked_select(keep).eq(static_cast<float>(1 / (1 - p))).all().item<bool>());  // kept: 1 / (1 - p)
+    // The CPU's fused pass and the tensor-op form (CUDA's) agree bit for bit.
+    CHECK(scale.equal(loom::detail::attention_dropout_scale_by_tensor_ops(7, p, B, H, positions, positions)));
+    // 32768 draws: the dropped fraction's standard deviation is sqrt(p (1 - p) / 32768) < 0.003.
+    CHECK(std::abs(1.0 - keep.to(torch::kFloat).mean().item<double>() - p) < 0.012);
+    // Two independent masks agree on a pair with probability p^2 + (1 - p)^2; 8192 pairs per comparison.
+    const double agree = p * p + (1 - p) * (1 - p);
+    auto agreement = [](const torch::Tensor& a, const torch::Tensor& b) { return a.eq(b).to(torch::kFloat).mean().item<double>(); };
+    const auto other_seed = loom::attention_dropout_scale(8, p, B, H, positions, positions) > 0;
+    CHECK(std::abs(agreement(keep, other_seed) - agree) < 0.02);
+    CHECK(std::abs(agreement(keep.select(1, 0), keep.select(1, 1)) - agree) < 0.02);  // heads
+    CHECK(std::abs(agreement(keep.select(0, 0), keep.select(0, 1)) - agree) < 0.02);  // batch rows
+    CHECK(std::abs(agreement(keep, keep.transpose(2, 3)) - agree) < 0.02);            // (i, j) and (j, i)
+    CHECK(std::abs(agreement(keep.narrow(2, 0, T - 1), keep.narrow(2, 1, T - 1)) - agree) < 0.02);  // next query
+    CHECK(std::abs(agreement(keep.narrow(3, 0, T - 1), keep.narrow(3, 1, T - 1)) - agree) < 0.02);  // next key
+    // A block of the sequence, by its global positions, gets the whole sequence's masks there.
+    const auto block = loom::attention_dropout_scale(7, p, B, H, torch::arange(40, 48, torch::kLong),
+                                                     torch::arange(8, 24, torch::kLong));
+    CHECK(block.equal(scale.narrow(2, 40, 8).narrow(3, 8, 16)));
+  }
+  CHECK(loom::attention_dropout_scale(7, 0.0, B, H, positions, positions).eq(1.0f).all().item<bool>());
+  CHECK_THAT(loom::test::message_of([&] { loom::attention_dropout_scale(7, 1.0, B, H, positions, positions); }),
+             Catch::Contains("attention dropout probability 1 is not in [0, 1)"));
 }
 
 TEST_CASE("ring attention: bf16 is as close to fp32 as SDPA's bf16 is", "[cp]") {

@@ -136,3 +136,32 @@ TEST_CASE("tensor parallel dropout: every pipeline stage draws its own masks, st
   CHECK(y0.equal(y0_again));
   CHECK(!y0.equal(y1));
 }
+
+TEST_CASE("dropout seeds: every CP rank its own default and TP streams, CP rank 0 and stage 0 those of a run without",
+          "[tp]") {
+  // run.seed + 2718 + tp_rank + 100 * pp_rank + 1000003 * cp_rank.
+  CHECK(loom::TensorParallelRng::stream_seed(7, 1, 3, 2) == 7 + 2718 + 1 + 300 + 2 * 1000003);
+  CHECK(loom::TensorParallelRng::stream_seed(7, 1, 3, 0) == loom::TensorParallelRng::stream_seed(7, 1, 3));
+  // The default stream after a stage's model is built: run.seed + 100 * pp_rank + 1000003 * cp_rank, and left
+  // as it was on stage 0 of CP rank 0.
+  loom::Config config;
+  config.run.seed = 7;
+  auto draws_after = [&](int64_t pp_stage, int64_t cp_rank) {
+    torch::manual_seed(99);
+    loom::seed_dropout(config, pp_stage, cp_rank);
+    return torch::rand({8});
+  };
+  auto draws_of = [](uint64_t seed) {
+    torch::manual_seed(seed);
+    return torch::rand({8});
+  };
+  CHECK(draws_after(0, 0).equal(draws_of(99)));
+  CHECK(draws_after(1, 0).equal(draws_of(7 + 100)));
+  CHECK(draws_after(0, 1).equal(draws_of(7 + 1000003)));
+  CHECK(draws_after(2, 3).equal(draws_of(7 + 200 + 3 * 1000003)));
+  auto group = tp_group();
+  if (group->size() > 1) {
+    const auto rank = static_cast<uint64_t>(group->rank());
+    CHECK(loom::make_tp_rng(config, group.get(), 1, 2)->seed() == 7 + 2718 + rank + 100 + 2 * 1000003);
+  }
+}
