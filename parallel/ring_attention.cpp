@@ -218,7 +218,7 @@ Ring make_ring(const torch::Tensor& q, const torch::Tensor& k, const RingAttenti
   ring.scale = options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(ring.D));
   ring.causal = options.causal;
   ring.window = options.window;
-  ring.key_tile = std::min(options.key_tile, ring.c);
+  ring.key_tile = ring_key_tile(options.key_tile, ring.c);
   ring.dropout = options.dropout;
   ring.dropout_seed = options.dropout_seed;
   if (alibi_slopes.numel() > 0) ring.alibi_slopes = alibi_slopes.to(torch::kFloat).view({1, ring.K, ring.G, 1, 1});
@@ -351,6 +351,11 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
 
 }  // namespace
 
+int64_t ring_key_tile(int64_t key_tile, int64_t chunk) {
+  const int64_t keys = key_tile > 0 ? key_tile : std::max(kRingMinKeyTile, kRingTilePairs / std::max<int64_t>(chunk, 1));
+  return std::max<int64_t>(1, std::min(keys, chunk));
+}
+
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const RingAttentionOptions& options, const torch::Tensor& key_starts) {
   LOOM_CHECK(options.group != nullptr, "ring_attention: no CP group");
@@ -363,7 +368,7 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
   LOOM_CHECK(q.size(2) % 2 == 0, "ring_attention: a rank's ", q.size(2),
              " positions are not two chunks of equal length (the layout of parallel/context_parallel_layout.h)");
   LOOM_CHECK(options.window >= 0, "ring_attention: window ", options.window, " < 0");
-  LOOM_CHECK(options.key_tile >= 1, "ring_attention: key_tile ", options.key_tile, " < 1");
+  LOOM_CHECK(options.key_tile >= 0, "ring_attention: key_tile ", options.key_tile, " < 0");
   LOOM_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(),
              "ring_attention: q, k and v have different dtypes");
   torch::Tensor starts = torch::empty({0}, torch::TensorOptions().dtype(torch::kLong).device(q.device()));

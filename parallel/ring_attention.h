@@ -23,8 +23,8 @@ struct RingAttentionOptions {
   int64_t window = 0;  // > 0: each query sees keys at distance < window (before it when causal)
   double scale = 0.0;  // 0: 1 / sqrt(D), SDPA's
   // Keys per score tile: a chunk's queries meet a block's keys this many at a time, so that the fp32 scores and
-  // probabilities held at once are (B, H, L / 2, key_tile), not (B, H, L / 2, L / 2).
-  int64_t key_tile = 512;
+  // probabilities held at once are (B, H, L / 2, key_tile), not (B, H, L / 2, L / 2). 0: ring_key_tile's choice.
+  int64_t key_tile = 0;
   // ALiBi: (H) the query heads' slopes; the scores of query i and key j get -slope * |i - j| (global
   // positions), as models/attention.cpp adds for SDPA. Undefined: none.
   torch::Tensor alibi_slopes;
@@ -37,6 +37,13 @@ struct RingAttentionOptions {
   double dropout = 0.0;
   int64_t dropout_seed = 0;  // in [0, 2^31): draw_attention_dropout_seed()
 };
+
+// The keys per score tile for query chunks of `chunk` positions: `key_tile` if > 0, else as many as keep a tile
+// within kRingTilePairs query-key pairs per head (1 MiB of fp32 scores) but at least kRingMinKeyTile (smaller
+// products run slowly), never more than the chunk.
+constexpr int64_t kRingTilePairs = int64_t{1} << 18;
+constexpr int64_t kRingMinKeyTile = 64;
+int64_t ring_key_tile(int64_t key_tile, int64_t chunk);
 
 // q (B, H, L, D), k and v (B, K, L, D) with K dividing H (query head h reads kv head h / (H / K), as SDPA's
 // enable_gqa): this rank's L = T / cp positions of a sequence of T, in the layout's local order. Returns
