@@ -35,6 +35,13 @@ torch::Tensor input_of(int rank, int step, int micro) {
 
 torch::Tensor loss_of(ThreeLayer& model, const torch::Tensor& x) { return model.forward(x).pow(2).mean(); }
 
+// The reference's gradients of a step: every rank's micro-batches accumulated into one model.
+void reference_backward(ThreeLayer& reference, int ranks, int step) {
+  for (auto& p : reference.parameters()) p.mutable_grad() = torch::Tensor();
+  for (int k = 0; k < ranks; ++k)
+    for (int m = 0; m < kMicroBatches; ++m) loss_of(reference, input_of(k, step, m)).backward();
+}
+
 // The index of `t` among `params` (by identity).
 size_t index_of(const std::vector<torch::Tensor>& params, const torch::Tensor& t) {
   for (size_t i = 0; i < params.size(); ++i)
@@ -74,9 +81,7 @@ TEST_CASE("gradient sync: ZeRO-1 and ZeRO-2 shards hold the DP average of accumu
         REQUIRE(sync.bucket_count() > GradientSync::kReductionsInFlight);
         for (int step = 0; step < 2; ++step) {
           INFO("step " << step);
-          for (auto& p : reference_params) p.mutable_grad() = torch::Tensor();
-          for (int k = 0; k < ranks; ++k)
-            for (int m = 0; m < kMicroBatches; ++m) loss_of(reference, input_of(k, step, m)).backward();
+          reference_backward(reference, ranks, step);
 
           sync.zero_grad();
           for (int m = 0; m < kMicroBatches; ++m) {
@@ -170,9 +175,7 @@ TEST_CASE("gradient sync: ZeRO-3 gathers each unit for forward and backward and 
     for (const auto& p : params) CHECK(p.storage().nbytes() == 0);  // only the shards hold values
     for (int step = 0; step < 2; ++step) {
       INFO("step " << step);
-      for (auto& p : reference_params) p.mutable_grad() = torch::Tensor();
-      for (int k = 0; k < ranks; ++k)
-        for (int m = 0; m < kMicroBatches; ++m) loss_of(reference, input_of(k, step, m)).backward();
+      reference_backward(reference, ranks, step);
 
       sync.zero_grad();
       const int64_t gathers_before = units->gathers();
