@@ -4,7 +4,8 @@
 # dp_shard and dp_replicate axes, parallel/gradient_sync.h) under mpirun equals the single-process run of
 # the same global batch (fp32, dropout off, 3 blocks, 20 steps with a validation loss at 10 and 20, losses
 # within 1e-5, clipped gradient norms within 1e-4 relative): shard_size 2 at DP=4 for ZeRO-3, ZeRO-2 (2
-# micro-batches per rank: one reduce-scatter each, one all-reduce per step) and ZeRO-1; ZeRO-3 at DP=4 x PP=2;
+# micro-batches per rank: one reduce-scatter each, one all-reduce per step) and ZeRO-1; ZeRO-3 at DP=4 x PP=2,
+# ZeRO-2 at DP=4 x TP=2;
 # ZeRO-1 at CP=2 x DP=2 with shard_size 1 (shard group cp, replicas dp). A checkpoint holds one optimizer
 # shard per rank of the shard group, written by the first replica, and resumes on the uninterrupted curve:
 # ZeRO-3 DP=4 shard_size 2 (steps 1-5) -> ZeRO-3 DP=2 whole (6-10) -> one process (11-15) -> ZeRO-2 DP=4
@@ -31,6 +32,10 @@ same_losses_and_grad_norms "$WORK/single" "$WORK/zero1" "HSDP ZeRO-1 DP=4, shard
 hsdp_train 8 "$WORK/zero3pp2" --set parallel.zero=3 --set parallel.pp=2 --set parallel.microbatches=2
 grep -q "layout dp=4 (shard_size=2) cp=1 tp=1 pp=2" "$WORK/zero3pp2.log" || fail "DP=4 x PP=2 did not run as such"
 same_losses_and_grad_norms "$WORK/single" "$WORK/zero3pp2" "HSDP ZeRO-3 DP=4 x PP=2 1f1b, shard_size 2"
+# Tensor parallelism: each TP rank shards its own slices over its shard group.
+hsdp_train 8 "$WORK/zero2tp2" --set parallel.zero=2 --set parallel.tp=2
+grep -q "layout dp=4 (shard_size=2) cp=1 tp=2 pp=1" "$WORK/zero2tp2.log" || fail "DP=4 x TP=2 did not run as such"
+same_losses_and_grad_norms "$WORK/single" "$WORK/zero2tp2" "HSDP ZeRO-2 DP=4 x TP=2, shard_size 2"
 # Context parallelism: the shard group is cp x dp_shard; with shard_size 1 that is the CP pair alone.
 hsdp_train 4 "$WORK/cp2" --set parallel.zero=1 --set parallel.cp=2 --set parallel.dp=2 --set parallel.shard_size=1
 grep -q "layout dp=2 (shard_size=1) cp=2 tp=1 pp=1" "$WORK/cp2.log" || fail "CP=2 x DP=2 did not run as such"
