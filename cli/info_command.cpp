@@ -1,8 +1,8 @@
 // `loom info CONFIG`: what the configured model costs, from closed forms and without building it: the
 // exact parameter count, training FLOPs per token, and memory per rank (weights, gradients, AdamW state,
 // activations of the micro-batches a rank keeps) for the config's precision and parallel layout (ZeRO
-// stage included), per pipeline stage when parallel.pp > 1, and the bytes a rank hands to the data-parallel
-// collectives per step. --json for scripts.
+// stage and hybrid sharding's shard size included), per pipeline stage when parallel.pp > 1, and the bytes a
+// rank hands to the data-parallel collectives per step. --json for scripts.
 #include <algorithm>
 #include <iostream>
 #include <string>
@@ -141,8 +141,14 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                                                   {"total", memory.total()}};
   for (const auto& [name, bytes] : rows)
     std::printf("  %-14s %10s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());
-  if (std::max<int64_t>(1, p.dp) * p.cp > 1) {
-    std::printf("%s collectives per step and rank (buffer bytes)\n", p.cp > 1 ? "dp x cp" : "dp");
+  if (const int64_t dp = std::max<int64_t>(1, p.dp); dp * p.cp > 1) {
+    const int64_t shard_dp = p.zero_shard_dp(dp);
+    // Hybrid sharding: the reduce-scatters and all-gathers within the shard group, the all-reduce over replicas.
+    const std::string groups = shard_dp == dp ? ""
+                               : "; reduce-scattered and all-gathered within " + std::to_string(shard_dp) +
+                                     (p.cp > 1 ? " x cp " + std::to_string(p.cp) : "") + " ranks, all-reduced over " +
+                                     std::to_string(dp / shard_dp) + " replicas";
+    std::printf("%s collectives per step and rank (buffer bytes%s)\n", p.cp > 1 ? "dp x cp" : "dp", groups.c_str());
     const std::pair<const char*, int64_t> moved[] = {{"all-reduced", communication.all_reduced},
                                                      {"reduce-scattered", communication.reduce_scattered},
                                                      {"all-gathered", communication.all_gathered}};

@@ -166,12 +166,16 @@ struct ParallelConfig {
   double bucket_mb = 25.0;
   double timeout_s = 300.0;
   int64_t zero = 0;  // 0: none; 1: AdamW state sharded over the DP group; 2: gradients too (ZeRO-2); 3: parameters too
+  int64_t shard_size = 0;  // hybrid sharding: ZeRO shards over groups of this many DP ranks; 0: the whole DP group
   bool reshard_after_forward = true;  // zero 3: free a unit's gathered parameters after its forward
   bool sequence_parallel = false;  // asked for; it applies only with tp > 1: see sequence_parallel_active()
 
   // Sequence parallelism is on for this layout (sequence_parallel_applies): what the checks, padding and
   // estimates made before a model exists read; a built model reads its TensorParallelism.
   bool sequence_parallel_active() const { return sequence_parallel_applies(sequence_parallel, tp); }
+  // The DP ranks ZeRO shards over (times cp: the shard group) at data-parallel size dp: shard_size of them
+  // under hybrid sharding, else all dp.
+  int64_t zero_shard_dp(int64_t dp) const { return shard_size > 0 && shard_size < dp ? shard_size : dp; }
 };
 
 struct CheckpointConfig {

@@ -149,7 +149,8 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // keeps the attention half and the MLP half's input, and recomputes one MLP half (without that input).
 // Context parallelism (parallel.cp): every per-position term counts s/cp positions, the rank's part of a
 // sequence; ring attention keeps no scores for backward, only each query's fp32 log-sum-exp (4asb/t), and
-// while one layer runs holds its working set (see `ring` below) on top; ZeRO shards over dp x cp.
+// while one layer runs holds its working set (see `ring` below) on top; ZeRO shards over dp x cp (hybrid
+// sharding: over parallel.shard_size x cp).
 // Weights, gradients and optimizer state are the stage's parameter count / tp (the optimizer state also
 // / dp with ZeRO-1), ignoring replicated norms and biases. A pipeline stage holds its own blocks'
 // activations for every micro-batch in flight: all m of them under GPipe, min(m, pp - stage) under 1F1B;
@@ -162,7 +163,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const ModelConfig& m = config.model;
   const int64_t tp = config.parallel.tp, pp = config.parallel.pp, cp = config.parallel.cp;
   const int64_t dp = std::max<int64_t>(1, config.parallel.dp);  // -1 (world / (cp * tp * pp)) is unknown here
-  const int64_t shards = dp * cp;  // the ranks holding the same parameters, which ZeRO shards over
+  const int64_t shards = config.parallel.zero_shard_dp(dp) * cp;  // the ranks ZeRO shards over
   const bool bf16 = config.precision.dtype == Dtype::kBf16;
 
   MemoryEstimate out;
@@ -270,15 +271,19 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
 
 CommunicationEstimate estimate_communication(const Config& config, int64_t stage) {
   const int64_t tp = config.parallel.tp, dp = std::max<int64_t>(1, config.parallel.dp);
-  const int64_t shards = dp * config.parallel.cp;  // the ranks holding the same parameters
+  const int64_t shards = config.parallel.zero_shard_dp(dp) * config.parallel.cp;  // the ranks ZeRO shards over
+  const int64_t replicas = dp * config.parallel.cp / shards;  // hybrid sharding: the ranks holding the same shard
   CommunicationEstimate out;
-  if (shards == 1) return out;
+  if (shards * replicas == 1) return out;
   const int64_t params = (count_stage_parameters(config, stage) + tp - 1) / tp;
   const int64_t zero = config.parallel.zero;
   if (zero == 0) {
     out.all_reduced = 4 * params;
     return out;
   }
+  // Hybrid sharding: the shard's fp32 gradients over the replicas, once per step.
+  if (replicas > 1) out.all_reduced = 4 * ((params + shards - 1) / shards);
+  if (shards == 1) return out;
   // ZeRO-2 reduces every micro-batch's gradients (a pipeline stage: every micro-batch it runs).
   const int64_t micro = config.accumulation_steps(dp);
   out.reduce_scattered = 4 * params * (zero >= 2 ? micro : 1);

@@ -21,11 +21,13 @@ class ReadyHook : public torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
-GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& dp_group,
+GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& shard_group,
                            double bucket_mb, int64_t zero, torch::ScalarType param_dtype,
                            const std::vector<torch::Tensor>& deferred,
-                           const std::vector<std::vector<torch::Tensor>>& units, bool reshard_after_forward)
-    : dp_group_(dp_group),
+                           const std::vector<std::vector<torch::Tensor>>& units, bool reshard_after_forward,
+                           Communicator* replica_group)
+    : shard_group_(shard_group),
+      replica_group_(replica_group != nullptr && replica_group->size() > 1 ? replica_group : nullptr),
       sharded_(zero >= 1),
       shard_gradients_(zero >= 2),
       master_(param_dtype != torch::kFloat),
@@ -35,14 +37,15 @@ GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups
   TORCH_CHECK(param_dtype == torch::kFloat || param_dtype == torch::kBFloat16,
               "GradientSync: parameters are fp32 or bf16");
   TORCH_CHECK((zero == 3) == !units.empty(), "GradientSync: parameter units are for ZeRO-3, and it needs them");
-  const int64_t ranks = dp_group_.size();
+  TORCH_CHECK(replica_group_ == nullptr || zero >= 1, "GradientSync: replicas of the shards need ZeRO-1, 2 or 3");
+  const int64_t ranks = shard_group_.size();
   auto is_deferred = [&deferred](const torch::Tensor& p) {
     return std::any_of(deferred.begin(), deferred.end(),
                        [&p](const torch::Tensor& d) { return d.unsafeGetTensorImpl() == p.unsafeGetTensorImpl(); });
   };
   const bool by_unit = zero == 3;
   if (by_unit) {
-    gathers_ = std::make_unique<UnitGathers>(dp_group_, units.size(), reshard_after_forward);
+    gathers_ = std::make_unique<UnitGathers>(shard_group_, units.size(), reshard_after_forward);
     unit_buckets_.assign(units.size(), 0);
     unit_reduced_.assign(units.size(), 0);
   }
@@ -75,7 +78,7 @@ GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups
       const int64_t size = numel / ranks;
       // zero 3: a tensor of its own, which stays while the full buffer's storage comes and goes.
       bucket.shard = master_ || by_unit ? torch::zeros({size}, options)
-                                        : bucket.flat_param.narrow(0, dp_group_.rank() * size, size);
+                                        : bucket.flat_param.narrow(0, shard_group_.rank() * size, size);
       bucket.shard.mutable_grad() = torch::zeros({size}, options);
     }
     if (by_unit) ++unit_buckets_[bucket.unit];
@@ -98,11 +101,11 @@ void GradientSync::flatten_parameters() {
       offset += p.numel();
     }
     if (gathers_ && !master_)
-      bucket.shard.copy_(values.narrow(0, dp_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
+      bucket.shard.copy_(values.narrow(0, shard_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
     if (master_) {
       bucket.flat_param.copy_(values);  // rounded to bf16
       if (sharded_) {
-        bucket.shard.copy_(values.narrow(0, dp_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
+        bucket.shard.copy_(values.narrow(0, shard_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
       } else {
         bucket.flat_master = values;
         offset = 0;
@@ -141,7 +144,7 @@ GradientSync::~GradientSync() {
   for (auto& bucket : buckets_) {
     for (size_t i = 0; i < bucket.pre_hooks.size(); ++i) bucket.parameters[i].remove_hook(bucket.pre_hooks[i]);
     for (auto& p : bucket.parameters)
-      if (dp_group_.size() > 1 || shard_gradients_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+      if (shard_group_.size() > 1 || shard_gradients_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
   }
 }
 
@@ -167,7 +170,7 @@ void GradientSync::zero_grad() {
 
 void GradientSync::prepare_last_backward() {
   // A group of one has nothing to reduce; with ZeRO-1 the reduce-scatter still fills the shard's gradient.
-  armed_ = dp_group_.size() > 1 || sharded_;
+  armed_ = shard_group_.size() > 1 || sharded_;
   for (auto& bucket : buckets_) {
     if (shard_gradients_ && !bucket.deferred) continue;  // reduced in every backward, counted throughout
     bucket.ready = 0;
@@ -201,8 +204,8 @@ void GradientSync::on_gradient_ready(size_t index) {
 }
 
 void GradientSync::launch(Bucket& bucket) {
-  bucket.work = sharded_ ? dp_group_.reduce_scatter_async(bucket.flat_grad, bucket.shard.mutable_grad())
-                         : dp_group_.all_reduce_async(bucket.flat_grad);
+  bucket.work = sharded_ ? shard_group_.reduce_scatter_async(bucket.flat_grad, bucket.shard.mutable_grad())
+                         : shard_group_.all_reduce_async(bucket.flat_grad);
 }
 
 void GradientSync::launch_reduction(size_t index) {
@@ -211,7 +214,7 @@ void GradientSync::launch_reduction(size_t index) {
   reduction.bucket = index;
   reduction.input = bucket.flat_grad;
   reduction.output = torch::empty({bucket.shard.numel()}, bucket.grad_options);
-  reduction.work = dp_group_.reduce_scatter_async(reduction.input, reduction.output);
+  reduction.work = shard_group_.reduce_scatter_async(reduction.input, reduction.output);
   // The parameters let go of the buffer: a later gradient of theirs starts a new one.
   bucket.flat_grad = torch::Tensor();
   point_gradients_at(bucket, bucket.flat_grad);
@@ -243,10 +246,11 @@ void GradientSync::finish() {
       if (buckets_[i].flat_grad.defined()) launch_reduction(i);
     const double waited_before = step_wait_s_;
     while (!reductions_.empty()) finish_oldest_reduction();  // counts into step_wait_s_
+    step_wait_s_ += reduce_over_replicas();
     last_wait_s_ = step_wait_s_ - waited_before;
     for (auto& bucket : buckets_) {
       bucket.ready = 0;
-      if (dp_group_.size() > 1) bucket.shard.mutable_grad().mul_(1.0 / static_cast<double>(dp_group_.size()));
+      if (ranks_averaged() > 1) bucket.shard.mutable_grad().mul_(1.0 / ranks_averaged());
     }
     free_parameters();
     return;
@@ -259,10 +263,26 @@ void GradientSync::finish() {
   const auto start = std::chrono::steady_clock::now();
   for (auto& bucket : buckets_) bucket.work->wait();
   last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  last_wait_s_ += reduce_over_replicas();
   step_wait_s_ += last_wait_s_;
-  if (dp_group_.size() == 1) return;
-  const double scale = 1.0 / static_cast<double>(dp_group_.size());
+  if (ranks_averaged() == 1) return;
+  const double scale = 1.0 / ranks_averaged();
   for (auto& bucket : buckets_) (sharded_ ? bucket.shard.mutable_grad() : bucket.flat_grad).mul_(scale);
+}
+
+double GradientSync::reduce_over_replicas() {
+  if (replica_group_ == nullptr) return 0;
+  // Once per step, after the shard group's last reduce-scatter into each shard (a bucket may be reduced in
+  // any micro-batch's backward, or in finish()).
+  std::vector<std::shared_ptr<Work>> pending;
+  for (auto& bucket : buckets_) pending.push_back(replica_group_->all_reduce_async(bucket.shard.mutable_grad()));
+  const auto start = std::chrono::steady_clock::now();
+  for (auto& work : pending) work->wait();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double GradientSync::ranks_averaged() const {
+  return static_cast<double>(shard_group_.size()) * (replica_group_ != nullptr ? replica_group_->size() : 1);
 }
 
 std::vector<std::vector<torch::Tensor>> GradientSync::optimizer_groups() const {
@@ -294,7 +314,7 @@ std::vector<std::vector<ParameterSlice>> GradientSync::optimizer_slices() const 
       continue;
     }
     // The shard is [begin, end) of the bucket's flat buffer, where the parameters lie end to end.
-    const int64_t begin = dp_group_.rank() * bucket.shard.numel(), end = begin + bucket.shard.numel();
+    const int64_t begin = shard_group_.rank() * bucket.shard.numel(), end = begin + bucket.shard.numel();
     std::vector<ParameterSlice> slices;
     int64_t offset = 0;
     for (const auto& p : bucket.parameters) {
@@ -325,7 +345,7 @@ void GradientSync::gather_parameters() {
   for (auto& bucket : buckets_) {
     // The gather writes over the shard's own storage; bf16 parameters gather the master's rounding.
     auto mine = master_ ? bucket.shard.detach().to(param_dtype_) : bucket.shard.detach().clone();
-    pending.emplace_back(mine, dp_group_.all_gather_async(mine, bucket.flat_param));
+    pending.emplace_back(mine, shard_group_.all_gather_async(mine, bucket.flat_param));
   }
   const auto start = std::chrono::steady_clock::now();
   for (auto& [tensor, work] : pending) work->wait();
@@ -339,7 +359,7 @@ void GradientSync::show_master() {
   for (auto& bucket : buckets_) {
     if (sharded_) {
       bucket.shown = torch::empty({bucket.numel}, bucket.grad_options);  // fp32, padded like the bucket
-      dp_group_.all_gather(bucket.shard.detach(), bucket.shown);
+      shard_group_.all_gather(bucket.shard.detach(), bucket.shown);
     } else {
       bucket.shown = bucket.flat_master;  // a checkpoint read while shown writes straight into the master
     }
@@ -353,7 +373,7 @@ void GradientSync::hide_master(bool loaded) {
   for (auto& bucket : buckets_) {
     if (!bucket.shown.defined()) continue;
     if (loaded && sharded_)
-      bucket.shard.copy_(bucket.shown.narrow(0, dp_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
+      bucket.shard.copy_(bucket.shown.narrow(0, shard_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
     if (gathers_) {
       // Views are taken of a buffer that holds its elements; a unit's next gather fills it with the shards.
       resize_storage(bucket.flat_param, full_storage_bytes(bucket.flat_param));

@@ -27,6 +27,10 @@
 //           finish() (the ends; every block with parallel.reshard_after_forward false);
 //           after the optimizer step nothing is gathered: the next forward gathers the updated shards.
 // With a DP group of one there is no communication, just the flat buffers (zero 2: copies into the shard).
+// Hybrid sharding (parallel.shard_size, zero 1 to 3): the group given is the shard group, a part of the
+// ranks holding the same parameters, and `replica_group` the ranks holding the same shard as this one: the
+// reduce-scatters and all-gathers stay in the shard group, and finish(), once the step's reduce-scatters
+// are done, all-reduces every shard's gradient over the replicas; gradients are averaged over both groups.
 // param_dtype bf16 (precision.param_dtype, Megatron's --bf16): the parameters become bf16 views into flat
 // buffers, their .grad stays the fp32 bucket views (autograd adds each bf16 micro-batch gradient into them
 // in fp32: accumulation and the DP reduction are fp32), and what the optimizer steps is an fp32 master
@@ -64,10 +68,13 @@ class GradientSync {
   // working weights over an fp32 master. deferred: parameters whose gradient is completed after the last
   // backward (zero 2, 3 reduce their buckets in finish()). units (zero 3): the model's parameter units, the
   // ends first (every trainable parameter in one), reshard_after_forward as parallel.reshard_after_forward.
-  GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& dp_group, double bucket_mb,
+  // shard_group: the ranks the gradients are reduced over and ZeRO shards over; replica_group (zero >= 1):
+  // hybrid sharding's replicas of this rank's shards (null, or a group of one: none).
+  GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& shard_group, double bucket_mb,
                int64_t zero, torch::ScalarType param_dtype = torch::kFloat,
                const std::vector<torch::Tensor>& deferred = {},
-               const std::vector<std::vector<torch::Tensor>>& units = {}, bool reshard_after_forward = true);
+               const std::vector<std::vector<torch::Tensor>>& units = {}, bool reshard_after_forward = true,
+               Communicator* replica_group = nullptr);
   ~GradientSync();
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -109,7 +116,8 @@ class GradientSync {
   double last_wait_s() const { return last_wait_s_; }
   // Seconds this step (since zero_grad()) was blocked on the DP group's collectives anywhere: the exposed
   // communication. finish()'s wait, reduce-scatters waited for during backward (zero 2, 3: a third in
-  // flight), the updated parameters' gather (zero 1, 2) and the units' gathers (zero 3).
+  // flight), the replicas' all-reduce (hybrid sharding), the updated parameters' gather (zero 1, 2) and the
+  // units' gathers (zero 3).
   double step_wait_s() const;
 
   void on_gradient_arriving(size_t bucket);  // called by the pre-accumulation hooks (zero 2)
@@ -156,8 +164,11 @@ class GradientSync {
   void point_gradients_at(Bucket& bucket, const torch::Tensor& flat);  // each .grad a view of `flat`
   void flatten_parameters();  // zero 1, bf16 parameters: the parameters become views into the flat buffers
   void point_parameters_at(const Bucket& bucket, const torch::Tensor& flat);  // each parameter a view of `flat`
+  double reduce_over_replicas();  // hybrid sharding: the shards' gradients summed over the replicas; seconds waited
+  double ranks_averaged() const;  // the ranks whose gradients are averaged: the shard group's times the replicas'
 
-  Communicator& dp_group_;
+  Communicator& shard_group_;
+  Communicator* replica_group_;  // null: no replicas
   bool sharded_;
   bool shard_gradients_;  // zero 2, 3
   std::unique_ptr<UnitGathers> gathers_;  // zero 3

@@ -10,28 +10,33 @@ namespace {
 
 struct AxisInfo {
   MeshAxis axis;
-  const char* name;  // the parallel.<name> key, and the axis's name in logs and checkpoints
-  int naming_order;  // where names list it: dp first, as every log line and checkpoint shard has it
+  const char* name;  // the axis's name in group names
 };
 // Every axis, in the rank order (innermost first).
-constexpr AxisInfo kMeshAxes[kMeshAxisCount] = {
-    {MeshAxis::kTp, "tp", 2}, {MeshAxis::kCp, "cp", 1}, {MeshAxis::kDp, "dp", 0}, {MeshAxis::kPp, "pp", 3}};
-// The axis a config may leave at -1, for what the world leaves of it.
-constexpr MeshAxis kFillAxis = MeshAxis::kDp;
+constexpr AxisInfo kMeshAxes[kMeshAxisCount] = {{MeshAxis::kTp, "tp"},
+                                                {MeshAxis::kCp, "cp"},
+                                                {MeshAxis::kDpShard, "dp_shard"},
+                                                {MeshAxis::kDpReplicate, "dp_replicate"},
+                                                {MeshAxis::kPp, "pp"}};
+
+// How layouts name the axes, in the order names list them (dp first, as every log line and checkpoint
+// shard has it): each name is a parallel.<name> key and the axes it sizes, dp both of its axes. The shard
+// axis's own size, parallel.shard_size, follows them in a layout's named sizes.
+struct LayoutName {
+  const char* name;
+  AxisSet axes;
+};
+constexpr LayoutName kLayoutNames[] = {
+    {"dp", kDpAxes}, {"cp", MeshAxis::kCp}, {"tp", MeshAxis::kTp}, {"pp", MeshAxis::kPp}};
+constexpr const char* kShardSizeName = "shard_size";
 
 // The groups a mesh builds (every rank is in one of each), by the axes their ranks differ in: data
 // parallelism's (the batch's sequences), tensor parallelism's (the layers' collectives, norms' partial
-// sums), the pipeline's (messages between stages), context parallelism's (ring attention's exchanges)
-// and dp x cp, the ranks holding the same parameters (gradient sync, loss and token sums).
-const AxisSet kMeshGroups[] = {AxisSet(MeshAxis::kDp), AxisSet(MeshAxis::kTp), AxisSet(MeshAxis::kPp),
-                               AxisSet(MeshAxis::kCp), kDataParallelAxes};
-
-// The axes in the order names list them.
-std::vector<AxisInfo> naming_order() {
-  std::vector<AxisInfo> axes(std::begin(kMeshAxes), std::end(kMeshAxes));
-  std::sort(axes.begin(), axes.end(), [](const AxisInfo& a, const AxisInfo& b) { return a.naming_order < b.naming_order; });
-  return axes;
-}
+// sums), the pipeline's (messages between stages), context parallelism's (ring attention's exchanges),
+// dp x cp, the ranks holding the same parameters (gradient averages, loss and token sums), and ZeRO's shard
+// and replica groups inside it (hybrid sharding; without it the shard group is dp x cp's ranks).
+const AxisSet kMeshGroups[] = {kDpAxes, AxisSet(MeshAxis::kTp), AxisSet(MeshAxis::kPp), AxisSet(MeshAxis::kCp),
+                               kDataParallelAxes, kShardAxes, kReplicaAxes};
 
 // The axes of `axes` with more than one rank: two sets alike in these hold the same ranks.
 AxisSet spanned(const MeshShape& shape, AxisSet axes) {
@@ -41,10 +46,25 @@ AxisSet spanned(const MeshShape& shape, AxisSet axes) {
   return out;
 }
 
+// Whether every axis of `part` is in `axes`.
+bool includes(AxisSet axes, AxisSet part) {
+  for (const auto& a : kMeshAxes)
+    if (part.contains(a.axis) && !axes.contains(a.axis)) return false;
+  return true;
+}
+
+// "dp x tp", "dp_shard x cp": a layout name for the axes it covers, the axes' own names for the rest.
 std::string set_name(AxisSet axes) {
   std::string name;
-  for (const auto& a : naming_order())
-    if (axes.contains(a.axis)) name += (name.empty() ? "" : " x ") + std::string(a.name);
+  auto add = [&name](const char* part) { name += (name.empty() ? "" : " x ") + std::string(part); };
+  for (const auto& n : kLayoutNames) {
+    if (includes(axes, n.axes)) {
+      add(n.name);
+      continue;
+    }
+    for (const auto& a : kMeshAxes)
+      if (n.axes.contains(a.axis) && axes.contains(a.axis)) add(a.name);
+  }
   return name;
 }
 
@@ -53,39 +73,48 @@ std::string set_name(AxisSet axes) {
 MeshShape::MeshShape(const ParallelConfig& parallel) {
   sizes_[MeshAxis::kTp] = parallel.tp;
   sizes_[MeshAxis::kCp] = parallel.cp;
-  sizes_[MeshAxis::kDp] = parallel.dp;
   sizes_[MeshAxis::kPp] = parallel.pp;
+  // dp's shard axis is parallel.shard_size (0: the whole of dp), its replica axis what that leaves of dp.
+  // Without a dp (-1), the one shard_size does not fix is unknown until resolved.
+  const bool shard_size_set = parallel.shard_size > 0;
+  sizes_[MeshAxis::kDpShard] = shard_size_set ? parallel.shard_size : parallel.dp;
+  sizes_[MeshAxis::kDpReplicate] = parallel.dp == -1 ? (shard_size_set ? -1 : 1) : parallel.dp / sizes_[MeshAxis::kDpShard];
 }
 
 MeshShape MeshShape::resolved(const Config& config, int64_t world_size) const {
   MeshShape out = *this;
-  int64_t fixed = 1;  // the product of the sizes besides the fill axis's
+  int64_t fixed = 1;  // the product of the sizes besides dp's
   std::string fixed_keys, first_fixed;
   bool fixed_size_one = true;
-  for (const auto& a : naming_order()) {
-    if (a.axis == kFillAxis) continue;
-    fixed *= sizes_[a.axis];
-    fixed_keys += (fixed_keys.empty() ? "parallel." : " * parallel.") + std::string(a.name);
-    if (first_fixed.empty() || (fixed_size_one && sizes_[a.axis] != 1)) {  // where: a key that was set, if any
-      first_fixed = a.name;
-      fixed_size_one = sizes_[a.axis] == 1;
+  for (const auto& n : kLayoutNames) {
+    if (n.axes == kDpAxes) continue;
+    fixed *= group_size(n.axes);
+    fixed_keys += (fixed_keys.empty() ? "parallel." : " * parallel.") + std::string(n.name);
+    if (first_fixed.empty() || (fixed_size_one && group_size(n.axes) != 1)) {  // where: a key that was set, if any
+      first_fixed = n.name;
+      fixed_size_one = group_size(n.axes) == 1;
     }
   }
-  const std::string fill_name = kMeshAxes[static_cast<size_t>(kFillAxis)].name;
-  if (sizes_[kFillAxis] == -1) {
+  if (group_size(kDpAxes) == -1) {
     if (world_size % fixed != 0)
       throw ConfigError(config.where("parallel." + first_fixed) + ": " + fixed_keys + " = " + std::to_string(fixed) +
                         " does not divide the world size " + std::to_string(world_size));
-    out.sizes_[kFillAxis] = world_size / fixed;
+    const int64_t dp = world_size / fixed, shard = sizes_[MeshAxis::kDpShard] == -1 ? dp : sizes_[MeshAxis::kDpShard];
+    if (dp % shard != 0)
+      throw ConfigError(config.where("parallel.shard_size") + ": parallel.shard_size = " + std::to_string(shard) +
+                        " does not divide parallel.dp = " + std::to_string(dp) + " (the world size " +
+                        std::to_string(world_size) + " / " + fixed_keys + ")");
+    out.sizes_[MeshAxis::kDpShard] = shard;
+    out.sizes_[MeshAxis::kDpReplicate] = dp / shard;
   }
   if (out.world_size() != world_size) {
     std::string keys, values;
-    for (const auto& a : naming_order()) {
-      keys += (keys.empty() ? "parallel." : " * ") + std::string(a.name);
-      values += (values.empty() ? "" : " * ") + std::to_string(out.sizes_[a.axis]);
+    for (const auto& n : kLayoutNames) {
+      keys += (keys.empty() ? "parallel." : " * ") + std::string(n.name);
+      values += (values.empty() ? "" : " * ") + std::to_string(out.group_size(n.axes));
     }
     const std::string product = std::to_string(out.world_size());
-    throw ConfigError(config.where("parallel." + fill_name) + ": " + keys + " = " + values + " = " + product +
+    throw ConfigError(config.where("parallel.dp") + ": " + keys + " = " + values + " = " + product +
                       " but the job has " + std::to_string(world_size) + " process(es)" +
                       (world_size == 1 ? "; start it with mpirun -np " + product : ""));
   }
@@ -100,14 +129,18 @@ int64_t MeshShape::world_size() const {
 
 std::vector<std::pair<std::string, int64_t>> MeshShape::named_sizes() const {
   std::vector<std::pair<std::string, int64_t>> out;
-  for (const auto& a : naming_order()) out.emplace_back(a.name, sizes_[a.axis]);
+  for (const auto& n : kLayoutNames) out.emplace_back(n.name, group_size(n.axes));
+  out.emplace_back(kShardSizeName, sizes_[MeshAxis::kDpShard]);
   return out;
 }
 
 std::string MeshShape::describe(const std::string& between_axes, const std::string& name_size) const {
   std::string out;
-  for (const auto& [name, size] : named_sizes())
-    out += (out.empty() ? "" : between_axes) + name + name_size + std::to_string(size);
+  for (const auto& n : kLayoutNames) {
+    out += (out.empty() ? "" : between_axes) + n.name + name_size + std::to_string(group_size(n.axes));
+    if (n.axes == kDpAxes && hybrid_sharding())
+      out += " (" + std::string(kShardSizeName) + name_size + std::to_string(sizes_[MeshAxis::kDpShard]) + ")";
+  }
   return out;
 }
 
@@ -128,7 +161,8 @@ int64_t MeshShape::rank_of(const MeshCoords& c) const {
 
 std::string MeshShape::coords_name(const MeshCoords& c) const {
   std::string out;
-  for (const auto& a : naming_order()) out += (out.empty() ? "" : "-") + std::string(a.name) + std::to_string(c[a.axis]);
+  for (const auto& n : kLayoutNames)
+    out += (out.empty() ? "" : "-") + std::string(n.name) + std::to_string(flattened(c, n.axes));
   return out;
 }
 
@@ -143,8 +177,9 @@ int64_t MeshShape::group_color(int64_t rank, AxisSet axes) const {
   return color;
 }
 
-int64_t MeshShape::group_key(int64_t rank, AxisSet axes) const {
-  const MeshCoords c = coords_of(rank);
+int64_t MeshShape::group_key(int64_t rank, AxisSet axes) const { return flattened(coords_of(rank), axes); }
+
+int64_t MeshShape::flattened(const MeshCoords& c, AxisSet axes) const {
   int64_t key = 0, stride = 1;
   for (const auto& a : kMeshAxes) {
     if (!axes.contains(a.axis)) continue;
@@ -156,8 +191,11 @@ int64_t MeshShape::group_key(int64_t rank, AxisSet axes) const {
 
 int64_t MeshShape::group_size(AxisSet axes) const {
   int64_t n = 1;
-  for (const auto& a : kMeshAxes)
-    if (axes.contains(a.axis)) n *= sizes_[a.axis];
+  for (const auto& a : kMeshAxes) {
+    if (!axes.contains(a.axis)) continue;
+    if (sizes_[a.axis] == -1) return -1;
+    n *= sizes_[a.axis];
+  }
   return n;
 }
 

@@ -1,6 +1,8 @@
-// The device mesh: the world's ranks as a grid of named axes, listed innermost first. Today the axes are
-// tp, cp, dp, pp (TP innermost: the ranks of a TP group are neighbours, on one node):
-//   rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)),
+// The device mesh: the world's ranks as a grid of named axes, listed innermost first. The axes are
+// tp, cp, dp_shard, dp_replicate, pp (TP innermost: the ranks of a TP group are neighbours, on one node);
+// data parallelism is the two dp axes together (hybrid sharding, parallel.shard_size: ZeRO shards over
+// dp_shard and replicates over dp_replicate; without it dp_shard is the whole of dp), so that
+//   rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)),  dp_rank = shard_rank + shard_size * replica_rank,
 // in general rank = c[0] + n[0] * (c[1] + n[1] * (c[2] + ...)) over the axes' coordinates c and sizes n.
 // This file is the one place that knows the axes: their order and names (kMeshAxes, mesh.cpp), the sizes a
 // config asks for and the one check that they fill the world (MeshShape), the rank arithmetic, how a
@@ -9,10 +11,9 @@
 // builds each of its groups twice over, for tensors on its device (NCCL on a GPU, MPI on the CPU) and for
 // host scalars (MPI always: loss sums, token counts, partial norms, flags), so that nothing above
 // parallel/ picks a backend. A set of axes reads as one flattened axis (Mesh::size, Mesh::coord), so a
-// group over dp x cp, or the dp of an axis split in two, is addressed like a single axis. Adding an axis
-// (dp split into shard and replica axes for hybrid sharding) is a MeshAxis, its
-// line in kMeshAxes, its size in MeshShape's constructor and the groups that span it in kMeshGroups, all
-// in this file and mesh.cpp (docs/ARCHITECTURE.md, "Adding things").
+// group over dp x cp, or dp itself (its shard and replica axes), is addressed like a single axis. Adding an
+// axis is a MeshAxis, its line in kMeshAxes (and kLayoutNames), its size in MeshShape's constructor and the
+// groups that span it in kMeshGroups, all in this file and mesh.cpp (docs/ARCHITECTURE.md, "Adding things").
 #pragma once
 #include <torch/torch.h>
 
@@ -30,8 +31,8 @@
 namespace loom {
 
 // The axes, by their place in the rank order (innermost first).
-enum class MeshAxis { kTp = 0, kCp = 1, kDp = 2, kPp = 3 };
-constexpr size_t kMeshAxisCount = 4;
+enum class MeshAxis { kTp = 0, kCp = 1, kDpShard = 2, kDpReplicate = 3, kPp = 4 };
+constexpr size_t kMeshAxisCount = 5;
 
 // A set of axes: the coordinates the ranks of a group differ in.
 class AxisSet {
@@ -54,10 +55,19 @@ class AxisSet {
   unsigned bits_ = 0;
 };
 
+// Data parallelism: the ranks that share out the batch's sequences (parallel.dp). A DP rank is
+// mesh.coord(kDpAxes), the DP size mesh.size(kDpAxes).
+constexpr AxisSet kDpAxes{MeshAxis::kDpShard, MeshAxis::kDpReplicate};
 // The ranks that hold the same parameters and see different tokens: data parallelism's, and context
-// parallelism's (each holding part of the same sequences). Gradients are averaged over them, ZeRO shards
-// over them, and loss and token sums add them up; only the batch's sequences are shared out by dp alone.
-constexpr AxisSet kDataParallelAxes{MeshAxis::kCp, MeshAxis::kDp};
+// parallelism's (each holding part of the same sequences). Gradients are averaged over them, and loss and
+// token sums add them up.
+constexpr AxisSet kDataParallelAxes{MeshAxis::kCp, MeshAxis::kDpShard, MeshAxis::kDpReplicate};
+// ZeRO's shard group: the ranks of dp x cp that split the optimizer state (gradients, parameters) between
+// them; all of dp x cp unless parallel.shard_size makes groups of shard_size DP ranks (hybrid sharding).
+constexpr AxisSet kShardAxes{MeshAxis::kCp, MeshAxis::kDpShard};
+// Hybrid sharding's replica group: the ranks holding the same shard, over which the reduced shard
+// gradients are all-reduced (a group of one without hybrid sharding).
+constexpr AxisSet kReplicaAxes{MeshAxis::kDpReplicate};
 
 // A coordinate per axis.
 class MeshCoords {
@@ -70,21 +80,25 @@ class MeshCoords {
   std::array<int64_t, kMeshAxisCount> values_{};
 };
 
-// The axes' sizes: as a config asks for them (the data-parallel size may be -1, "what the world leaves"),
-// or resolved against a world.
+// The axes' sizes: as a config asks for them (the data-parallel size may be -1, "what the world leaves":
+// then the dp axis that parallel.shard_size does not fix is -1), or resolved against a world.
 class MeshShape {
  public:
   explicit MeshShape(const ParallelConfig& parallel);
-  // The -1 size filled in from world_size, and the check that the sizes multiply to it (ConfigError naming
-  // the keys and where they were set).
+  // The -1 size filled in from world_size, and the checks that the sizes multiply to it and that
+  // parallel.shard_size divides the dp it leaves (ConfigError naming the keys and where they were set).
   MeshShape resolved(const Config& config, int64_t world_size) const;
 
   int64_t size(MeshAxis axis) const { return sizes_[axis]; }
   int64_t world_size() const;  // the product of the sizes
-  // In the naming order (dp, cp, tp, pp): the layout of a checkpoint's manifest and of `loom info --json`.
+  // In the naming order (dp, cp, tp, pp, then shard_size: dp_shard's size): the layout of a checkpoint's
+  // manifest and of `loom info --json`. A size not resolved yet is -1.
   std::vector<std::pair<std::string, int64_t>> named_sizes() const;
-  // "dp=2 cp=1 tp=2 pp=1" (between_axes " ", name_size "="), "dp 2 x cp 1 x tp 2 x pp 1" (" x ", " ").
+  // "dp=2 cp=1 tp=2 pp=1" (between_axes " ", name_size "="), "dp 2 x cp 1 x tp 2 x pp 1" (" x ", " "); with
+  // hybrid sharding dp says its shard size: "dp=4 (shard_size=2) cp=1 tp=1 pp=1".
   std::string describe(const std::string& between_axes = " ", const std::string& name_size = "=") const;
+  // Hybrid sharding: ZeRO shards over groups of shard_size DP ranks and replicates across them.
+  bool hybrid_sharding() const { return sizes_[MeshAxis::kDpReplicate] != 1; }
 
   MeshCoords coords_of(int64_t rank) const;
   int64_t rank_of(const MeshCoords& coords) const;
@@ -94,9 +108,12 @@ class MeshShape {
   // ordered by key. color indexes the coordinates outside `axes`, key those inside (both innermost first).
   int64_t group_color(int64_t rank, AxisSet axes) const;
   int64_t group_key(int64_t rank, AxisSet axes) const;
-  int64_t group_size(AxisSet axes) const;
+  int64_t group_size(AxisSet axes) const;  // -1 while one of the axes is not resolved
 
  private:
+  // The coordinates c over `axes` as one flattened axis, innermost first.
+  int64_t flattened(const MeshCoords& c, AxisSet axes) const;
+
   MeshCoords sizes_;
 };
 
@@ -118,7 +135,7 @@ class Mesh {
   // rank formula orders them): how many, and this rank's place among them.
   int64_t size(AxisSet axes) const { return shape_.group_size(axes); }
   int64_t coord(AxisSet axes) const { return shape_.group_key(rank_, axes); }
-  int64_t dp() const { return size(MeshAxis::kDp); }
+  int64_t dp() const { return size(kDpAxes); }
   int64_t tp() const { return size(MeshAxis::kTp); }
   int64_t cp() const { return size(MeshAxis::kCp); }
   int64_t pp() const { return size(MeshAxis::kPp); }
@@ -131,7 +148,7 @@ class Mesh {
   bool first_stage() const { return coord(MeshAxis::kPp) == 0; }
   bool last_stage() const { return coord(MeshAxis::kPp) == pp() - 1; }
 
-  // "dp0-cp0-tp0-pp0": names this rank's log lines and its groups.
+  // "dp0-cp0-tp0-pp0" (dp: the DP rank): names this rank's log lines and its groups.
   std::string coords_name() const { return shape_.coords_name(coords()); }
   // "dp=1 cp=1 tp=2 pp=1": the layout, as logs name it.
   std::string describe() const { return shape_.describe(); }
@@ -147,7 +164,8 @@ class Mesh {
   Communicator& embedding_group() const;
 
  private:
-  // Shared: sets of axes that span the same ranks (dp x cp with cp 1, and dp) share one group.
+  // Shared: sets of axes that span the same ranks (dp x cp with cp 1, and dp; cp x dp_shard without hybrid
+  // sharding, and dp x cp) share one group.
   struct Group {
     AxisSet axes;
     std::shared_ptr<Communicator> host;

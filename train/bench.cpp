@@ -84,7 +84,7 @@ std::vector<RankMemory> rank_memory(const Config& config, const Mesh& mesh, doub
   planned.parallel.dp = mesh.dp();
   const MeshCoords c = mesh.coords();
   auto rows = torch::zeros({world, 8}, torch::kDouble);
-  rows[rank] = torch::tensor({static_cast<double>(c[MeshAxis::kDp]), static_cast<double>(c[MeshAxis::kCp]),
+  rows[rank] = torch::tensor({static_cast<double>(mesh.coord(kDpAxes)), static_cast<double>(c[MeshAxis::kCp]),
                               static_cast<double>(c[MeshAxis::kTp]), static_cast<double>(c[MeshAxis::kPp]), base_mb,
                               peak_mb - base_mb, tensors_mb,
                               static_cast<double>(estimate_memory(planned, c[MeshAxis::kPp]).total()) / (1024.0 * 1024.0)},
@@ -223,7 +223,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   if (const Mesh& mesh = trainer.mesh(); mesh.pp() > 1) {
     // Each stage's first rank reports its idle share; the sum over the world puts them side by side.
     auto idle = torch::zeros({mesh.pp()}, torch::kDouble);
-    if (mesh.coord(MeshAxis::kDp) == 0 && mesh.coord(MeshAxis::kTp) == 0)
+    if (mesh.coord(kDpAxes) == 0 && mesh.coord(MeshAxis::kTp) == 0)
       idle[mesh.coord(MeshAxis::kPp)] = trainer.pipeline_stats().idle_fraction();
     mesh.world().all_reduce(idle);
     for (int64_t s = 0; s < mesh.pp(); ++s) r.pipeline_idle.push_back(idle[s].item<double>());

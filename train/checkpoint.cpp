@@ -24,12 +24,16 @@ constexpr int kFormat = 2;  // 2: optimizer state by parameter range (train/opti
 
 // The shard holding this rank's state: the ranks holding the same parameters (dp x cp) share the one
 // written by the first of them, unless each holds its own part of the optimizer state; then the shard's
-// "dp" is the rank's place in dp x cp (its DP rank when cp is 1).
+// "dp" is the rank's place in ZeRO's shard group (dp x cp, its DP rank when cp is 1; under hybrid sharding
+// cp x dp_shard), written by the first of its replicas.
 std::string shard_name(int64_t dp, const Mesh& mesh) {
   return shard_file_name(dp, mesh.coord(MeshAxis::kTp), mesh.coord(MeshAxis::kPp));
 }
-std::string shard_name(const Mesh& mesh, bool per_dp_rank) {
-  return shard_name(per_dp_rank ? mesh.coord(kDataParallelAxes) : 0, mesh);
+std::string shard_name(const Mesh& mesh, bool per_shard_rank) {
+  return shard_name(per_shard_rank ? mesh.coord(kShardAxes) : 0, mesh);
+}
+bool writes_shard(const Mesh& mesh, bool per_shard_rank) {
+  return mesh.coord(per_shard_rank ? kReplicaAxes : kDataParallelAxes) == 0;
 }
 
 // The size of an axis in a manifest's layout (written as MeshShape::named_sizes() plus "zero"): an axis
@@ -279,8 +283,9 @@ void write_manifest(const fs::path& dir, const Config& config, const Mesh& mesh,
 }  // namespace
 
 // Collective over the mesh's world. Data- and context-parallel replicas hold identical model, optimizer and
-// RNG state, so only rank 0 of dp x cp of each (tp, pp) position writes a shard; rank 0 then writes the config and
-// the manifest and renames the directory into place.
+// RNG state, so only rank 0 of dp x cp of each (tp, pp) position writes a shard (with ZeRO every rank of the
+// shard group, of the first replica); rank 0 then writes the config and the manifest and renames the
+// directory into place.
 void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& mesh, const CheckpointParts& parts,
                      const TrainState& state) {
   const auto final_dir = checkpoint_dir(run_dir, state.step);
@@ -301,7 +306,7 @@ void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& 
     });
   bool ok = all_ranks_ok(world, error.empty());
   const auto rng_states = ok ? rng_states_of_cp_group(mesh, parts) : std::map<std::string, torch::Tensor>{};
-  if (ok && (mesh.coord(kDataParallelAxes) == 0 || parts.sharded_optimizer))
+  if (ok && writes_shard(mesh, parts.sharded_optimizer))
     attempt([&] { write_shard(tmp_dir / shard_name(mesh, parts.sharded_optimizer), parts, state, rng_states); });
   ok = ok && all_ranks_ok(world, error.empty());
   const auto stages = ok ? gather_stage_records(mesh, parts.model) : std::vector<nlohmann::json>{};
@@ -377,16 +382,16 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
                 " by a loom that did not record its tensor-parallel layout: resume it with parallel.tp=" +
                 layout.at("tp").dump());
   // Every shard of a (tp, pp) position holds the same model; with ZeRO each holds its part of the optimizer,
-  // one per rank of dp x cp.
-  const int64_t saved_dp = layout.value("zero", 0) >= 1 ? saved_size(layout, "dp") * saved_size(layout, "cp") : 1;
+  // one per rank of the shard group.
+  const int64_t saved_shards = saved_shard_files(layout);
   std::vector<fs::path> shard_paths;
-  for (int64_t d = 0; d < saved_dp; ++d) shard_paths.push_back(dir / shard_name(d, mesh));
-  bool same_partition = !reshard && saved_dp == mesh.size(kDataParallelAxes) && parts.sharded_optimizer;
+  for (int64_t d = 0; d < saved_shards; ++d) shard_paths.push_back(dir / shard_name(d, mesh));
+  bool same_partition = !reshard && saved_shards == mesh.size(kShardAxes) && parts.sharded_optimizer;
   // Resharded, the counters and RNG state come from the first TP shard (TP ranks hold the same ones) of
   // the same stage, or the last stage there was.
   const int64_t saved_pp = saved_size(layout, "pp");
   const auto shard_path = reshard          ? dir / shard_file_name(0, 0, std::min(mesh.coord(MeshAxis::kPp), saved_pp - 1))
-                          : same_partition ? shard_paths[mesh.coord(kDataParallelAxes)]
+                          : same_partition ? shard_paths[mesh.coord(kShardAxes)]
                                            : shard_paths[0];
   torch::serialize::InputArchive shard;
   try {

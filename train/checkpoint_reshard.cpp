@@ -38,12 +38,18 @@ std::vector<std::set<std::string>> stage_names(const nlohmann::json& manifest) {
 
 }  // namespace
 
+int64_t saved_shard_files(const nlohmann::json& layout) {
+  if (layout.value("zero", 0) < 1) return 1;
+  // A layout without shard_size (written before hybrid sharding) was sharded over its whole dp.
+  return layout.value("shard_size", layout.value("dp", int64_t{1})) * layout.value("cp", int64_t{1});
+}
+
 void load_resharded(const fs::path& dir, const nlohmann::json& manifest, const Mesh& mesh, torch::nn::Module& model,
                     const OptimizerLayout* optimizer) {
   const auto& saved = manifest.at("layout");
   const int64_t old_tp = saved.value("tp", int64_t{1});
-  // With ZeRO-1/2 every DP rank's file holds a part of the optimizer state; the model is in each.
-  const int64_t saved_dp = saved.value("zero", 0) >= 1 ? saved.value("dp", int64_t{1}) : 1;
+  // With ZeRO every shard-group rank's file holds a part of the optimizer state; the model is in each.
+  const int64_t saved_shards = saved_shard_files(saved);
   const int64_t tp = mesh.tp(), rank = mesh.coord(MeshAxis::kTp);
   std::map<std::string, ShardLayout> layouts;
   for (const auto& [name, l] : manifest.at("tensor_parallel").items())
@@ -116,7 +122,7 @@ void load_resharded(const fs::path& dir, const nlohmann::json& manifest, const M
     for (const auto& p : model.named_parameters()) numels[p.key()] = stored(k, p.key(), false).numel();
     std::vector<fs::path> files;
     for (int64_t s : stages_used)
-      for (int64_t d = 0; d < saved_dp; ++d) files.push_back(dir / shard_file_name(d, k, s));
+      for (int64_t d = 0; d < saved_shards; ++d) files.push_back(dir / shard_file_name(d, k, s));
     old_moments[static_cast<size_t>(k)] = read_parameter_moments(files, numels, torch::kFloat);
   }
   std::map<std::string, ParameterMoments> moments;

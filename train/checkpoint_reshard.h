@@ -15,6 +15,11 @@
 
 namespace loom {
 
+// The shard files of each (tp, pp) position in a checkpoint of this manifest layout: the first replica's
+// alone without ZeRO; with it one per rank of its shard group (cp x shard_size, shard_size the whole dp in
+// a layout that does not name it), each holding a part of the optimizer state.
+int64_t saved_shard_files(const nlohmann::json& layout);
+
 // dir: the checkpoint directory; manifest: its parsed manifest.json (layout, tensor_parallel, pipeline).
 // Fills `model` and, if given, the optimizer tensors of `optimizer` (whole parameters or ZeRO-1 shards)
 // with this rank's share.

@@ -22,7 +22,7 @@ EvalLoss evaluate_loss(Task& task, const Config& config, const Mesh& mesh, torch
   for (int64_t start = 0; start < sequences; start += batch_size) {
     const int64_t size = std::min(batch_size, sequences - start);
     std::vector<TaskBatch> pipelined;  // with pipeline stages: the batch's micro-batches, run together
-    for (const auto& slice : micro_batches(size, mesh.dp(), mesh.coord(MeshAxis::kDp), accumulation)) {
+    for (const auto& slice : micro_batches(size, mesh.dp(), mesh.coord(kDpAxes), accumulation)) {
       if (slice.count == 0) continue;  // a short last batch
       const auto batch = task.eval_batch(start + slice.first, slice.count);
       const int64_t n = batch.loss_tokens();

@@ -89,14 +89,15 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
   std::vector<torch::Tensor> completed_late;
   if (auto tied = task_->stage_tied_parameter(); tied.defined()) completed_late.push_back(tied);
   // ZeRO-3: the model's units, each gathered around its forward and backward by the gradient sync.
-  // Gradients are averaged, and ZeRO shards, over every rank holding the same parameters: dp x cp.
+  // Gradients are averaged over every rank holding the same parameters, dp x cp; ZeRO shards over its shard
+  // group (all of them, or under hybrid sharding cp x dp_shard, replicated over dp_replicate).
   const auto units = config_.parallel.zero == 3 ? task_->parameter_units() : std::vector<std::vector<torch::Tensor>>{};
   LOOM_CHECK(config_.parallel.zero != 3 || !units.empty(), "parallel.zero 3: model.arch ",
              enum_name(config_.model.arch), " has no parameter units");
   gradient_sync_ = std::make_unique<GradientSync>(
-      weight_decay_groups(task_->model()), mesh_.device_group(kDataParallelAxes), config_.parallel.bucket_mb,
+      weight_decay_groups(task_->model()), mesh_.device_group(kShardAxes), config_.parallel.bucket_mb,
       config_.parallel.zero, config_.precision.param_dtype == ParamDtype::kBf16 ? torch::kBFloat16 : torch::kFloat,
-      completed_late, units, config_.parallel.reshard_after_forward);
+      completed_late, units, config_.parallel.reshard_after_forward, &mesh_.device_group(kReplicaAxes));
   task_->set_parameter_units(gradient_sync_->parameter_units());
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
   tp_sharded_ = tensor_parallel_ranges(task_->model(), gradient_sync_->optimizer_slices());
@@ -237,10 +238,11 @@ void Trainer::count_source_tokens() {
 }
 
 GradientNorm Trainer::global_gradient_norm() {
-  // With ZeRO-1/2/3 each rank holds a disjoint shard of the gradients: norms span the dp x cp group. Under TP the
-  // sharded parameters' squares sum over the TP group and the replicated ones count once.
+  // With ZeRO-1/2/3 each rank holds a disjoint shard of the gradients: norms span the shard group (dp x cp, or
+  // under hybrid sharding cp x dp_shard: replicas hold the same shards). Under TP the sharded parameters'
+  // squares sum over the TP group and the replicated ones count once.
   // The sums of squares are CPU doubles by then: the host groups carry them.
-  Communicator* shards = gradient_sync_->sharded() ? &mesh_.host_group(kDataParallelAxes) : nullptr;
+  Communicator* shards = gradient_sync_->sharded() ? &mesh_.host_group(kShardAxes) : nullptr;
   return gradient_norm(gradient_sync_->optimizer_parameters(), shards, &mesh_.host_group(MeshAxis::kTp), tp_sharded_,
                        &mesh_.host_group(MeshAxis::kPp), duplicated_);
 }
@@ -260,7 +262,7 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
   std::vector<int64_t> tokens;  // per micro-batch: the tokens its loss counts for
   int64_t local_inputs = 0;
   for (const auto& slice :
-       micro_batches(task_->train_batch_size(state_.step), mesh_.dp(), mesh_.coord(MeshAxis::kDp), accumulation)) {
+       micro_batches(task_->train_batch_size(state_.step), mesh_.dp(), mesh_.coord(kDpAxes), accumulation)) {
     batches.push_back(task_->train_batch(state_.step, slice.count > 0 ? slice.first : 0, std::max<int64_t>(slice.count, 1)));
     tokens.push_back(slice.count > 0 ? batches.back().loss_tokens() : 0);
     local_inputs += slice.count > 0 ? batches.back().tokens() : 0;

@@ -11,6 +11,7 @@
 #include "optim/cross_entropy.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_reshard.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -123,7 +124,7 @@ TEST_CASE("checkpoint: a round trip restores parameters, AdamW state, counters a
   const auto manifest = nlohmann::json::parse(loom::read_file(dir / "manifest.json"));
   CHECK(manifest["step"] == 2);
   CHECK(manifest["tokens"] == 128);
-  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"cp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 0}}));
+  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"cp", 1}, {"tp", 1}, {"pp", 1}, {"shard_size", 1}, {"zero", 0}}));
   CHECK(manifest["files"][kShard]["bytes"] == fs::file_size(dir / kShard));
   CHECK(manifest["files"][kShard]["crc32"] == loom::crc32_file(dir / kShard));
   CHECK(manifest["files"]["config.yaml"]["crc32"] == loom::crc32_file(dir / "config.yaml"));
@@ -271,6 +272,14 @@ TEST_CASE("checkpoint: a model with other shapes is refused", "[checkpoint]") {
   CHECK(wide.model->named_parameters()["token_embedding.weight"].sizes() == std::vector<int64_t>({61, 64}));
 }
 
+TEST_CASE("checkpoint: a layout has one optimizer shard file per rank of its shard group", "[checkpoint]") {
+  using nlohmann::json;
+  CHECK(loom::saved_shard_files(json{{"dp", 4}, {"cp", 2}, {"zero", 0}}) == 1);  // the first replica's
+  CHECK(loom::saved_shard_files(json{{"dp", 4}, {"zero", 2}}) == 4);
+  CHECK(loom::saved_shard_files(json{{"dp", 4}, {"cp", 2}, {"zero", 1}}) == 8);  // before shard_size: all of dp x cp
+  CHECK(loom::saved_shard_files(json{{"dp", 4}, {"cp", 2}, {"shard_size", 2}, {"zero", 3}}) == 4);  // cp x dp_shard
+}
+
 // The manifest's layout is the mesh's axis sizes by name plus "zero", as loom has always written it; an axis
 // a manifest does not name (one its writer did not have: cp before context parallelism) reads as size 1.
 TEST_CASE("checkpoint: a layout without an axis of this mesh loads as that axis of size 1", "[checkpoint]") {
@@ -280,10 +289,10 @@ TEST_CASE("checkpoint: a layout without an axis of this mesh loads as that axis 
   loom::save_checkpoint(run, config, loom::Mesh(config, 1, 0), t.parts(), {3, 0, 0});
   const auto path = loom::checkpoint_dir(run, 3) / "manifest.json";
   auto manifest = nlohmann::json::parse(loom::read_file(path));
-  // The keys a loom with the three fixed axes wrote (and read with layout.at("tp")), and cp: old and new
-  // manifests are one format.
-  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"cp", 1}, {"pp", 1}, {"tp", 1}, {"zero", 0}}));
-  manifest["layout"] = {{"dp", 1}, {"zero", 0}};  // no tp, no pp, no cp
+  // The keys a loom with the three fixed axes wrote (and read with layout.at("tp")), and cp and shard_size:
+  // old and new manifests are one format.
+  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"cp", 1}, {"pp", 1}, {"tp", 1}, {"shard_size", 1}, {"zero", 0}}));
+  manifest["layout"] = {{"dp", 1}, {"zero", 0}};  // no tp, no pp, no cp, no shard_size
   loom::write_file_atomic(path, manifest.dump(2) + "\n");  // the manifest is not among its own checksums
   REQUIRE_FALSE(loom::checkpoint_problem(loom::checkpoint_dir(run, 3)));
   Trainee restored(config, 2);

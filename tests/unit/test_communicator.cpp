@@ -91,27 +91,31 @@ TEST_CASE("communicator: async all_reduces complete in order while the caller co
   }
 }
 
-TEST_CASE("communicator: mesh groups reduce within their axis only", "[mpi]") {
+TEST_CASE("communicator: mesh groups reduce within their axes only", "[mpi]") {
   auto comm = world();
   const int n = comm->size();
   const int tp = n % 2 == 0 ? 2 : 1;
-  const auto config = loom::parse_config("", "mesh.yaml", {"parallel.dp=-1", "parallel.tp=" + std::to_string(tp)});
-  const loom::Mesh mesh(config, *comm);
-  const auto c = mesh.coords();
-  // Sum of world ranks over each group: the ranks that differ from this one in that axis only.
-  for (const auto axis : {loom::MeshAxis::kDp, loom::MeshAxis::kTp, loom::MeshAxis::kPp}) {
-    CAPTURE(static_cast<int>(axis));
-    auto t = torch::tensor({static_cast<double>(mesh.rank())}, torch::kDouble);
-    mesh.host_group(axis).all_reduce(t);
-    double expected = 0;
-    for (int64_t k = 0; k < mesh.size(axis); ++k) {
-      auto other = c;
-      other[axis] = k;
-      expected += static_cast<double>(mesh.rank_of(other));
+  // TP x DP, and every rank data-parallel with hybrid sharding: ZeRO groups of n / 2 DP ranks, 2 replicas.
+  std::vector<std::vector<std::string>> layouts = {{"parallel.dp=-1", "parallel.tp=" + std::to_string(tp)}};
+  if (n % 2 == 0)
+    layouts.push_back({"parallel.dp=-1", "parallel.zero=1", "parallel.shard_size=" + std::to_string(n / 2)});
+  for (const auto& sets : layouts) {
+    const auto config = loom::parse_config("", "mesh.yaml", sets);
+    const loom::Mesh mesh(config, *comm);
+    const auto& shape = mesh.shape();
+    CAPTURE(mesh.describe());
+    // Sum of world ranks over each group: the ranks that equal this one outside the group's axes.
+    for (const loom::AxisSet axes : {loom::kDpAxes, loom::AxisSet(loom::MeshAxis::kTp), loom::AxisSet(loom::MeshAxis::kPp),
+                                     loom::kShardAxes, loom::kReplicaAxes}) {
+      auto t = torch::tensor({static_cast<double>(mesh.rank())}, torch::kDouble);
+      mesh.host_group(axes).all_reduce(t);
+      double expected = 0;
+      for (int64_t r = 0; r < n; ++r)
+        if (shape.group_color(r, axes) == shape.group_color(mesh.rank(), axes)) expected += static_cast<double>(r);
+      CHECK(t.item<double>() == expected);
+      CHECK(mesh.host_group(axes).size() == mesh.size(axes));
+      CHECK(mesh.host_group(axes).rank() == mesh.coord(axes));
+      CHECK(&mesh.device_group(axes) == &mesh.host_group(axes));  // on the CPU one MPI group serves both
     }
-    CHECK(t.item<double>() == expected);
-    CHECK(mesh.host_group(axis).size() == mesh.size(axis));
-    CHECK(mesh.host_group(axis).rank() == c[axis]);
-    CHECK(&mesh.device_group(axis) == &mesh.host_group(axis));  // on the CPU one MPI group serves both
   }
 }

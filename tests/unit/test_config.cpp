@@ -128,6 +128,20 @@ TEST_CASE("config: context parallelism refuses what ring attention cannot run, n
         "parallel.sequence_parallel (each tensor-parallel rank keeps 1/tp of a context-parallel rank's positions)");
 }
 
+TEST_CASE("config: hybrid sharding's shard size divides dp and needs ZeRO, naming parallel.shard_size", "[config]") {
+  const std::string dp4 = "parallel.dp=4", batch = "train.batch_size=16", micro = "train.micro_batch_size=0";
+  CHECK(config_error("", {dp4, batch, micro, "parallel.zero=3", "parallel.shard_size=2"}).empty());
+  CHECK(config_error("", {"parallel.dp=-1", "parallel.zero=1", "parallel.shard_size=8"}).empty());  // the mesh checks
+  CHECK(config_error("", {dp4, batch, micro, "parallel.zero=1", "parallel.shard_size=3"}) ==
+        "--set parallel.shard_size=3: parallel.shard_size: 3 does not divide parallel.dp=4: the DP ranks split into "
+        "groups of shard_size");
+  CHECK(config_error("", {dp4, batch, micro, "parallel.shard_size=2"}) ==
+        "--set parallel.shard_size=2: parallel.shard_size: 2 shards ZeRO's state, but parallel.zero is 0: set "
+        "parallel.zero 1, 2 or 3, or parallel.shard_size 0");
+  CHECK(config_error("", {"parallel.shard_size=-2"}) ==
+        "--set parallel.shard_size=-2: parallel.shard_size: -2 must be >= 0 (0: shard over the whole DP group)");
+}
+
 TEST_CASE("config: every key that sizes a resource is bounded, naming the key, the value and the limit", "[config]") {
   const std::string cores = std::to_string(loom::usable_cpu_cores());
   CHECK(config_error("", {"runtime.threads=" + cores}).empty());

@@ -2,7 +2,8 @@
 // ctest runs them in one process (the group of one) and under `mpirun -np 2` and `-np 4` (the [mpi] suite).
 // Each rank runs two micro-batches of its own inputs; every rank can compute every rank's inputs, so the
 // reference is one model accumulating all of them, averaged over the ranks. What each rank's optimizer
-// sees (its shard, ParameterSlice by ParameterSlice) must be that average's part.
+// sees (its shard, ParameterSlice by ParameterSlice) must be that average's part, also under hybrid sharding
+// (shards over half the ranks, all-reduced over the replicas).
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
@@ -34,6 +35,13 @@ torch::Tensor input_of(int rank, int step, int micro) {
 
 torch::Tensor loss_of(ThreeLayer& model, const torch::Tensor& x) { return model.forward(x).pow(2).mean(); }
 
+// The reference's gradients of a step: every rank's micro-batches accumulated into one model.
+void reference_backward(ThreeLayer& reference, int ranks, int step) {
+  for (auto& p : reference.parameters()) p.mutable_grad() = torch::Tensor();
+  for (int k = 0; k < ranks; ++k)
+    for (int m = 0; m < kMicroBatches; ++m) loss_of(reference, input_of(k, step, m)).backward();
+}
+
 // The index of `t` among `params` (by identity).
 size_t index_of(const std::vector<torch::Tensor>& params, const torch::Tensor& t) {
   for (size_t i = 0; i < params.size(); ++i)
@@ -47,62 +55,72 @@ size_t index_of(const std::vector<torch::Tensor>& params, const torch::Tensor& t
 TEST_CASE("gradient sync: ZeRO-1 and ZeRO-2 shards hold the DP average of accumulated gradients", "[mpi]") {
   auto comm = loom::test::processes().world(/*timeout_s=*/60);
   const int rank = comm->rank(), ranks = comm->size();
-  for (const int64_t zero : {1, 2}) {
-    for (const bool defer_first : {false, true}) {
-      INFO("zero " << zero << ", first parameter deferred " << defer_first);
-      torch::manual_seed(5);
-      ThreeLayer model;
-      torch::manual_seed(5);
-      ThreeLayer reference;
-      const auto params = model.parameters(), reference_params = reference.parameters();
-      // Buckets of ~200 bytes: one per weight matrix, so more reductions than kReductionsInFlight.
-      std::vector<torch::Tensor> deferred;
-      if (defer_first) deferred.push_back(params.front());
-      GradientSync sync(weight_decay_groups(model), *comm, 0.0002, zero, torch::kFloat, deferred);
-      REQUIRE(sync.bucket_count() > GradientSync::kReductionsInFlight);
-      for (int step = 0; step < 2; ++step) {
-        INFO("step " << step);
-        for (auto& p : reference_params) p.mutable_grad() = torch::Tensor();
-        for (int k = 0; k < ranks; ++k)
-          for (int m = 0; m < kMicroBatches; ++m) loss_of(reference, input_of(k, step, m)).backward();
+  // Hybrid sharding (an even world): shards over groups of half the ranks, ranks r and r + ranks / 2 replicas
+  // of each other (as the mesh's dp_shard and dp_replicate axes order them).
+  std::unique_ptr<Communicator> hybrid_shards, replicas;
+  if (ranks % 2 == 0) {
+    hybrid_shards = comm->split(rank / (ranks / 2), rank % (ranks / 2), "shard group");
+    replicas = comm->split(rank % (ranks / 2), rank / (ranks / 2), "replica group");
+  }
+  for (const bool hybrid : {false, true}) {
+    if (hybrid && !replicas) continue;
+    Communicator& shard_group = hybrid ? *hybrid_shards : *comm;
+    for (const int64_t zero : {1, 2}) {
+      for (const bool defer_first : {false, true}) {
+        INFO("zero " << zero << ", first parameter deferred " << defer_first << ", hybrid sharding " << hybrid);
+        torch::manual_seed(5);
+        ThreeLayer model;
+        torch::manual_seed(5);
+        ThreeLayer reference;
+        const auto params = model.parameters(), reference_params = reference.parameters();
+        // Buckets of ~200 bytes: one per weight matrix, so more reductions than kReductionsInFlight.
+        std::vector<torch::Tensor> deferred;
+        if (defer_first) deferred.push_back(params.front());
+        GradientSync sync(weight_decay_groups(model), shard_group, 0.0002, zero, torch::kFloat, deferred, {}, true,
+                          hybrid ? replicas.get() : nullptr);
+        REQUIRE(sync.bucket_count() > GradientSync::kReductionsInFlight);
+        for (int step = 0; step < 2; ++step) {
+          INFO("step " << step);
+          reference_backward(reference, ranks, step);
 
-        sync.zero_grad();
-        for (int m = 0; m < kMicroBatches; ++m) {
-          if (m == kMicroBatches - 1 && !defer_first) sync.prepare_last_backward();
-          loss_of(model, input_of(rank, step, m)).backward();
-        }
-        // A deferred parameter's gradient is completed after backward, and the sync started after that (as
-        // the pipeline runner does for a tied embedding's copies): every rank adds 1, the average gains 1.
-        if (defer_first) {
-          REQUIRE(params.front().grad().defined());
-          params.front().grad().add_(1.0);
-          sync.prepare_last_backward();
-        }
-        sync.finish();
-
-        const auto shards = sync.optimizer_parameters();
-        const auto slices = sync.optimizer_slices();
-        REQUIRE(shards.size() == slices.size());
-        int64_t held = 0;
-        for (size_t i = 0; i < shards.size(); ++i) {
-          for (const auto& slice : slices[i]) {
-            const size_t p = index_of(params, slice.parameter);
-            auto expected = reference_params[p].grad().reshape(-1).narrow(0, slice.parameter_offset, slice.length) /
-                            static_cast<double>(ranks);
-            if (defer_first && p == 0) expected = expected + 1.0;
-            const auto got = shards[i].grad().narrow(0, slice.offset, slice.length);
-            CHECK(max_abs_diff(got, expected) <= 1e-6 * (1.0 + expected.abs().max().item<double>()));
-            held += slice.length;
+          sync.zero_grad();
+          for (int m = 0; m < kMicroBatches; ++m) {
+            if (m == kMicroBatches - 1 && !defer_first) sync.prepare_last_backward();
+            loss_of(model, input_of(rank, step, m)).backward();
           }
+          // A deferred parameter's gradient is completed after backward, and the sync started after that (as
+          // the pipeline runner does for a tied embedding's copies): every rank adds 1, the average gains 1.
+          if (defer_first) {
+            REQUIRE(params.front().grad().defined());
+            params.front().grad().add_(1.0);
+            sync.prepare_last_backward();
+          }
+          sync.finish();
+
+          const auto shards = sync.optimizer_parameters();
+          const auto slices = sync.optimizer_slices();
+          REQUIRE(shards.size() == slices.size());
+          int64_t held = 0;
+          for (size_t i = 0; i < shards.size(); ++i) {
+            for (const auto& slice : slices[i]) {
+              const size_t p = index_of(params, slice.parameter);
+              auto expected = reference_params[p].grad().reshape(-1).narrow(0, slice.parameter_offset, slice.length) /
+                              static_cast<double>(ranks);
+              if (defer_first && p == 0) expected = expected + 1.0;
+              const auto got = shards[i].grad().narrow(0, slice.offset, slice.length);
+              CHECK(max_abs_diff(got, expected) <= 1e-6 * (1.0 + expected.abs().max().item<double>()));
+              held += slice.length;
+            }
+          }
+          // The shard group's shards partition every parameter.
+          auto total = torch::tensor({static_cast<double>(held)}, torch::kDouble);
+          shard_group.all_reduce(total);
+          int64_t numel = 0;
+          for (const auto& p : params) numel += p.numel();
+          CHECK(total.item<double>() == static_cast<double>(numel));
+          // ZeRO-2 keeps no parameter's whole gradient once reduced; ZeRO-1 keeps its buckets.
+          for (const auto& p : params) CHECK(p.grad().defined() == (zero == 1));
         }
-        // The ranks' shards partition every parameter.
-        auto total = torch::tensor({static_cast<double>(held)}, torch::kDouble);
-        comm->all_reduce(total);
-        int64_t numel = 0;
-        for (const auto& p : params) numel += p.numel();
-        CHECK(total.item<double>() == static_cast<double>(numel));
-        // ZeRO-2 keeps no parameter's whole gradient once reduced; ZeRO-1 keeps its buckets.
-        for (const auto& p : params) CHECK(p.grad().defined() == (zero == 1));
       }
     }
   }
@@ -157,9 +175,7 @@ TEST_CASE("gradient sync: ZeRO-3 gathers each unit for forward and backward and 
     for (const auto& p : params) CHECK(p.storage().nbytes() == 0);  // only the shards hold values
     for (int step = 0; step < 2; ++step) {
       INFO("step " << step);
-      for (auto& p : reference_params) p.mutable_grad() = torch::Tensor();
-      for (int k = 0; k < ranks; ++k)
-        for (int m = 0; m < kMicroBatches; ++m) loss_of(reference, input_of(k, step, m)).backward();
+      reference_backward(reference, ranks, step);
 
       sync.zero_grad();
       const int64_t gathers_before = units->gathers();

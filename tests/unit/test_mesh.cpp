@@ -28,7 +28,9 @@ TEST_CASE("mesh: ranks are TP innermost, then DP, then PP", "[mesh]") {
     CHECK(mesh.world_size() == world);
     const auto coords = mesh.coords();
     CHECK(coords[MeshAxis::kTp] == rank % 2);
-    CHECK(coords[MeshAxis::kDp] == (rank / 2) % 3);
+    CHECK(mesh.coord(loom::kDpAxes) == (rank / 2) % 3);
+    CHECK(coords[MeshAxis::kDpShard] == (rank / 2) % 3);  // without hybrid sharding dp_shard is all of dp
+    CHECK(coords[MeshAxis::kDpReplicate] == 0);
     CHECK(coords[MeshAxis::kPp] == rank / 6);
     CHECK(mesh.rank_of(coords) == rank);
     CHECK(mesh.first_stage() == (rank < 6));
@@ -38,27 +40,27 @@ TEST_CASE("mesh: ranks are TP innermost, then DP, then PP", "[mesh]") {
   CHECK(mesh.coords_name() == "dp1-cp0-tp1-pp1");
   CHECK(mesh.describe() == "dp=3 cp=1 tp=2 pp=2");
   CHECK(mesh.shape().describe(" x ", " ") == "dp 3 x cp 1 x tp 2 x pp 2");
-  const std::vector<std::pair<std::string, int64_t>> sizes{{"dp", 3}, {"cp", 1}, {"tp", 2}, {"pp", 2}};
+  const std::vector<std::pair<std::string, int64_t>> sizes{{"dp", 3}, {"cp", 1}, {"tp", 2}, {"pp", 2}, {"shard_size", 3}};
   CHECK(mesh.shape().named_sizes() == sizes);
   loom::MeshCoords c2;
-  c2[MeshAxis::kDp] = 2;
+  c2[MeshAxis::kDpShard] = 2;
   c2[MeshAxis::kPp] = 1;
   CHECK(mesh.rank_of(c2) == 0 + 2 * (2 + 3 * 1));
   // A set of axes as one flattened axis, innermost first: rank 9 is tp 1, dp 1, pp 1.
-  CHECK(mesh.size(MeshAxis::kDp) == 3);
-  CHECK(mesh.coord(MeshAxis::kDp) == 1);
-  CHECK(mesh.size({MeshAxis::kTp, MeshAxis::kDp}) == 6);
-  CHECK(mesh.coord({MeshAxis::kTp, MeshAxis::kDp}) == 1 + 2 * 1);
-  CHECK(mesh.size({MeshAxis::kDp, MeshAxis::kPp}) == 6);
-  CHECK(mesh.coord({MeshAxis::kDp, MeshAxis::kPp}) == 1 + 3 * 1);
-  CHECK(mesh.coord({MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp}) == 9);  // every axis: the rank itself
+  CHECK(mesh.size(loom::kDpAxes) == 3);
+  CHECK(mesh.coord(loom::kDpAxes) == 1);
+  CHECK(mesh.size(loom::kDpAxes.with(MeshAxis::kTp)) == 6);
+  CHECK(mesh.coord(loom::kDpAxes.with(MeshAxis::kTp)) == 1 + 2 * 1);
+  CHECK(mesh.size(loom::kDpAxes.with(MeshAxis::kPp)) == 6);
+  CHECK(mesh.coord(loom::kDpAxes.with(MeshAxis::kPp)) == 1 + 3 * 1);
+  CHECK(mesh.coord(loom::kDpAxes.with(MeshAxis::kTp).with(MeshAxis::kPp)) == 9);  // every axis: the rank itself
 }
 
 TEST_CASE("mesh: a group over any set of axes holds the ranks equal outside it, in their order inside it", "[mesh]") {
   // (a batch that splits over dp 3: the config's own check)
   const auto c = layout({"parallel.dp=3", "parallel.tp=2", "parallel.pp=2", "train.batch_size=30"});
   const loom::MeshShape shape = loom::MeshShape(c.parallel).resolved(c, 12);
-  const MeshAxis axes[] = {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp};
+  const MeshAxis axes[] = {MeshAxis::kTp, MeshAxis::kDpShard, MeshAxis::kPp};  // dp_shard: all of dp here
   for (unsigned bits = 1; bits < 8; ++bits) {
     // Every subset of {tp, dp, pp}.
     std::vector<MeshAxis> members;
@@ -93,7 +95,7 @@ TEST_CASE("mesh: a group over any set of axes holds the ranks equal outside it, 
   // The dp group of rank 9 (dp1-cp0-tp1-pp1): tp 1 and pp 1 with every dp, 1 + 2 * (d + 3).
   std::vector<int64_t> dp_group;
   for (int64_t rank = 0; rank < 12; ++rank)
-    if (shape.group_color(rank, MeshAxis::kDp) == shape.group_color(9, MeshAxis::kDp)) dp_group.push_back(rank);
+    if (shape.group_color(rank, loom::kDpAxes) == shape.group_color(9, loom::kDpAxes)) dp_group.push_back(rank);
   CHECK(dp_group == std::vector<int64_t>{7, 9, 11});
 }
 
@@ -109,11 +111,12 @@ TEST_CASE("mesh: the cp axis sits between tp and dp; dp x cp holds the ranks wit
     // rank = tp + 2 * (cp + 2 * (dp + 2 * pp))
     CHECK(coords[MeshAxis::kTp] == rank % 2);
     CHECK(coords[MeshAxis::kCp] == (rank / 2) % 2);
-    CHECK(coords[MeshAxis::kDp] == (rank / 4) % 2);
+    CHECK(mesh.coord(loom::kDpAxes) == (rank / 4) % 2);
     CHECK(coords[MeshAxis::kPp] == rank / 8);
     // dp x cp flattened cp first: the shard index of ZeRO and of a checkpoint's per-rank files.
     CHECK(mesh.size(loom::kDataParallelAxes) == 4);
-    CHECK(mesh.coord(loom::kDataParallelAxes) == coords[MeshAxis::kCp] + 2 * coords[MeshAxis::kDp]);
+    CHECK(mesh.coord(loom::kDataParallelAxes) == coords[MeshAxis::kCp] + 2 * mesh.coord(loom::kDpAxes));
+    CHECK(mesh.coord(loom::kShardAxes) == mesh.coord(loom::kDataParallelAxes));  // no hybrid sharding
   }
   const loom::Mesh mesh(c, world, 13);  // 13 = 1 + 2 * (0 + 2 * (1 + 2 * 1))
   CHECK(mesh.coords_name() == "dp1-cp0-tp1-pp1");
@@ -153,11 +156,76 @@ TEST_CASE("mesh: a layout that does not fill the world is a ConfigError", "[mesh
 TEST_CASE("mesh: a world of one is every group; a mesh without a world has none", "[mesh]") {
   const auto c = layout({});
   const loom::Mesh alone(c, 1, 0);
-  CHECK(alone.host_group(MeshAxis::kDp).size() == 1);
+  CHECK(alone.host_group(loom::kDpAxes).size() == 1);
   CHECK(&alone.device_group(MeshAxis::kTp) == &alone.host_group(MeshAxis::kTp));
   CHECK(alone.embedding_group().size() == 1);
   const loom::Mesh rank_only(layout({"parallel.dp=2"}), 2, 1);
-  CHECK_THROWS_WITH(rank_only.host_group(MeshAxis::kDp), Catch::Contains("built without communicators"));
-  CHECK_THROWS_WITH(alone.host_group(AxisSet({MeshAxis::kDp, MeshAxis::kTp})),
+  CHECK_THROWS_WITH(rank_only.host_group(loom::kDpAxes), Catch::Contains("built without communicators"));
+  CHECK_THROWS_WITH(alone.host_group(loom::kDpAxes.with(MeshAxis::kTp)),
                     Catch::Contains("the mesh builds no dp x tp group"));
+}
+
+TEST_CASE("mesh: hybrid sharding splits dp into shard (inner) and replica axes", "[mesh]") {
+  // tp 2 x cp 2 x dp 4 (shard_size 2: 2 replicas) = 16 ranks; rank = tp + 2 * (cp + 2 * (dp + 4 * pp)) as
+  // without hybrid sharding, the DP rank = dp_shard + 2 * dp_replicate.
+  const auto c = layout({"parallel.dp=-1", "parallel.tp=2", "parallel.cp=2", "parallel.shard_size=2", "parallel.zero=3",
+                         "data.seq_len=64", "model.dropout=0"});
+  const int64_t world = 16;
+  std::map<int64_t, std::vector<int64_t>> shard_groups, replica_groups;  // color -> ranks in key order
+  for (int64_t rank = 0; rank < world; ++rank) {
+    const loom::Mesh mesh(c, world, rank);
+    REQUIRE(mesh.dp() == 4);
+    CHECK(mesh.shape().hybrid_sharding());
+    const auto coords = mesh.coords();
+    const int64_t dp_rank = (rank / 4) % 4;
+    CHECK(mesh.coord(loom::kDpAxes) == dp_rank);
+    CHECK(coords[MeshAxis::kDpShard] == dp_rank % 2);
+    CHECK(coords[MeshAxis::kDpReplicate] == dp_rank / 2);
+    CHECK(mesh.rank_of(coords) == rank);
+    // The shard group: cp x dp_shard, cp innermost (a checkpoint's optimizer shard index); the replica group:
+    // the ranks holding the same shard.
+    CHECK(mesh.size(loom::kShardAxes) == 4);
+    CHECK(mesh.coord(loom::kShardAxes) == coords[MeshAxis::kCp] + 2 * (dp_rank % 2));
+    CHECK(mesh.size(loom::kReplicaAxes) == 2);
+    CHECK(mesh.coord(loom::kReplicaAxes) == dp_rank / 2);
+    CHECK(mesh.size(loom::kDataParallelAxes) == 8);
+    shard_groups[mesh.shape().group_color(rank, loom::kShardAxes)].push_back(rank);
+    replica_groups[mesh.shape().group_color(rank, loom::kReplicaAxes)].push_back(rank);
+  }
+  // Rank 13 (tp 1, cp 0, dp 3 = shard 1 of replica 1): its shard group holds tp 1 of dp 2 and 3, cp 0 and 1,
+  // cp first; its replicas are dp 1 and dp 3.
+  const loom::Mesh mesh(c, world, 13);
+  const auto& shape = mesh.shape();
+  CHECK(shard_groups.at(shape.group_color(13, loom::kShardAxes)) == std::vector<int64_t>{9, 11, 13, 15});
+  CHECK(replica_groups.at(shape.group_color(13, loom::kReplicaAxes)) == std::vector<int64_t>{5, 13});
+  CHECK(shard_groups.size() == 4);
+  CHECK(replica_groups.size() == 8);
+  // Names: dp stays the DP rank and size; the layout names its shard size.
+  CHECK(mesh.coords_name() == "dp3-cp0-tp1-pp0");
+  CHECK(mesh.describe() == "dp=4 (shard_size=2) cp=2 tp=2 pp=1");
+  CHECK(shape.describe(" x ", " ") == "dp 4 (shard_size 2) x cp 2 x tp 2 x pp 1");
+  const std::vector<std::pair<std::string, int64_t>> sizes{{"dp", 4}, {"cp", 2}, {"tp", 2}, {"pp", 1}, {"shard_size", 2}};
+  CHECK(shape.named_sizes() == sizes);
+  // Without a world, the config's sizes: dp -1 is not known, shard_size is.
+  const loom::MeshShape asked(c.parallel);
+  CHECK(asked.named_sizes() == std::vector<std::pair<std::string, int64_t>>{
+                                   {"dp", -1}, {"cp", 2}, {"tp", 2}, {"pp", 1}, {"shard_size", 2}});
+  // shard_size = dp is no hybrid sharding: one shard group holds all of dp x cp.
+  const loom::Mesh whole(layout({"parallel.dp=4", "parallel.shard_size=4", "parallel.zero=1"}), 4, 2);
+  CHECK_FALSE(whole.shape().hybrid_sharding());
+  CHECK(whole.size(loom::kShardAxes) == 4);
+  CHECK(whole.size(loom::kReplicaAxes) == 1);
+  CHECK(whole.describe() == "dp=4 cp=1 tp=1 pp=1");
+}
+
+TEST_CASE("mesh: a shard size that does not divide the dp the world leaves is a ConfigError", "[mesh]") {
+  const auto c = layout({"parallel.dp=-1", "parallel.tp=2", "parallel.shard_size=4", "parallel.zero=2"});
+  CHECK(loom::Mesh(c, 16, 0).size(loom::kReplicaAxes) == 2);  // dp 8: 2 groups of 4
+  try {
+    loom::Mesh(c, 12, 0);  // dp 6
+    FAIL("expected a ConfigError");
+  } catch (const loom::ConfigError& e) {
+    CHECK(std::string(e.what()) == "--set parallel.shard_size=4: parallel.shard_size = 4 does not divide parallel.dp = 6 "
+                                   "(the world size 12 / parallel.cp * parallel.tp * parallel.pp)");
+  }
 }
