@@ -39,9 +39,9 @@ struct RingAttentionOptions {
 };
 
 // The keys per score tile for query chunks of `chunk` positions: `key_tile` if > 0, else as many as keep a tile
-// within kRingTilePairs query-key pairs per head (1 MiB of fp32 scores) but at least kRingMinKeyTile (smaller
+// within kRingTilePairs query-key pairs per head (512 KiB of fp32 scores) but at least kRingMinKeyTile (smaller
 // products run slowly), never more than the chunk.
-constexpr int64_t kRingTilePairs = int64_t{1} << 18;
+constexpr int64_t kRingTilePairs = int64_t{1} << 17;
 constexpr int64_t kRingMinKeyTile = 64;
 int64_t ring_key_tile(int64_t key_tile, int64_t chunk);
 
