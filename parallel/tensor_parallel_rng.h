@@ -4,9 +4,9 @@
 // Dropout on activations a rank holds only its part of (attention probabilities of its own heads, sequence
 // shards under sequence parallelism) must draw different masks on different ranks, or the ranks' parts
 // are dropped in lockstep: it uses this stream, seeded from run.seed, the TP rank, the pipeline stage and
-// the CP rank (two stages' or two CP ranks' sharded activations must not be dropped in lockstep either). fork() switches the
-// device's default generator to this stream for a scope (so any op's draws, SDPA's dropout included, come
-// from it) and back after. The stream's state is saved in checkpoints so that resume stays exact.
+// the CP rank (two stages' or two CP ranks' sharded activations must not be dropped in lockstep either).
+// fork() switches the device's default generator to this stream for a scope (so any op's draws, SDPA's
+// dropout included, come from it) and back after. The stream's state is saved in checkpoints so that resume stays exact.
 #pragma once
 #include <torch/torch.h>
 
@@ -22,7 +22,8 @@ class TensorParallelRng {
   static constexpr uint64_t kSeedOffset = 2718;
   static constexpr uint64_t kPipelineSeedStride = 100;
   // Context parallelism: every CP rank holds other positions of the same sequences, so its sharded
-  // activations get their own masks too (a prime far from the other strides: no two ranks' seeds meet).
+  // activations get their own masks too (a stride far above the others': with fewer than 10,000 stages and
+  // TP ranks no two ranks' seeds meet).
   static constexpr uint64_t kContextSeedStride = 1000003;
   // run_seed + 2718 + tp_rank + 100 * pp_rank + 1000003 * cp_rank: stage 0 and CP rank 0 keep the seed of a
   // run without pipeline or context parallelism, so its checkpoints resume on the same stream.
