@@ -3,7 +3,7 @@
 # attention over the cp group, parallel/ring_attention.h) under mpirun equals the single-process run of the
 # same global batch (fp32, dropout off, 20 steps with a validation loss at 10 and 20, losses within 1e-5,
 # clipped gradient norms within 1e-4 relative): CP=2, CP=4, CP=2 x TP=2 with sequence parallelism,
-# CP=2 x DP=2, CP=2 x PP=2 (1F1B, 2 micro-batches), CP=2 with ZeRO-1, CP=2 x DP=2 with ZeRO-3, a LLaMA (RMSNorm, RoPE, SwiGLU,
+# CP=2 x DP=2, CP=2 x PP=2 (1F1B, 2 micro-batches), CP=2 with ZeRO-1, CP=2 x DP=2 with ZeRO-2 and with ZeRO-3, a LLaMA (RMSNorm, RoPE, SwiGLU,
 # 4 query heads sharing 1 KV head) at CP=2 with full activation recomputation, a sliding window of 6
 # (chunk pairs beyond it skipped, some cut), ALiBi, packed documents (data.document_mask), and bf16 autocast
 # (within 0.002: ring attention is fp32 where one process's attention is bf16). CP does not
@@ -39,6 +39,8 @@ cp_train 4 "$WORK/cp2pp2" --set parallel.cp=2 --set parallel.pp=2 --set parallel
 same_losses_and_grad_norms "$WORK/single" "$WORK/cp2pp2" "CP=2 x PP=2 (1F1B, 2 micro-batches)"
 cp_train 2 "$WORK/cp2zero1" --set parallel.cp=2 --set parallel.zero=1
 same_losses_and_grad_norms "$WORK/single" "$WORK/cp2zero1" "CP=2 with ZeRO-1 (AdamW state sharded over dp x cp)"
+cp_train 4 "$WORK/cp2dp2zero2" --set parallel.cp=2 --set parallel.zero=2
+same_losses_and_grad_norms "$WORK/single" "$WORK/cp2dp2zero2" "CP=2 x DP=2 with ZeRO-2 (gradients reduce-scattered over dp x cp)"
 cp_train 4 "$WORK/cp2dp2zero3" --set parallel.cp=2 --set parallel.zero=3
 same_losses_and_grad_norms "$WORK/single" "$WORK/cp2dp2zero3" "CP=2 x DP=2 with ZeRO-3 (parameters sharded over dp x cp)"
 
