@@ -226,8 +226,8 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   // the queries' gradient (3 s b q), the key/value block held and the one arriving and their gradients
   // (4 x 2 s b kv), and one tile's fp32 probabilities and their gradients: a chunk's s/2 queries against
   // ring_key_tile keys; with dropout also the tile's fp32 dropout scales and one dropped
-  // product at a time, probabilities or their gradient (parallel/attention_dropout.h; measured at 4K tokens,
-  // cp 2: 30 MiB more than without dropout, 37 estimated).
+  // product at a time, probabilities or their gradient (parallel/attention_dropout.h; llama-tiny at 4K tokens
+  // and cp 2, scripts/bench_context_parallel.sh: peak 18 MiB above the run without dropout, 12 estimated).
   const double key_tile = static_cast<double>(ring_key_tile(0, config.data.seq_len / cp / 2));
   const double tile_bytes = 3 * 4 + dropout * 2 * 4;
   const double ring = cp > 1 ? 4 * s * b * (3 * q + 8 * kv) / t + tile_bytes * (a / t) * b * (s / 2) * key_tile : 0.0;
