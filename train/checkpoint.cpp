@@ -441,7 +441,8 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
     const int64_t cp_rank = mesh.coord(MeshAxis::kCp);
     if (cp_rank == 0 || saved_size(layout, "cp") == mesh.cp()) {
       auto saved = [&](const std::string& key, torch::Tensor& t) { return shard.try_read(cp_rng_key(cp_rank, key), t); };
-      set_generator_state(at::detail::getDefaultCPUGenerator(), read(cp_rng_key(cp_rank, "rng.cpu").c_str()));
+      // (A checkpoint from before CP ranks had their own states holds only rank 0's.)
+      if (torch::Tensor t; saved("rng.cpu", t)) set_generator_state(at::detail::getDefaultCPUGenerator(), t);
       if (const auto device = model_device(parts.model); device.is_cuda())
         if (torch::Tensor t; saved("rng.cuda", t)) set_generator_state(at::globalContext().defaultGenerator(device), t);
       if (parts.tp_rng != nullptr && !reshard)
