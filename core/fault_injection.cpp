@@ -1,6 +1,7 @@
 #include "core/fault_injection.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <set>
 #include <thread>
@@ -36,11 +37,11 @@ Fault parse_fault(const char* spec) {
                                                : parse_int64(steps.substr(dash + 1));
   const auto rank = colon == std::string::npos ? std::optional<int64_t>(-1) : parse_int64(text.substr(colon + 5));
   fault.kind = text.substr(0, at);
-  static const std::set<std::string> kinds = {"throw", "stall", "crash", "nan_loss", "nan_grad"};
+  static const std::set<std::string> kinds = {"throw", "stall", "crash", "nan_loss", "nan_grad", "kill_in_save"};
   if (at == std::string::npos || !first || !last || !rank || kinds.count(fault.kind) == 0 || *first < 1 ||
       (*last >= 0 && *last < *first))
     throw Error("LOOM_FAULT_INJECTION='" + text +
-                "': expected <throw|stall|crash|nan_loss|nan_grad>@<step>[-[<last step>]][:rank<r>]");
+                "': expected <throw|stall|crash|nan_loss|nan_grad|kill_in_save>@<step>[-[<last step>]][:rank<r>]");
   fault.first = *first;
   fault.last = *last;
   fault.rank = *rank;
@@ -60,6 +61,11 @@ StepFaults inject_step_faults(int64_t step, int64_t rank) {
   out.nan_loss = fault.kind == "nan_loss";
   out.nan_grad = fault.kind == "nan_grad";
   return out;
+}
+
+void inject_save_faults(int64_t step, int64_t rank) {
+  const Fault& fault = configured_fault();
+  if (fault.kind == "kill_in_save" && fault.applies(step, rank)) std::raise(SIGKILL);
 }
 
 }  // namespace loom

@@ -4,6 +4,8 @@
 //                                            forever, or exits abruptly when it reaches optimizer step <step>
 //            nan_loss | nan_grad             rank r's loss (before backward), or its first gradient after
 //                                            the data-parallel sync, is made NaN at those steps
+//            kill_in_save                    rank r SIGKILLs itself once it has written its shard of the
+//                                            checkpoint of step <step>, before that checkpoint is complete
 //     steps: <n> (that step), <a>-<b> (a through b), <a>- (a and every later step)
 // The fault-tolerance tests use it to prove that a failing or stalled rank ends the whole job with its
 // message instead of hanging it, and that non-finite steps are skipped, counted and, persisting, stop the
@@ -21,6 +23,9 @@ struct StepFaults {
   bool nan_grad = false;  // make the first gradient NaN after the data-parallel sync
 };
 StepFaults inject_step_faults(int64_t step, int64_t rank);
+// The seam in a checkpoint's save, asked by every rank once its shard (if it writes one) of the checkpoint
+// of step `step` is written: kill_in_save happens here.
+void inject_save_faults(int64_t step, int64_t rank);
 
 // The parsed form of a LOOM_FAULT_INJECTION value, exposed for the unit test of its syntax.
 struct Fault {

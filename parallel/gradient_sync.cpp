@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/error.h"
+
 namespace loom {
 namespace {
 
@@ -212,6 +214,7 @@ void GradientSync::launch_reduction(size_t index) {
   auto& bucket = buckets_[index];
   Reduction reduction;
   reduction.bucket = index;
+  reduction.completes_step = armed_;
   reduction.input = bucket.flat_grad;
   reduction.output = torch::empty({bucket.shard.numel()}, bucket.grad_options);
   reduction.work = shard_group_.reduce_scatter_async(reduction.input, reduction.output);
@@ -233,20 +236,23 @@ void GradientSync::finish_oldest_reduction() {
   const auto start = std::chrono::steady_clock::now();
   oldest.work->wait();
   step_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  buckets_[oldest.bucket].shard.mutable_grad().add_(oldest.output);
+  auto& bucket = buckets_[oldest.bucket];
+  LOOM_CHECK(!bucket.replica_work, "gradient sync: a bucket was reduced again after its replicas' all-reduce began");
+  bucket.shard.mutable_grad().add_(oldest.output);
+  if (oldest.completes_step) start_replica_reduction(bucket);
   reductions_.pop_front();  // frees the bucket's gradients
 }
 
 void GradientSync::finish() {
   last_wait_s_ = 0;
   if (shard_gradients_) {
-    armed_ = false;
     // Buckets still holding gradients: a deferred one, or one with a parameter that got none this step.
     for (size_t i = 0; i < buckets_.size(); ++i)
       if (buckets_[i].flat_grad.defined()) launch_reduction(i);
+    armed_ = false;
     const double waited_before = step_wait_s_;
     while (!reductions_.empty()) finish_oldest_reduction();  // counts into step_wait_s_
-    step_wait_s_ += reduce_over_replicas();
+    step_wait_s_ += finish_replica_reductions();
     last_wait_s_ = step_wait_s_ - waited_before;
     for (auto& bucket : buckets_) {
       bucket.ready = 0;
@@ -261,23 +267,33 @@ void GradientSync::finish() {
   for (auto& bucket : buckets_)
     if (!bucket.work) launch(bucket);
   const auto start = std::chrono::steady_clock::now();
-  for (auto& bucket : buckets_) bucket.work->wait();
+  for (auto& bucket : buckets_) {
+    bucket.work->wait();
+    if (sharded_) start_replica_reduction(bucket);  // while the later buckets' reduce-scatters finish
+  }
   last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  last_wait_s_ += reduce_over_replicas();
+  last_wait_s_ += finish_replica_reductions();
   step_wait_s_ += last_wait_s_;
   if (ranks_averaged() == 1) return;
   const double scale = 1.0 / ranks_averaged();
   for (auto& bucket : buckets_) (sharded_ ? bucket.shard.mutable_grad() : bucket.flat_grad).mul_(scale);
 }
 
-double GradientSync::reduce_over_replicas() {
+void GradientSync::start_replica_reduction(Bucket& bucket) {
+  if (replica_group_ == nullptr || bucket.replica_work) return;
+  bucket.replica_work = replica_group_->all_reduce_async(bucket.shard.mutable_grad());
+}
+
+double GradientSync::finish_replica_reductions() {
   if (replica_group_ == nullptr) return 0;
-  // Once per step, after the shard group's last reduce-scatter into each shard (a bucket may be reduced in
-  // any micro-batch's backward, or in finish()).
-  std::vector<std::shared_ptr<Work>> pending;
-  for (auto& bucket : buckets_) pending.push_back(replica_group_->all_reduce_async(bucket.shard.mutable_grad()));
+  // A bucket whose last reduction came before the last backward (its parameters got no gradient there) or
+  // outside it (pipeline stages arm the sync after their backwards) starts now.
+  for (auto& bucket : buckets_) start_replica_reduction(bucket);
   const auto start = std::chrono::steady_clock::now();
-  for (auto& work : pending) work->wait();
+  for (auto& bucket : buckets_) {
+    bucket.replica_work->wait();
+    bucket.replica_work.reset();
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -350,41 +366,6 @@ void GradientSync::gather_parameters() {
   const auto start = std::chrono::steady_clock::now();
   for (auto& [tensor, work] : pending) work->wait();
   step_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-void GradientSync::show_master() {
-  if (!master_ && !gathers_) return;
-  torch::NoGradGuard no_grad;
-  free_parameters();
-  for (auto& bucket : buckets_) {
-    if (sharded_) {
-      bucket.shown = torch::empty({bucket.numel}, bucket.grad_options);  // fp32, padded like the bucket
-      shard_group_.all_gather(bucket.shard.detach(), bucket.shown);
-    } else {
-      bucket.shown = bucket.flat_master;  // a checkpoint read while shown writes straight into the master
-    }
-    point_parameters_at(bucket, bucket.shown);
-  }
-}
-
-void GradientSync::hide_master(bool loaded) {
-  if (!master_ && !gathers_) return;
-  torch::NoGradGuard no_grad;
-  for (auto& bucket : buckets_) {
-    if (!bucket.shown.defined()) continue;
-    if (loaded && sharded_)
-      bucket.shard.copy_(bucket.shown.narrow(0, shard_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
-    if (gathers_) {
-      // Views are taken of a buffer that holds its elements; a unit's next gather fills it with the shards.
-      resize_storage(bucket.flat_param, full_storage_bytes(bucket.flat_param));
-      point_parameters_at(bucket, bucket.flat_param);
-      resize_storage(bucket.flat_param, 0);
-    } else {
-      if (loaded) bucket.flat_param.copy_(bucket.shown);
-      point_parameters_at(bucket, bucket.flat_param);
-    }
-    bucket.shown = torch::Tensor();
-  }
 }
 
 }  // namespace loom

@@ -29,8 +29,11 @@
 // With a DP group of one there is no communication, just the flat buffers (zero 2: copies into the shard).
 // Hybrid sharding (parallel.shard_size, zero 1 to 3): the group given is the shard group, a part of the
 // ranks holding the same parameters, and `replica_group` the ranks holding the same shard as this one: the
-// reduce-scatters and all-gathers stay in the shard group, and finish(), once the step's reduce-scatters
-// are done, all-reduces every shard's gradient over the replicas; gradients are averaged over both groups.
+// reduce-scatters and all-gathers stay in the shard group, and each shard's gradient is all-reduced over the
+// replicas once its step's last reduce-scatter is done: zero 2, 3: during the last backward, as that
+// reduce-scatter is waited for (a bucket reduced only in earlier micro-batches, or under pipeline stages,
+// in finish()); zero 1: in finish(), each as its reduce-scatter completes. finish() waits for them all;
+// gradients are averaged over both groups.
 // param_dtype bf16 (precision.param_dtype, Megatron's --bf16): the parameters become bf16 views into flat
 // buffers, their .grad stays the fp32 bucket views (autograd adds each bf16 micro-batch gradient into them
 // in fp32: accumulation and the DP reduction are fp32), and what the optimizer steps is an fp32 master
@@ -97,19 +100,13 @@ class GradientSync {
   // unit (after an evaluation's forwards: finish() frees them after a step's).
   UnitGathers* parameter_units() const { return gathers_.get(); }
   void free_parameters();
-  // After the optimizer step: zero 1: every rank gets every updated shard; bf16 parameters: the weights
-  // become the updated master rounded to bf16.
+  // After the optimizer step, or after a checkpoint was read into optimizer_parameters(): zero 1, 2: every
+  // rank gets every updated shard (collective over the shard group); bf16 parameters: the weights become
+  // the master rounded to bf16. zero 3: nothing (each unit's next gather reads its shards).
   void gather_parameters();
 
-  // bf16 parameters: whether there is an fp32 master (otherwise show/hide_master do nothing but at zero 3).
+  // bf16 parameters: whether there is an fp32 master, which optimizer_parameters() are.
   bool has_master() const { return master_; }
-  // The parameters point at fp32 master values (zero 1: all-gathered over the DP group, so collective;
-  // zero 3: all-gathered whatever the parameters' dtype) until hide_master(): what a checkpoint writes, and
-  // where one is read into.
-  void show_master();
-  // Back to the bf16 weights. loaded: the parameters were written while shown (a checkpoint was read
-  // into them on every rank): the master takes those values and the weights their bf16 rounding.
-  void hide_master(bool loaded);
 
   size_t bucket_count() const { return buckets_.size(); }
   // Seconds finish() spent waiting for communication that backward had not already hidden.
@@ -140,9 +137,9 @@ class GradientSync {
     torch::Tensor shard;
     torch::Tensor flat_master;            // bf16 parameters, zero 0: fp32 master of the whole bucket
     std::vector<torch::Tensor> masters;   // bf16 parameters, zero 0: per parameter, its view of flat_master
-    torch::Tensor shown;                  // between show_master and hide_master: the fp32 values shown
     size_t ready = 0;
     std::shared_ptr<Work> work;  // zero 0, 1
+    std::shared_ptr<Work> replica_work;  // hybrid sharding: the shard gradient's all-reduce over the replicas
   };
   // zero 2: a bucket's reduce-scatter under way; its input (the bucket's gradients) is freed once done.
   // Which parameters share a bucket: bucket_mb of one group (zero 0 to 2), one unit of one group (zero 3).
@@ -155,6 +152,7 @@ class GradientSync {
                                            const std::vector<std::vector<torch::Tensor>>& units);
   struct Reduction {
     size_t bucket = 0;
+    bool completes_step = false;  // launched in the step's last backward or finish(): the bucket's last this step
     torch::Tensor input, output;
     std::shared_ptr<Work> work;
   };
@@ -164,7 +162,11 @@ class GradientSync {
   void point_gradients_at(Bucket& bucket, const torch::Tensor& flat);  // each .grad a view of `flat`
   void flatten_parameters();  // zero 1, bf16 parameters: the parameters become views into the flat buffers
   void point_parameters_at(const Bucket& bucket, const torch::Tensor& flat);  // each parameter a view of `flat`
-  double reduce_over_replicas();  // hybrid sharding: the shards' gradients summed over the replicas; seconds waited
+  // Hybrid sharding: a bucket's shard gradient, complete for the step, summed over the replicas (started as
+  // soon as its last reduce-scatter is done); finish_replica_reductions starts the rest, waits for all and
+  // returns the seconds waited.
+  void start_replica_reduction(Bucket& bucket);
+  double finish_replica_reductions();
   double ranks_averaged() const;  // the ranks whose gradients are averaged: the shard group's times the replicas'
 
   Communicator& shard_group_;

@@ -9,10 +9,12 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/fault_injection.h"
 #include "core/file_io.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel.h"
 #include "train/checkpoint_reshard.h"
+#include "train/checkpoint_weights.h"
 #include "train/optimizer_state.h"
 
 namespace loom {
@@ -20,7 +22,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kManifest = "manifest.json";
-constexpr int kFormat = 2;  // 2: optimizer state by parameter range (train/optimizer_state)
+// 2: optimizer state by parameter range (train/optimizer_state.h); 3: the weights too (checkpoint_weights.h)
+constexpr int kFormat = 3;
+constexpr int kOldestResumable = 2;
 
 // The shard holding this rank's state: the ranks holding the same parameters (dp x cp) share the one
 // written by the first of them, unless each holds its own part of the optimizer state; then the shard's
@@ -43,6 +47,14 @@ int64_t saved_size(const nlohmann::json& layout, const char* axis) { return layo
 OptimizerLayout optimizer_layout(const CheckpointParts& parts) {
   if (parts.optimizer_slices.empty()) return whole_parameter_layout(*parts.optimizer);
   return {parts.optimizer, parts.optimizer_slices};
+}
+
+// What a shard stores of the weights and a load fills: the optimizer's tensors (this rank's part of the
+// fp32 values), or the model's parameters whole for an inference-only load.
+WeightLayout weights_of(const CheckpointParts& parts) {
+  if (parts.optimizer == nullptr) return weight_layout(parts.model, nullptr);
+  const auto optimizer = optimizer_layout(parts);
+  return weight_layout(parts.model, &optimizer);
 }
 
 // At most 18 digits: a step number that std::stoll cannot overflow on.
@@ -70,42 +82,6 @@ std::vector<int64_t> checkpoint_steps(const fs::path& run_dir) {
 namespace {
 
 torch::Tensor scalar(int64_t v) { return torch::tensor({v}, torch::kLong); }
-
-// Copies a shard's values into the model's existing tensors. Module::load would instead re-point each
-// parameter at the stored tensor (set_), taking whatever shape it has and cutting the parameter loose
-// from any storage it shares (the flat buffers of ZeRO-1, the device it was moved to). Shapes are all
-// checked before anything is written, so a checkpoint of another architecture leaves the model untouched.
-// The archive nests like Module::save writes it: a module's own tensors, then one sub-archive per child.
-using Assignments = std::vector<std::pair<torch::Tensor, torch::Tensor>>;  // (model tensor, stored value)
-
-void collect_values(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& prefix,
-                    const fs::path& shard, Assignments& out) {
-  auto take = [&](const std::string& key, const torch::Tensor& target, bool is_buffer) {
-    torch::Tensor stored;
-    const std::string name = prefix + key;
-    if (!archive.try_read(key, stored, is_buffer))
-      throw Error(shard.string() + " does not fit this model: it has no " + name + " (was the model config changed?)");
-    if (stored.sizes() != target.sizes())
-      throw Error(shard.string() + " does not fit this model: " + name + " is " + c10::str(stored.sizes()) +
-                  " in the checkpoint and " + c10::str(target.sizes()) + " in the model (was the model config changed?)");
-    out.emplace_back(target, stored);
-  };
-  for (const auto& p : module.named_parameters(/*recurse=*/false)) take(p.key(), p.value(), false);
-  for (const auto& b : module.named_buffers(/*recurse=*/false)) take(b.key(), b.value(), true);
-  for (const auto& child : module.named_children()) {
-    torch::serialize::InputArchive child_archive;
-    if (!archive.try_read(child.key(), child_archive))
-      throw Error(shard.string() + " does not fit this model: it has no " + prefix + child.key());
-    collect_values(*child.value(), child_archive, prefix + child.key() + ".", shard, out);
-  }
-}
-
-void load_model_values(torch::nn::Module& model, torch::serialize::InputArchive& archive, const fs::path& shard) {
-  Assignments assignments;
-  collect_values(model, archive, "", shard, assignments);
-  torch::NoGradGuard no_grad;
-  for (auto& [target, stored] : assignments) target.copy_(stored);
-}
 
 }  // namespace
 
@@ -195,9 +171,7 @@ std::map<std::string, torch::Tensor> rng_states_of_cp_group(const Mesh& mesh, co
 void write_shard(const fs::path& path, const CheckpointParts& parts, const TrainState& state,
                  const std::map<std::string, torch::Tensor>& rng_states) {
   torch::serialize::OutputArchive shard;
-  torch::serialize::OutputArchive model_archive;
-  parts.model.save(model_archive);
-  shard.write("model", model_archive);
+  write_weights(shard, weights_of(parts));
   if (parts.optimizer != nullptr) write_optimizer_state(shard, optimizer_layout(parts), parts.model);
   if (parts.optimizer != nullptr && parts.sharded_optimizer) shard.write("optimizer.partition", optimizer_partition(parts));
   if (parts.loss_scaler != nullptr) shard.write("loss_scaler", parts.loss_scaler->state());
@@ -308,6 +282,7 @@ void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& 
   const auto rng_states = ok ? rng_states_of_cp_group(mesh, parts) : std::map<std::string, torch::Tensor>{};
   if (ok && writes_shard(mesh, parts.sharded_optimizer))
     attempt([&] { write_shard(tmp_dir / shard_name(mesh, parts.sharded_optimizer), parts, state, rng_states); });
+  inject_save_faults(state.step, mesh.rank());  // tests only (LOOM_FAULT_INJECTION)
   ok = ok && all_ranks_ok(world, error.empty());
   const auto stages = ok ? gather_stage_records(mesh, parts.model) : std::vector<nlohmann::json>{};
   if (ok && leader) attempt([&] {
@@ -364,9 +339,9 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   // Format 1 stored the optimizer state in LibTorch's own archive, in an order this loom no longer has:
   // its weights still load (generation, evaluation), its training does not resume.
   const int format = manifest.value("format", 0);
-  if (format != kFormat && (format != 1 || parts.optimizer != nullptr))
+  if ((format < kOldestResumable || format > kFormat) && (format != 1 || parts.optimizer != nullptr))
     throw Error("checkpoint " + dir.string() + " was written by another version of loom (format " +
-                std::to_string(format) + ", this loom resumes format " + std::to_string(kFormat) +
+                std::to_string(format) + ", this loom resumes formats " + std::to_string(kOldestResumable) + " to " + std::to_string(kFormat) +
                 "): start a new run.dir (`loom export` and model.init_from carry its weights over)");
   const auto& layout = manifest.at("layout");
   // Any DP size can resume (replicas are identical, optimizer state is re-partitioned), any TP size and
@@ -381,8 +356,8 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
     throw Error("checkpoint " + dir.string() + " was written with layout " + layout.dump() +
                 " by a loom that did not record its tensor-parallel layout: resume it with parallel.tp=" +
                 layout.at("tp").dump());
-  // Every shard of a (tp, pp) position holds the same model; with ZeRO each holds its part of the optimizer,
-  // one per rank of the shard group.
+  // A (tp, pp) position's shard holds its whole model and optimizer state; with ZeRO there is one per rank
+  // of the shard group, each holding that rank's part of both.
   const int64_t saved_shards = saved_shard_files(layout);
   std::vector<fs::path> shard_paths;
   for (int64_t d = 0; d < saved_shards; ++d) shard_paths.push_back(dir / shard_name(d, mesh));
@@ -397,19 +372,17 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   try {
     shard.load_from(shard_path.string(), torch::kCPU);  // copied onto the model's device as it loads
     // This rank's own file holds all it needs only if it was cut the same way; otherwise (or for a shard
-    // that does not say) the state is gathered by range from every file.
+    // that does not say) the weights and state are gathered by range from every file.
     if (torch::Tensor saved; same_partition)
       same_partition = shard.try_read("optimizer.partition", saved) && torch::equal(saved, optimizer_partition(parts));
+    const auto weights = weights_of(parts);
     if (reshard) {
       const auto optimizer = parts.optimizer != nullptr ? std::optional(optimizer_layout(parts)) : std::nullopt;
-      load_resharded(dir, manifest, mesh, parts.model, optimizer ? &*optimizer : nullptr);
+      load_resharded(dir, manifest, mesh, parts.model, weights, optimizer ? &*optimizer : nullptr);
     } else {
-      torch::serialize::InputArchive model_archive;
-      shard.read("model", model_archive);
-      load_model_values(parts.model, model_archive, shard_path);
-      if (parts.optimizer != nullptr)
-        read_optimizer_state(same_partition ? std::vector<fs::path>{shard_path} : shard_paths, optimizer_layout(parts),
-                             parts.model);
+      const auto files = same_partition ? std::vector<fs::path>{shard_path} : shard_paths;
+      read_weights(files, weights);
+      if (parts.optimizer != nullptr) read_optimizer_state(files, optimizer_layout(parts), parts.model);
     }
   } catch (const c10::Error& e) {
     throw Error(shard_path.string() + " does not fit this model (was the config changed?): " + e.what_without_backtrace());

@@ -1,5 +1,6 @@
-// Checkpoints: RUN_DIR/checkpoints/<step>/ holding one shard per rank (named by its mesh coordinates:
-// model, optimizer, RNG states, counters), the resolved config and manifest.json (step, tokens,
+// Checkpoints: RUN_DIR/checkpoints/<step>/ holding one shard per (tp, pp) position, or with ZeRO per rank of
+// its shard group (named by mesh coordinates: weights and optimizer state by name and element range, each
+// rank's own part, never gathered; RNG states, counters), the resolved config and manifest.json (step, tokens,
 // layout, how each tensor-parallel parameter is split, which parameters each pipeline stage holds, size
 // and CRC-32 of every file). Written under a temporary name, fsynced, then renamed: a directory named by a
 // step with a manifest whose checksums match is complete, anything else is not. A checkpoint loads under
@@ -44,7 +45,8 @@ std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir, int64
 std::string shard_file_name(int64_t dp, int64_t tp, int64_t pp);
 
 // Collective over mesh.world(): rank 0 of dp x cp of each (tp, pp) writes its shard (replicas are identical;
-// with a sharded optimizer every rank writes its own), rank 0 the config and manifest. If any rank
+// with a sharded optimizer every rank of the shard group writes its own part of the weights and optimizer
+// state: what parts.optimizer steps, so the fp32 master of bf16 parameters), rank 0 the config and manifest. If any rank
 // fails, every rank throws and no checkpoint appears.
 void save_checkpoint(const std::filesystem::path& run_dir, const Config& config, const Mesh& mesh,
                      const CheckpointParts& parts, const TrainState& state);
@@ -58,10 +60,12 @@ std::vector<int64_t> checkpoint_steps(const std::filesystem::path& run_dir);
 // Newest complete checkpoint; broken ones are skipped with a warning naming the problem.
 std::optional<int64_t> latest_checkpoint(const std::filesystem::path& run_dir);
 
-// Restores model (and optimizer, RNG state if given) from the shards of this rank's (tp, pp) position.
-// The DP size and ZeRO-1 may differ from the checkpoint's: optimizer state is stored per parameter range
-// and re-partitioned on load. A different TP size or pipeline split reshards (checkpoint_reshard.h).
-// Returns the counters.
+// Restores the weights (and optimizer, RNG state if given) from the shards of this rank's (tp, pp) position.
+// The DP size, ZeRO stage and shard size may differ from the checkpoint's: weights and optimizer state are
+// stored per parameter range and re-partitioned on load. A different TP size or pipeline split reshards
+// (checkpoint_reshard.h). With an optimizer the weights go into what it steps (parts.optimizer_slices: ZeRO
+// shards, an fp32 master): GradientSync::gather_parameters() then makes the working weights of them. Returns
+// the counters.
 TrainState load_checkpoint(const std::filesystem::path& run_dir, int64_t step, const Mesh& mesh,
                            const CheckpointParts& parts, bool restore_rng = true);
 

@@ -13,21 +13,6 @@ namespace loom {
 namespace fs = std::filesystem;
 namespace {
 
-// A tensor of a model archive by its full name ("blocks.3.attention.qkv.weight"): the archive nests like
-// Module::save writes it, one sub-archive per child module. Null if the archive does not hold it.
-std::optional<torch::Tensor> read_by_name(torch::serialize::InputArchive& archive, const std::string& name,
-                                          bool is_buffer) {
-  const auto dot = name.find('.');
-  if (dot == std::string::npos) {
-    torch::Tensor stored;
-    if (!archive.try_read(name, stored, is_buffer)) return std::nullopt;
-    return stored;
-  }
-  torch::serialize::InputArchive child;
-  if (!archive.try_read(name.substr(0, dot), child)) return std::nullopt;
-  return read_by_name(child, name.substr(dot + 1), is_buffer);
-}
-
 // The names each old pipeline stage holds, from the manifest (a checkpoint without them has one stage).
 std::vector<std::set<std::string>> stage_names(const nlohmann::json& manifest) {
   if (!manifest.contains("pipeline")) return std::vector<std::set<std::string>>(1);
@@ -45,10 +30,10 @@ int64_t saved_shard_files(const nlohmann::json& layout) {
 }
 
 void load_resharded(const fs::path& dir, const nlohmann::json& manifest, const Mesh& mesh, torch::nn::Module& model,
-                    const OptimizerLayout* optimizer) {
+                    const WeightLayout& weights, const OptimizerLayout* optimizer) {
   const auto& saved = manifest.at("layout");
   const int64_t old_tp = saved.value("tp", int64_t{1});
-  // With ZeRO every shard-group rank's file holds a part of the optimizer state; the model is in each.
+  // With ZeRO every shard-group rank's file holds a part of the weights and optimizer state.
   const int64_t saved_shards = saved_shard_files(saved);
   const int64_t tp = mesh.tp(), rank = mesh.coord(MeshAxis::kTp);
   std::map<std::string, ShardLayout> layouts;
@@ -64,28 +49,30 @@ void load_resharded(const fs::path& dir, const nlohmann::json& manifest, const M
     throw Error("checkpoint " + dir.string() + " does not fit this model: no pipeline stage of it holds " + name +
                 " (was the model config changed?)");
   };
-  // The model archives of the old (tp rank, stage) shards, loaded when first needed.
-  std::map<std::pair<int64_t, int64_t>, torch::serialize::InputArchive> archives;
-  std::set<int64_t> stages_used;
-  auto archive_of = [&](int64_t k, int64_t s) -> torch::serialize::InputArchive& {
-    auto found = archives.find({k, s});
-    if (found != archives.end()) return found->second;
-    torch::serialize::InputArchive shard, model_archive;
-    shard.load_from((dir / shard_file_name(0, k, s)).string(), torch::kCPU);
-    shard.read("model", model_archive);
-    stages_used.insert(s);
-    return archives.emplace(std::make_pair(k, s), std::move(model_archive)).first->second;
+  // This model's tensors (name -> whether a buffer) as the old (tp rank, stage) files hold them, whole, read
+  // when first needed.
+  std::map<std::string, bool> names;
+  for (const auto& p : model.named_parameters()) names[p.key()] = false;
+  for (const auto& b : model.named_buffers()) names[b.key()] = true;
+  auto files_of = [&](int64_t k, int64_t s) {
+    std::vector<fs::path> files;
+    for (int64_t d = 0; d < saved_shards; ++d) files.push_back(dir / shard_file_name(d, k, s));
+    return files;
   };
-  std::vector<std::map<std::string, torch::Tensor>> model_shards(static_cast<size_t>(old_tp));  // by old tp rank
-  auto stored = [&](int64_t k, const std::string& name, bool is_buffer) {
-    auto& cache = model_shards[static_cast<size_t>(k)];
-    if (auto found = cache.find(name); found != cache.end()) return found->second;
+  std::map<std::pair<int64_t, int64_t>, std::map<std::string, torch::Tensor>> old_weights;
+  std::set<int64_t> stages_used;
+  auto stored = [&](int64_t k, const std::string& name) {
     const int64_t s = owner(name);
-    auto value = read_by_name(archive_of(k, s), name, is_buffer);
-    if (!value)
+    auto found = old_weights.find({k, s});
+    if (found == old_weights.end()) {
+      found = old_weights.emplace(std::make_pair(k, s), read_whole_weights(files_of(k, s), names)).first;
+      stages_used.insert(s);
+    }
+    auto value = found->second.find(name);
+    if (value == found->second.end())
       throw Error((dir / shard_file_name(0, k, s)).string() + " does not fit this model: it has no " + name +
                   " (was the model config changed?)");
-    return cache[name] = *value;
+    return value->second;
   };
   // A split tensor: the old shards joined along its layout, then this rank's new share; a replicated
   // one: the first shard's copy (every TP rank held the same).
@@ -97,21 +84,12 @@ void load_resharded(const fs::path& dir, const nlohmann::json& manifest, const M
     return take_shard(join_shards(shards, layout->second), layout->second, tp, rank);
   };
 
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> assignments;  // (model tensor, value), all checked first
-  auto add = [&](const std::string& name, const torch::Tensor& target, bool is_buffer) {
-    auto value = reshard(name, [&](int64_t k) { return stored(k, name, is_buffer); });
-    if (value.sizes() != target.sizes())
-      throw Error("checkpoint " + dir.string() + " does not fit this model: " + name + " resharded from tp=" +
-                  std::to_string(old_tp) + " to tp=" + std::to_string(tp) + " is " + c10::str(value.sizes()) +
-                  " but the model has " + c10::str(target.sizes()) + " (was the model config changed?)");
-    assignments.emplace_back(target, value);
-  };
-  for (const auto& p : model.named_parameters()) add(p.key(), p.value(), false);
-  for (const auto& b : model.named_buffers()) add(b.key(), b.value(), true);
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& [target, value] : assignments) target.copy_(value);
-  }
+  // This rank's share of every tensor, whole, then what `weights` holds of it (all checked before any is written).
+  std::map<std::string, torch::Tensor> values;
+  for (const auto& [name, is_buffer] : names) values[name] = reshard(name, [&](int64_t k) { return stored(k, name); });
+  install_whole_weights(values, weights,
+                        "checkpoint " + dir.string() + " resharded from tp=" + std::to_string(old_tp) + " to tp=" +
+                            std::to_string(tp));
   if (optimizer == nullptr) return;
 
   // AdamW moments: each old TP rank's, by parameter name over its own shard (from the files of every old
@@ -119,10 +97,10 @@ void load_resharded(const fs::path& dir, const nlohmann::json& manifest, const M
   std::vector<std::map<std::string, ParameterMoments>> old_moments(static_cast<size_t>(old_tp));
   for (int64_t k = 0; k < old_tp; ++k) {
     std::map<std::string, int64_t> numels;
-    for (const auto& p : model.named_parameters()) numels[p.key()] = stored(k, p.key(), false).numel();
+    for (const auto& p : model.named_parameters()) numels[p.key()] = stored(k, p.key()).numel();
     std::vector<fs::path> files;
     for (int64_t s : stages_used)
-      for (int64_t d = 0; d < saved_shards; ++d) files.push_back(dir / shard_file_name(d, k, s));
+      for (const auto& file : files_of(k, s)) files.push_back(file);
     old_moments[static_cast<size_t>(k)] = read_parameter_moments(files, numels, torch::kFloat);
   }
   std::map<std::string, ParameterMoments> moments;
@@ -137,7 +115,7 @@ void load_resharded(const fs::path& dir, const nlohmann::json& manifest, const M
                const auto& m = old_moments[static_cast<size_t>(k)].at(name);
                if (!m.covered.all().item<bool>())
                  throw Error("the checkpoint's optimizer state lacks part of " + name + " (a shard file is missing)");
-               return (squared ? m.exp_avg_sq : m.exp_avg).view(stored(k, name, false).sizes());
+               return (squared ? m.exp_avg_sq : m.exp_avg).view(stored(k, name).sizes());
              }).flatten();
     };
     auto exp_avg = moment(false);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "parallel/mesh.h"
+#include "train/checkpoint_weights.h"
 #include "train/optimizer_state.h"
 
 namespace loom {
@@ -21,9 +22,10 @@ namespace loom {
 int64_t saved_shard_files(const nlohmann::json& layout);
 
 // dir: the checkpoint directory; manifest: its parsed manifest.json (layout, tensor_parallel, pipeline).
-// Fills `model` and, if given, the optimizer tensors of `optimizer` (whole parameters or ZeRO-1 shards)
-// with this rank's share.
+// Fills `weights` (the model's tensors or what its optimizer steps) and, if given, the optimizer tensors
+// of `optimizer` (whole parameters or ZeRO shards) with this rank's share. Each old TP rank's stage is
+// read whole (its pieces joined from every file of the saved shard group).
 void load_resharded(const std::filesystem::path& dir, const nlohmann::json& manifest, const Mesh& mesh,
-                    torch::nn::Module& model, const OptimizerLayout* optimizer);
+                    torch::nn::Module& model, const WeightLayout& weights, const OptimizerLayout* optimizer);
 
 }  // namespace loom

@@ -17,14 +17,14 @@ std::unordered_map<const void*, std::string> parameter_names(torch::nn::Module& 
   return names;
 }
 
+}  // namespace
+
 std::vector<torch::Tensor> optimizer_tensors(torch::optim::AdamW& optimizer) {
   std::vector<torch::Tensor> tensors;
   for (auto& group : optimizer.param_groups())
     tensors.insert(tensors.end(), group.params().begin(), group.params().end());
   return tensors;
 }
-
-}  // namespace
 
 OptimizerLayout whole_parameter_layout(torch::optim::AdamW& optimizer) {
   OptimizerLayout layout{&optimizer, {}};
@@ -63,12 +63,11 @@ void read_optimizer_state(const std::vector<fs::path>& shards, const OptimizerLa
   const auto names = parameter_names(model);
   // Only the parameters this rank's optimizer tensors hold a piece of are assembled.
   std::map<std::string, int64_t> numels;
-  torch::Dtype dtype = torch::kFloat;
   for (const auto& slices : layout.slices)
-    for (const auto& slice : slices) {
-      numels[names.at(slice.parameter.unsafeGetTensorImpl())] = slice.parameter.numel();
-      dtype = slice.parameter.scalar_type();
-    }
+    for (const auto& slice : slices) numels[names.at(slice.parameter.unsafeGetTensorImpl())] = slice.parameter.numel();
+  // The moments' dtype is the optimizer tensors' (fp32), not the parameters' (bf16 weights over an fp32 master).
+  const auto tensors = optimizer_tensors(*layout.optimizer);
+  const auto dtype = tensors.empty() ? torch::kFloat : tensors.front().scalar_type();
   install_optimizer_state(read_parameter_moments(shards, numels, dtype), layout, model);
 }
 

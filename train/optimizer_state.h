@@ -2,7 +2,7 @@
 // tensor, so that it loads under another layout: a ZeRO-1 shard of any DP size, or ZeRO-1 off. A
 // rank's shard file holds the slices it owns; loading reassembles each parameter's moments from every
 // file that holds a piece of them and cuts out what this rank's optimizer tensors need.
-// Not here: the model's weights (checkpoint.cpp) and group options such as lr (apply_group_options).
+// Not here: the model's weights (checkpoint_weights.h, stored the same way) and group options such as lr (apply_group_options).
 #pragma once
 #include <torch/torch.h>
 
@@ -20,6 +20,9 @@ struct OptimizerLayout {
   torch::optim::AdamW* optimizer = nullptr;
   std::vector<std::vector<ParameterSlice>> slices;  // one entry per optimizer tensor
 };
+
+// The optimizer's tensors in its group order.
+std::vector<torch::Tensor> optimizer_tensors(torch::optim::AdamW& optimizer);
 
 // Every optimizer tensor is a whole parameter (no GradientSync, or ZeRO-1 off).
 OptimizerLayout whole_parameter_layout(torch::optim::AdamW& optimizer);

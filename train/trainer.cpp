@@ -45,21 +45,6 @@ int64_t resumable_checkpoint(const fs::path& run_dir) {
               "\nrestore the damaged files, or move those directories away to start the run again from step 0");
 }
 
-// precision.param_dtype bf16: while alive the model's parameters show their fp32 master, so that a checkpoint
-// holds the master (and loads with either param_dtype); loaded() when a checkpoint was read into them.
-class MasterShown {
- public:
-  explicit MasterShown(GradientSync& sync) : sync_(sync) { sync_.show_master(); }
-  ~MasterShown() { sync_.hide_master(loaded_); }
-  MasterShown(const MasterShown&) = delete;
-  MasterShown& operator=(const MasterShown&) = delete;
-  void loaded() { loaded_ = true; }
-
- private:
-  GradientSync& sync_;
-  bool loaded_ = false;
-};
-
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -121,9 +106,10 @@ void Trainer::resume_or_start() {
   auto chosen = torch::tensor({is_leader() ? resumable_checkpoint(run_dir) : int64_t{-1}}, torch::kLong);
   mesh_.world().broadcast(chosen, 0);
   if (const int64_t step = chosen.item<int64_t>(); step >= 0) {
-    MasterShown shown(*gradient_sync_);
+    // The checkpoint fills what the optimizer steps (the fp32 values, master or ZeRO shards); the working
+    // weights are made of them as after a step (zero 3: by the next forward's gathers).
     state_ = load_checkpoint(run_dir, step, mesh_, checkpoint_parts());
-    shown.loaded();
+    gradient_sync_->gather_parameters();
     apply_group_options(*optimizer_, config_.optim);
     last_checkpoint_step_ = state_.step;
     spdlog::info("resumed from {} (step {}, {} tokens)", checkpoint_dir(run_dir, step).string(), state_.step,
@@ -381,10 +367,7 @@ CheckpointParts Trainer::checkpoint_parts() {
 }
 
 void Trainer::checkpoint() {
-  {
-    MasterShown shown(*gradient_sync_);
-    save_checkpoint(config_.run.dir, config_, mesh_, checkpoint_parts(), state_);
-  }
+  save_checkpoint(config_.run.dir, config_, mesh_, checkpoint_parts(), state_);  // what the optimizer steps
   if (is_leader()) prune_checkpoints(config_.run.dir, config_.checkpoint.keep);
   last_checkpoint_step_ = state_.step;
   spdlog::info("checkpoint {}", checkpoint_dir(config_.run.dir, state_.step).string());

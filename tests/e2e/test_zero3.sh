@@ -8,7 +8,9 @@
 # parallel.reshard_after_forward false, and bf16 parameters (gathered in bf16 from fp32 master shards)
 # against the bf16-parameters single process within 0.005 (as ZeRO-1/2's bf16 runs: see below). A checkpoint resumes across ZeRO stages, DP and
 # TP sizes on the uninterrupted curve: ZeRO-3 DP=4 (steps 1-5) -> ZeRO-2 DP=2 (6-10) -> one process (11-15)
-# -> ZeRO-3 DP=2 x TP=2 (16-20); `loom eval` and `loom export` load a ZeRO-3 checkpoint whole; at DP=4 the
+# -> ZeRO-3 DP=2 x TP=2 (16-20); each rank's file holds only its part of the weights and moments; a rank
+# SIGKILLed inside a save leaves the previous checkpoint whole, and with dropout on the run resumed from it
+# repeats the uninterrupted losses bit for bit; `loom eval` and `loom export` load a ZeRO-3 checkpoint whole; at DP=4 the
 # measured peak in tensors is within 10% of `loom info`'s estimate. Pipeline stages (each stage sharding its
 # own units): DP=2 x PP=2 1F1B (also without resharding) and GPipe, TP=2 x PP=2, and resuming at step 10 out
 # of PP=2 into one process and out of DP=2 into DP=2 x PP=2; the encoder-decoder at DP=2 and, pre-norm,
@@ -102,6 +104,33 @@ resume_hop "$WORK/hops" 2 10 "${common[@]}" --set parallel.dp=2 --set parallel.z
 resume_hop "$WORK/hops" 1 15 "${common[@]}" --set parallel.dp=1 --set parallel.zero=0 --set train.micro_batch_size=8
 resume_hop "$WORK/hops" 4 20 "${common[@]}" --set parallel.dp=2 --set parallel.tp=2 --set parallel.zero=3
 same_train_losses "$WORK/single" "$WORK/hops" "ZeRO-3 DP=4 -> ZeRO-2 DP=2 -> single -> ZeRO-3 DP=2 x TP=2" 20
+
+# Each rank writes only its own part of the weights and AdamW moments (by element range, never gathered):
+# each of ZeRO-3 DP=4's four files holds about a quarter of what the single process's one file holds.
+python3 - "$WORK" <<'PY' || fail "ZeRO-3's shard files do not each hold a quarter of the model"
+import os, sys
+work = sys.argv[1]
+whole = os.path.getsize(f"{work}/single/checkpoints/20/shard-dp0-tp0-pp0.pt")
+parts = [os.path.getsize(f"{work}/dp4/checkpoints/20/shard-dp{d}-tp0-pp0.pt") for d in range(4)]
+assert all(0.2 < p / whole < 0.3 for p in parts) and 0.95 < sum(parts) / whole < 1.15, (whole, parts)
+print(f"ZeRO-3 DP=4 shard files: {[round(p / whole, 3) for p in parts]} of the single process's {whole} bytes")
+PY
+
+# SIGKILL in a sharded save (dropout on): rank 1 kills itself right after writing its shard of the step-10
+# checkpoint; the job ends, step 5's checkpoint is whole, and the run resumed from it writes the uninterrupted
+# run's losses bit for bit (every rank's RNG states and shards travel with the checkpoint).
+dropout=(--set model.dropout=0.1 --set checkpoint.every=5)
+zero3_train 2 "$WORK/dropout" "${dropout[@]}"
+(
+  MPIRUN=("${MPIRUN[@]}" -x LOOM_FAULT_INJECTION)
+  export LOOM_FAULT_INJECTION=kill_in_save@10:rank1
+  zero3_train 2 "$WORK/killed" "${dropout[@]}"
+) >/dev/null 2>&1 && fail "the run whose rank 1 was killed in its save did not fail"
+[ -e "$WORK/killed/checkpoints/.tmp-10/shard-dp1-tp0-pp0.pt" ] || fail "the kill did not land inside the step-10 save"
+[ ! -e "$WORK/killed/checkpoints/10" ] || fail "a checkpoint of step 10 appeared though a rank died saving it"
+zero3_train 2 "$WORK/killed" "${dropout[@]}"
+grep -q "resumed from .*/checkpoints/5 " "$WORK/killed.log" || fail "the killed run did not resume from its whole step-5 checkpoint"
+same_losses "$WORK/dropout" "$WORK/killed" "ZeRO-3 DP=2, dropout 0.1, SIGKILL in the step-10 save"
 
 # Memory at DP=4 on test_zero2.sh's model (13M parameters, 4 blocks of 3.1M, 32-token windows): every rank's
 # measured peak in tensors within 10% of `loom info`'s estimate (measured 115.5 MiB vs 123.5 estimated;

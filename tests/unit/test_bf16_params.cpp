@@ -1,7 +1,7 @@
 // precision.param_dtype bf16 (parallel/gradient_sync.h): bf16 working weights over an fp32 master. The
 // gradients of bf16 micro-batches accumulate in fp32, the optimizer steps the fp32 master exactly as fp32
-// AdamW would on those gradients, and the weights are the master rounded to bf16 afterwards; a checkpoint
-// sees and restores the master.
+// AdamW would on those gradients, and the weights are the master rounded to bf16 afterwards; values read
+// into the master (a checkpoint's) become the weights' rounding.
 #include "optim/optimizer.h"
 #include "parallel/gradient_sync.h"
 #include "test_util.h"
@@ -29,6 +29,37 @@ std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& tensors, tor
   std::vector<torch::Tensor> out;
   for (const auto& t : tensors) out.push_back(t.detach().to(dtype).clone());
   return out;
+}
+
+// Per model parameter, its fp32 master: the optimizer's tensors (a master per parameter, or a shard per
+// bucket) read through their slices.
+std::vector<torch::Tensor> master_values(const GradientSync& sync, const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> values;
+  for (const auto& p : params) values.push_back(torch::zeros({p.numel()}, torch::kFloat));
+  const auto tensors = sync.optimizer_parameters();
+  const auto slices = sync.optimizer_slices();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    for (const auto& slice : slices[i])
+      for (size_t k = 0; k < params.size(); ++k)
+        if (slice.parameter.unsafeGetTensorImpl() == params[k].unsafeGetTensorImpl())
+          values[k].narrow(0, slice.parameter_offset, slice.length)
+              .copy_(tensors[i].detach().view(-1).narrow(0, slice.offset, slice.length));
+  for (size_t k = 0; k < params.size(); ++k) values[k] = values[k].view(params[k].sizes());
+  return values;
+}
+
+// Writes `values` (per model parameter) into the optimizer's tensors, as a checkpoint's load does.
+void set_master_values(const GradientSync& sync, const std::vector<torch::Tensor>& params,
+                       const std::vector<torch::Tensor>& values) {
+  torch::NoGradGuard no_grad;
+  const auto tensors = sync.optimizer_parameters();
+  const auto slices = sync.optimizer_slices();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    for (const auto& slice : slices[i])
+      for (size_t k = 0; k < params.size(); ++k)
+        if (slice.parameter.unsafeGetTensorImpl() == params[k].unsafeGetTensorImpl())
+          tensors[i].view(-1).narrow(0, slice.offset, slice.length)
+              .copy_(values[k].reshape(-1).narrow(0, slice.parameter_offset, slice.length));
 }
 
 OptimConfig optim_config() {
@@ -119,35 +150,28 @@ TEST_CASE("bf16 parameters: fp32 accumulation, fp32 AdamW master, weights = mast
                               options);
     plain.step();
 
-    sync.show_master();  // the parameters show the fp32 master
+    const auto stepped = master_values(sync, params);
     for (size_t i = 0; i < master.size(); ++i) {
-      const auto& p = params[i];
-      REQUIRE(p.scalar_type() == torch::kFloat);
       // The update moved every weight by about lr; fused and plain AdamW agree to fp32 rounding.
-      CHECK(max_abs_diff(p, fp32_start[i]) > 5e-3);
-      CHECK(max_abs_diff(p, master[i]) <= 1e-6);
-    }
-    const auto shown = clones(model.parameters(), torch::kFloat);
-    sync.hide_master(false);
-    for (size_t i = 0; i < master.size(); ++i) {
+      CHECK(max_abs_diff(stepped[i], fp32_start[i]) > 5e-3);
+      CHECK(max_abs_diff(stepped[i], master[i]) <= 1e-6);
       const auto& p = params[i];
       REQUIRE(p.scalar_type() == torch::kBFloat16);
-      CHECK(torch::equal(p, shown[i].to(torch::kBFloat16)));  // bit for bit the master rounded to bf16
-      CHECK(max_abs_diff(p.to(torch::kFloat), shown[i]) > 0);   // and not the master itself
+      CHECK(torch::equal(p, stepped[i].to(torch::kBFloat16)));  // bit for bit the master rounded to bf16
+      CHECK(max_abs_diff(p.to(torch::kFloat), stepped[i]) > 0);  // and not the master itself
     }
 
-    // A checkpoint read while the master is shown becomes the master, and the weights its rounding.
-    sync.show_master();
-    {
-      torch::NoGradGuard no_grad;
-      for (size_t i = 0; i < master.size(); ++i) params[i].copy_(fp32_start[i] * 3.0);
+    // Values read into the optimizer's tensors (a checkpoint's) become the master, and the weights their
+    // rounding once gathered.
+    std::vector<torch::Tensor> loaded;
+    for (const auto& t : fp32_start) loaded.push_back(t * 3.0);
+    set_master_values(sync, params, loaded);
+    sync.gather_parameters();
+    const auto now = master_values(sync, params);
+    for (size_t i = 0; i < master.size(); ++i) {
+      CHECK(torch::equal(params[i], loaded[i].to(torch::kBFloat16)));
+      CHECK(torch::equal(now[i], loaded[i]));
     }
-    sync.hide_master(true);
-    for (size_t i = 0; i < master.size(); ++i)
-      CHECK(torch::equal(params[i], (fp32_start[i] * 3.0).to(torch::kBFloat16)));
-    sync.show_master();
-    for (size_t i = 0; i < master.size(); ++i) CHECK(torch::equal(params[i], fp32_start[i] * 3.0));
-    sync.hide_master(false);
   }
 }
 
@@ -159,7 +183,6 @@ TEST_CASE("bf16 parameters: fp32 parameters are untouched by the default", "[bf1
   GradientSync sync(weight_decay_groups(model), *self, 0.001, /*zero=*/0);
   CHECK_FALSE(sync.has_master());
   const auto params = model.parameters();
-  sync.show_master();
   for (size_t i = 0; i < start.size(); ++i) {
     CHECK(params[i].scalar_type() == torch::kFloat);
     CHECK(torch::equal(params[i], start[i]));
@@ -170,5 +193,4 @@ TEST_CASE("bf16 parameters: fp32 parameters are untouched by the default", "[bf1
     for (const auto& p : model.parameters()) is_parameter = is_parameter || p.unsafeGetTensorImpl() == t.unsafeGetTensorImpl();
     CHECK(is_parameter);
   }
-  sync.hide_master(false);
 }

@@ -12,6 +12,7 @@
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_reshard.h"
+#include "train/checkpoint_weights.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -298,4 +299,93 @@ TEST_CASE("checkpoint: a layout without an axis of this mesh loads as that axis 
   Trainee restored(config, 2);
   CHECK(loom::load_checkpoint(run, 3, loom::Mesh(config, 1, 0), restored.parts()).step == 3);
   CHECK(bitwise_equal(restored.snapshot(), t.snapshot()));
+}
+
+// Format 2 (before the weights were stored by range) kept the whole model, as Module::save writes it, in
+// every shard file; such a checkpoint still resumes exactly.
+TEST_CASE("checkpoint: a format-2 checkpoint (the whole model in its shard) resumes exactly", "[checkpoint]") {
+  const auto run = loom::test::scratch_dir("ckpt-format2");
+  const auto config = tiny_config();
+  const loom::Mesh mesh(config, 1, 0);
+  const auto b1 = random_batch(1), b2 = random_batch(2);
+  Trainee original(config, 1);
+  original.step(b1.inputs, b1.targets);
+  loom::save_checkpoint(run, config, mesh, original.parts(), {1, 64, 1.0});
+  // Rewritten as format 2 wrote it: the model archive, the optimizer state by range, the counters.
+  const auto dir = loom::checkpoint_dir(run, 1);
+  {
+    torch::serialize::OutputArchive shard, model_archive;
+    original.model->save(model_archive);
+    shard.write("model", model_archive);
+    loom::write_optimizer_state(shard, loom::whole_parameter_layout(*original.optimizer), *original.model);
+    for (const char* key : {"state.step", "state.tokens"}) shard.write(key, torch::tensor({int64_t{1}}));
+    shard.write("state.elapsed_s", torch::tensor({1.0}, torch::kDouble));
+    shard.save_to((dir / kShard).string());
+  }
+  auto manifest = nlohmann::json::parse(loom::read_file(dir / "manifest.json"));
+  CHECK(manifest["format"] == 3);
+  manifest["format"] = 2;
+  manifest["files"][kShard] = {{"bytes", fs::file_size(dir / kShard)}, {"crc32", loom::crc32_file(dir / kShard)}};
+  loom::write_file_atomic(dir / "manifest.json", manifest.dump(2) + "\n");
+  REQUIRE_FALSE(loom::checkpoint_problem(dir));
+
+  Trainee restored(config, 9);
+  CHECK(loom::load_checkpoint(run, 1, mesh, restored.parts(), /*restore_rng=*/false).step == 1);
+  CHECK(bitwise_equal(restored.snapshot(), original.snapshot()));
+  original.step(b2.inputs, b2.targets);
+  restored.step(b2.inputs, b2.targets);  // from the restored moments: the same second step
+  CHECK(bitwise_equal(restored.snapshot(), original.snapshot()));
+}
+
+// The weights by element range (train/checkpoint_weights.h): files written by one partition of a model's
+// flat parameters load into another and into the whole model; a missing file is named, not zero-filled.
+TEST_CASE("checkpoint weights: pieces of one partition load into another, a missing one is refused", "[checkpoint]") {
+  const auto dir = loom::test::scratch_dir("ckpt-weight-pieces");
+  torch::manual_seed(3);
+  torch::nn::Linear model(5, 7);  // weight (7, 5) then bias (7): 42 elements end to end, as a bucket lays them
+  const auto flat = torch::cat({model->weight.detach().reshape(-1), model->bias.detach()});
+  // Rank r of k holds elements [r s, (r + 1) s) of the flat buffer (s = ceil(42 / k), the last padded).
+  auto partition = [&](int64_t k, int64_t r) {
+    const int64_t s = (42 + k - 1) / k, begin = r * s, end = begin + s;
+    loom::WeightLayout layout;
+    layout.tensors.push_back(torch::full({s}, -1.0f));
+    auto& slices = layout.slices.emplace_back();
+    int64_t offset = 0;
+    for (const auto& p : model->named_parameters()) {
+      const int64_t first = std::max(begin, offset), last = std::min(end, offset + p.value().numel());
+      if (first < last) slices.push_back({p.key(), p.value().sizes().vec(), false, first - offset, first - begin, last - first});
+      offset += p.value().numel();
+    }
+    return layout;
+  };
+  std::vector<fs::path> files;
+  for (int64_t r = 0; r < 2; ++r) {
+    auto layout = partition(2, r);
+    layout.tensors[0].copy_(torch::constant_pad_nd(flat, {0, 2 * 21 - 42}).narrow(0, r * 21, 21));
+    torch::serialize::OutputArchive shard;
+    loom::write_weights(shard, layout);
+    files.push_back(dir / ("part" + std::to_string(r) + ".pt"));
+    shard.save_to(files.back().string());
+  }
+  for (int64_t r = 0; r < 4; ++r) {  // 4 ranks of 11: rank 3 holds 9 elements and 2 of padding
+    const auto layout = partition(4, r);
+    loom::read_weights(files, layout);
+    const int64_t held = std::min<int64_t>(11, 42 - r * 11);
+    CHECK(torch::equal(layout.tensors[0].narrow(0, 0, held), flat.narrow(0, r * 11, held)));
+    if (held < 11) CHECK((layout.tensors[0].narrow(0, held, 11 - held) == -1).all().item<bool>());  // padding untouched
+  }
+  torch::nn::Linear copy(5, 7);
+  loom::read_weights(files, loom::weight_layout(*copy, nullptr));
+  CHECK(torch::equal(copy->weight, model->weight));
+  CHECK(torch::equal(copy->bias, model->bias));
+  // Without the second file, the bias (and the weight's end) is missing: refused, and nothing written.
+  torch::nn::Linear partial(5, 7);
+  const auto before = partial->weight.detach().clone();
+  CHECK_THROWS_WITH(loom::read_weights({files[0]}, loom::weight_layout(*partial, nullptr)),
+                    Catch::Matchers::Contains("lacks part of weight"));
+  CHECK(torch::equal(partial->weight, before));
+  // A model of another shape is refused by name.
+  torch::nn::Linear wider(6, 7);
+  CHECK_THROWS_WITH(loom::read_weights(files, loom::weight_layout(*wider, nullptr)),
+                    Catch::Matchers::Contains("weight is [7, 5] in the checkpoint and [7, 6] in the model"));
 }

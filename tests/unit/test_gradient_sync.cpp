@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "optim/optimizer.h"
 #include "parallel/gradient_sync.h"
 #include "test_util.h"
@@ -50,6 +52,35 @@ size_t index_of(const std::vector<torch::Tensor>& params, const torch::Tensor& t
   return 0;
 }
 
+// A communicator that counts the all-reduces started on it and hands everything to `inner`.
+class CountingCommunicator : public Communicator {
+ public:
+  explicit CountingCommunicator(Communicator& inner) : inner_(inner) {}
+  int all_reduces_started() const { return all_reduces_; }
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string name() const override { return inner_.name(); }
+  std::shared_ptr<Work> all_reduce_async(torch::Tensor t, ReduceOp op) override {
+    ++all_reduces_;
+    return inner_.all_reduce_async(t, op);
+  }
+  std::shared_ptr<Work> all_gather_async(torch::Tensor in, torch::Tensor out) override { return inner_.all_gather_async(in, out); }
+  std::shared_ptr<Work> reduce_scatter_async(torch::Tensor in, torch::Tensor out) override {
+    return inner_.reduce_scatter_async(in, out);
+  }
+  std::shared_ptr<Work> broadcast_async(torch::Tensor t, int root) override { return inner_.broadcast_async(t, root); }
+  std::shared_ptr<Work> send_async(torch::Tensor t, int peer, int tag) override { return inner_.send_async(t, peer, tag); }
+  std::shared_ptr<Work> recv_async(torch::Tensor t, int peer, int tag) override { return inner_.recv_async(t, peer, tag); }
+  std::shared_ptr<Work> barrier_async() override { return inner_.barrier_async(); }
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    return inner_.split(color, key, name);
+  }
+
+ private:
+  Communicator& inner_;
+  int all_reduces_ = 0;
+};
+
 }  // namespace
 
 TEST_CASE("gradient sync: ZeRO-1 and ZeRO-2 shards hold the DP average of accumulated gradients", "[mpi]") {
@@ -76,8 +107,10 @@ TEST_CASE("gradient sync: ZeRO-1 and ZeRO-2 shards hold the DP average of accumu
         // Buckets of ~200 bytes: one per weight matrix, so more reductions than kReductionsInFlight.
         std::vector<torch::Tensor> deferred;
         if (defer_first) deferred.push_back(params.front());
+        std::optional<CountingCommunicator> counted_replicas;
+        if (hybrid) counted_replicas.emplace(*replicas);
         GradientSync sync(weight_decay_groups(model), shard_group, 0.0002, zero, torch::kFloat, deferred, {}, true,
-                          hybrid ? replicas.get() : nullptr);
+                          hybrid ? &*counted_replicas : nullptr);
         REQUIRE(sync.bucket_count() > GradientSync::kReductionsInFlight);
         for (int step = 0; step < 2; ++step) {
           INFO("step " << step);
@@ -95,7 +128,16 @@ TEST_CASE("gradient sync: ZeRO-1 and ZeRO-2 shards hold the DP average of accumu
             params.front().grad().add_(1.0);
             sync.prepare_last_backward();
           }
+          // Hybrid ZeRO-2: a bucket's all-reduce over the replicas starts as its last reduce-scatter is waited
+          // for in the last backward: all but the kReductionsInFlight still in flight (none before a deferred
+          // parameter's late sync, and none at ZeRO-1, whose reduce-scatters are waited for in finish()).
+          const int started = hybrid ? counted_replicas->all_reduces_started() : 0;
+          const int buckets = static_cast<int>(sync.bucket_count());
+          if (hybrid)
+            CHECK(started - step * buckets ==
+                  (zero == 2 && !defer_first ? buckets - static_cast<int>(GradientSync::kReductionsInFlight) : 0));
           sync.finish();
+          if (hybrid) CHECK(counted_replicas->all_reduces_started() == (step + 1) * buckets);
 
           const auto shards = sync.optimizer_parameters();
           const auto slices = sync.optimizer_slices();
@@ -287,24 +329,31 @@ TEST_CASE("gradient sync: ZeRO-3 under a pipeline schedule's interleaved micro-b
   }
 }
 
-TEST_CASE("gradient sync: ZeRO-3 shows whole fp32 parameters for a checkpoint and takes loaded ones", "[mpi]") {
+TEST_CASE("gradient sync: ZeRO-3 gathers values read into its shards", "[mpi]") {
   auto comm = loom::test::processes().world(/*timeout_s=*/60);
   torch::manual_seed(5);
   ThreeLayer model;
-  const auto initial = model.b->weight.detach().clone();
+  const auto initial = model.b->weight.detach().clone(), initial_a = model.a->weight.detach().clone();
   GradientSync sync(weight_decay_groups(model), *comm, 25, 3, torch::kFloat, {},
                     {model.a->parameters(), model.b->parameters(), model.c->parameters()});
-  sync.show_master();
-  CHECK(max_abs_diff(model.b->weight, initial) == 0);  // the shards gathered whole on every rank
+  CHECK(model.b->weight.storage().nbytes() == 0);
   {
+    // A checkpoint's load writes each rank's part of b.weight into its shard, as optimizer_slices() say.
     torch::NoGradGuard no_grad;
-    model.b->weight.fill_(0.25);  // as a checkpoint read into them
+    const auto tensors = sync.optimizer_parameters();
+    const auto slices = sync.optimizer_slices();
+    for (size_t i = 0; i < tensors.size(); ++i)
+      for (const auto& slice : slices[i])
+        if (slice.parameter.unsafeGetTensorImpl() == model.b->weight.unsafeGetTensorImpl())
+          tensors[i].view(-1).narrow(0, slice.offset, slice.length).fill_(0.25);
   }
-  sync.hide_master(/*loaded=*/true);
+  sync.gather_parameters();  // nothing at zero 3: the next gather reads the shards
   CHECK(model.b->weight.storage().nbytes() == 0);
   UnitGathers* units = sync.parameter_units();
   units->before_forward(1);
   CHECK(max_abs_diff(model.b->weight, torch::full_like(initial, 0.25)) == 0);
+  units->before_forward(0);
+  CHECK(max_abs_diff(model.a->weight, initial_a) == 0);  // the other units keep theirs
   sync.free_parameters();
   CHECK(model.b->weight.storage().nbytes() == 0);
 }
