@@ -100,6 +100,10 @@ class GradientSync {
   // unit (after an evaluation's forwards: finish() frees them after a step's).
   UnitGathers* parameter_units() const { return gathers_.get(); }
   void free_parameters();
+  // zero 3: what runs after the forward or backward about to start (UnitGathers prefetches across it).
+  void set_next_pass(NextPass next) {
+    if (gathers_) gathers_->set_next_pass(next);
+  }
   // After the optimizer step, or after a checkpoint was read into optimizer_parameters(): zero 1, 2: every
   // rank gets every updated shard (collective over the shard group); bf16 parameters: the weights become
   // the master rounded to bf16. zero 3: nothing (each unit's next gather reads its shards).

@@ -115,7 +115,11 @@ void UnitGathers::free(size_t index) {
 
 void UnitGathers::before_forward(size_t unit) {
   wait(unit);
-  if (unit + 1 < units_.size()) start_gather(unit + 1);
+  if (unit + 1 < units_.size()) {
+    start_gather(unit + 1);
+  } else if (next_ == NextPass::kForward && unit > 1) {
+    start_gather(1);  // the next forward's first block (this last one stays: it is never freed after forward)
+  }
 }
 
 void UnitGathers::after_forward(size_t unit) {
@@ -126,17 +130,22 @@ void UnitGathers::after_forward(size_t unit) {
 
 void UnitGathers::before_backward(size_t unit) {
   wait(unit);
-  if (unit > 1) start_gather(unit - 1);  // blocks run backward last to first; unit 0 is still gathered
+  if (unit > 1) {
+    start_gather(unit - 1);  // blocks run backward last to first; unit 0 is still gathered
+  } else if (unit == 1 && next_ == NextPass::kBackward) {
+    start_gather(units_.size() - 1);  // the next backward's first block
+  }
 }
 
 void UnitGathers::backward_done(size_t unit) {
   // Without resharding a block stays gathered over the step: another micro-batch's forward or backward (a
-  // pipeline schedule interleaves them) uses it again.
-  if (unit > 0 && reshard_after_forward_) free(unit);
+  // pipeline schedule interleaves them) uses it again. The first block stays for a forward that follows.
+  if (unit > 0 && reshard_after_forward_ && !(unit == 1 && next_ == NextPass::kForward)) free(unit);
 }
 
 void UnitGathers::free_all() {
   for (size_t u = 0; u < units_.size(); ++u) free(u);
+  next_ = NextPass::kNone;
 }
 
 }  // namespace loom

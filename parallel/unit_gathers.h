@@ -7,8 +7,12 @@
 // its first forward until free_all() at the end of the step; a block is freed after its forward (but the
 // last block: backward starts with it) and after its backward, so besides the ends the block computing, the
 // one prefetched and the last one kept are gathered, however a pipeline schedule interleaves micro-batches'
-// forwards and backwards (a unit not prefetched is gathered when it is needed). Without resharding
-// (parallel.reshard_after_forward false) a block stays gathered from its first forward to free_all().
+// forwards and backwards (a unit not prefetched is gathered when it is needed). Told what runs after the
+// pass under way (set_next_pass: the next micro-batch's forward, a pipeline schedule's next action), it
+// prefetches across the boundary too: the first block during the last block's forward when a forward
+// follows, the last block during the first block's backward when a backward follows, and it keeps the first
+// block after its backward when a forward follows. Without resharding (parallel.reshard_after_forward
+// false) a block stays gathered from its first forward to free_all().
 #pragma once
 #include <torch/torch.h>
 
@@ -24,6 +28,9 @@ namespace loom {
 void resize_storage(const torch::Tensor& tensor, size_t bytes);
 // The bytes of `tensor`'s storage when it holds all of its elements.
 size_t full_storage_bytes(const torch::Tensor& tensor);
+
+// What the caller runs after the forward or backward under way.
+enum class NextPass { kNone, kForward, kBackward };
 
 class UnitGathers : public ParameterUnits {
  public:
@@ -41,8 +48,10 @@ class UnitGathers : public ParameterUnits {
   void before_backward(size_t unit) override;
   // The unit's gradients are all reduced (launched) in this backward: a block unit is freed (resharding).
   void backward_done(size_t unit);
-  // Waits for gathers under way and frees every unit: the end of a step, of an evaluation.
+  // Waits for gathers under way and frees every unit: the end of a step, of an evaluation (next pass: none).
   void free_all();
+  // Set before each forward and backward: what follows it (kNone: nothing this step, or unknown).
+  void set_next_pass(NextPass next) { next_ = next; }
 
   size_t unit_count() const { return units_.size(); }
   bool gathered(size_t unit) const { return units_.at(unit).state == State::kGathered; }
@@ -66,6 +75,7 @@ class UnitGathers : public ParameterUnits {
 
   Communicator& dp_group_;
   bool reshard_after_forward_;
+  NextPass next_ = NextPass::kNone;
   std::vector<Unit> units_;
   int64_t gathers_ = 0;
   double waited_s_ = 0;

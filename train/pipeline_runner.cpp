@@ -67,6 +67,10 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, co
   for (size_t i = 0; i < actions.size(); ++i) {
     const auto& action = actions[i];
     auto& slot = in_flight[static_cast<size_t>(action.micro)];
+    if (step.train && step.next_pass)
+      step.next_pass(i + 1 == actions.size()                             ? NextPass::kNone
+                     : actions[i + 1].kind == PipelineAction::kForward ? NextPass::kForward
+                                                                       : NextPass::kBackward);
     const auto& batch = batches[static_cast<size_t>(action.micro)];
     // What passes between stages has the shapes the batch gives (stage_output_shapes: the GPT's (B, T, C),
     // or a TP rank's sequence shard (B, T / tp, C) under sequence parallelism), sent in message_dtype

@@ -17,6 +17,7 @@
 
 #include "parallel/mesh.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/unit_gathers.h"
 #include "train/task.h"
 
 namespace loom {
@@ -33,6 +34,9 @@ struct PipelineStep {
   // last backward of the step (the reduction overlaps it), or, with a stage-tied parameter, only after the
   // two stages' gradients of it are summed (it is not complete before). May be empty.
   std::function<void()> start_gradient_sync;
+  // Training: called before each forward and backward with what this stage runs after it (ZeRO-3 prefetches
+  // its parameters across the two). May be empty.
+  std::function<void(NextPass)> next_pass;
 };
 
 struct PipelineStats {

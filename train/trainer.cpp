@@ -286,9 +286,11 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
   for (int64_t m = 0; m < accumulation; ++m) {
     if (m == accumulation - 1) gradient_sync_->prepare_last_backward();
     const auto weight = static_cast<double>(tokens[m]);
+    gradient_sync_->set_next_pass(NextPass::kBackward);
     auto loss = task_->loss(batches[m], device_, config_.optim.label_smoothing);
     if (faults.nan_loss) loss = loss * std::numeric_limits<double>::quiet_NaN();
     clock.lap(&StepPhases::forward_s);
+    gradient_sync_->set_next_pass(m + 1 < accumulation ? NextPass::kForward : NextPass::kNone);
     (loss_scaler_.scale_loss(loss) * (weight * weight_per_token)).backward();
     loss_sum += loss.detach() * weight;
     clock.lap(&StepPhases::backward_s);
@@ -310,6 +312,7 @@ torch::Tensor Trainer::pipeline_forward_backward(const std::vector<TaskBatch>& b
     return loss_scaler_.scale_loss(loss) * (static_cast<double>(tokens[static_cast<size_t>(m)]) * weight_per_token);
   };
   step.start_gradient_sync = [this] { gradient_sync_->prepare_last_backward(); };
+  step.next_pass = [this](NextPass next) { gradient_sync_->set_next_pass(next); };
   auto loss_sum = run_pipeline(*task_, batches, mesh_, config_.parallel.pp_schedule, device_, step, &pipeline_stats_);
   gradient_sync_->finish();
   return loss_sum;

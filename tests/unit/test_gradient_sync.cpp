@@ -223,21 +223,25 @@ TEST_CASE("gradient sync: ZeRO-3 gathers each unit for forward and backward and 
       const int64_t gathers_before = units->gathers();
       for (int m = 0; m < kMicroBatches; ++m) {
         if (m == kMicroBatches - 1) sync.prepare_last_backward();
+        const bool forward_follows = m + 1 < kMicroBatches;  // told as the trainer tells it
+        sync.set_next_pass(NextPass::kBackward);
         const auto loss = unit_loss(model, units, input_of(rank, step, m));
         // After forward: the ends stay, the last block too (backward starts there); block 1 only without
         // resharding.
         CHECK(units->gathered(0));
         CHECK(units->gathered(1) == !reshard);
         CHECK(units->gathered(2));
+        sync.set_next_pass(forward_follows ? NextPass::kForward : NextPass::kNone);
         loss.backward();
         CHECK(units->gathered(0));  // until the step's gradients are all reduced
-        // Without resharding the blocks stay for the next micro-batch.
-        CHECK(units->gathered(1) == !reshard);
+        // Without resharding the blocks stay for the next micro-batch; with it block 1 stays for the next
+        // micro-batch's forward.
+        CHECK(units->gathered(1) == (!reshard || forward_follows));
         CHECK(units->gathered(2) == !reshard);
       }
-      // Resharding, per micro-batch: block 1 for its forward and again for its backward, block 2 once; the
-      // ends once per step. Without: every unit once per step.
-      CHECK(units->gathers() - gathers_before == (reshard ? 1 + kMicroBatches * 3 : 3));
+      // Resharding, per micro-batch: block 1 for its forward and again for its backward (but the forward
+      // after a backward: kept), block 2 once; the ends once per step. Without: every unit once per step.
+      CHECK(units->gathers() - gathers_before == (reshard ? 1 + kMicroBatches * 3 - (kMicroBatches - 1) : 3));
       sync.finish();
       for (size_t u = 0; u < units->unit_count(); ++u) CHECK_FALSE(units->gathered(u));
       for (const auto& p : params) CHECK(p.storage().nbytes() == 0);
@@ -273,8 +277,16 @@ TEST_CASE("gradient sync: ZeRO-3 under a pipeline schedule's interleaved micro-b
   auto comm = loom::test::processes().world(/*timeout_s=*/60);
   const int rank = comm->rank(), ranks = comm->size();
   constexpr int kMicro = 3;
-  const std::vector<std::pair<std::string, std::string>> schedules = {{"gpipe", "FFFBBB"}, {"1f1b", "FFBFBB"}};
-  for (const auto& [name, schedule] : schedules) {
+  // Resharding, per micro-batch, block 1 for its forward and again for its backward, block 2 once; the ends
+  // once. Told the next action (as the pipeline runner tells it), GPipe prefetches block 1 for a forward after
+  // a forward and block 2 for a backward after a backward (the same count: prefetched instead of gathered on
+  // demand); 1F1B keeps block 1 from its backward to the forward after it (one gather fewer).
+  struct Schedule {
+    std::string name, actions;
+    int64_t gathers_resharding;
+  };
+  const std::vector<Schedule> schedules = {{"gpipe", "FFFBBB", 1 + kMicro * 3}, {"1f1b", "FFBFBB", kMicro * 3}};
+  for (const auto& [name, schedule, gathers_resharding] : schedules) {
     for (const bool reshard : {true, false}) {
       INFO(name << ", reshard_after_forward " << reshard);
       torch::manual_seed(5);
@@ -291,23 +303,24 @@ TEST_CASE("gradient sync: ZeRO-3 under a pipeline schedule's interleaved micro-b
       sync.zero_grad();
       std::vector<torch::Tensor> losses;
       int backwards = 0;
-      for (const char action : schedule) {
-        if (action == 'F') {
+      for (size_t i = 0; i < schedule.size(); ++i) {
+        const char next = i + 1 < schedule.size() ? schedule[i + 1] : ' ';
+        sync.set_next_pass(next == 'F' ? NextPass::kForward : next == 'B' ? NextPass::kBackward : NextPass::kNone);
+        if (schedule[i] == 'F') {
           losses.push_back(unit_loss(model, units, input_of(rank, 0, static_cast<int>(losses.size()))));
-          // The last block stays for a backward; block 1 only without resharding.
+          // The last block stays for a backward; block 1 only without resharding (resharding, a forward that
+          // follows has it on its way).
           CHECK(units->gathered(1) == !reshard);
           CHECK(units->gathered(2));
         } else {
           losses[backwards++].backward();
-          CHECK(units->gathered(1) == !reshard);
+          // Resharding, block 1 stays for a forward that follows, block 2 is on its way for a backward.
+          CHECK(units->gathered(1) == (!reshard || next == 'F'));
           CHECK(units->gathered(2) == !reshard);
         }
         CHECK(units->gathered(0));
       }
-      // Resharding, per micro-batch: block 1 for its forward and again for its backward, block 2 once (for a
-      // forward right after another forward it is still there, for a backward right after another backward
-      // it is gathered again: the two even out); the ends once. Without: every unit once per step.
-      CHECK(units->gathers() == (reshard ? 1 + kMicro * 3 : 3));
+      CHECK(units->gathers() == (reshard ? gathers_resharding : 3));
       REQUIRE(model.a->weight.grad().defined());
       model.a->weight.grad().add_(1.0);  // the other stage's part, summed in
       sync.prepare_last_backward();
