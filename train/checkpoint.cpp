@@ -341,7 +341,8 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   const int format = manifest.value("format", 0);
   if ((format < kOldestResumable || format > kFormat) && (format != 1 || parts.optimizer != nullptr))
     throw Error("checkpoint " + dir.string() + " was written by another version of loom (format " +
-                std::to_string(format) + ", this loom resumes formats " + std::to_string(kOldestResumable) + " to " + std::to_string(kFormat) +
+                std::to_string(format) + ", this loom resumes formats " + std::to_string(kOldestResumable) + " to " +
+                std::to_string(kFormat) +
                 "): start a new run.dir (`loom export` and model.init_from carry its weights over)");
   const auto& layout = manifest.at("layout");
   // Any DP size can resume (replicas are identical, optimizer state is re-partitioned), any TP size and

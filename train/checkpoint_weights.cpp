@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "train/numbered_archive.h"
 
 namespace loom {
 namespace fs = std::filesystem;
@@ -43,14 +44,10 @@ bool for_each_piece(const fs::path& file, const std::map<std::string, bool>& nam
   torch::serialize::InputArchive shard, archive;
   shard.load_from(file.string(), torch::kCPU);
   if (shard.try_read(kArchive, archive)) {
-    c10::IValue count;
-    archive.read("pieces", count);
-    for (int64_t k = 0; k < count.toInt(); ++k) {
-      torch::serialize::InputArchive stored;
-      archive.read("piece" + std::to_string(k), stored);
+    for_each_numbered(archive, "pieces", "piece", [&](torch::serialize::InputArchive& stored) {
       c10::IValue name, offset, shape;
       stored.read("name", name);
-      if (names.count(name.toStringRef()) == 0) continue;
+      if (names.count(name.toStringRef()) == 0) return;
       Piece piece{name.toStringRef(), 0, {}, {}};
       stored.read("offset", offset);
       stored.read("shape", shape);
@@ -58,7 +55,7 @@ bool for_each_piece(const fs::path& file, const std::map<std::string, bool>& nam
       piece.offset = offset.toInt();
       piece.shape = shape.toIntVector();
       visit(piece);
-    }
+    });
     return false;
   }
   if (!shard.try_read(kFormat2Archive, archive)) throw Error(file.string() + " holds no weights");
@@ -93,15 +90,18 @@ class Filler {
     for (const auto& [t, s] : found->second) {
       const auto& slice = layout_.slices[t][s];
       if (piece.shape != slice.shape)
-        throw Error(source + " does not fit this model: " + piece.name + " is " + c10::str(c10::IntArrayRef(piece.shape)) +
-                    " in the checkpoint and " + c10::str(c10::IntArrayRef(slice.shape)) +
-                    " in the model (was the model config changed?)");
+        throw Error(source + " does not fit this model: " + piece.name + " is " +
+                    c10::str(c10::IntArrayRef(piece.shape)) + " in the checkpoint and " +
+                    c10::str(c10::IntArrayRef(slice.shape)) + " in the model (was the model config changed?)");
       const int64_t numel = c10::multiply_integers(slice.shape);
       if (first < 0 || last > numel) throw Error(source + ": the stored range of " + piece.name + " does not fit it");
-      const int64_t lo = std::max(first, slice.parameter_offset), hi = std::min(last, slice.parameter_offset + slice.length);
+      // The overlap [lo, hi) of the piece and the slice, in the parameter's flat elements.
+      const int64_t lo = std::max(first, slice.parameter_offset);
+      const int64_t hi = std::min(last, slice.parameter_offset + slice.length);
       if (lo >= hi) continue;
       const int64_t at = slice.offset + lo - slice.parameter_offset;
-      copies_.emplace_back(layout_.tensors[t].view(-1).narrow(0, at, hi - lo), piece.value.narrow(0, lo - first, hi - lo));
+      copies_.emplace_back(layout_.tensors[t].view(-1).narrow(0, at, hi - lo),
+                           piece.value.narrow(0, lo - first, hi - lo));
       covered_[t].narrow(0, at, hi - lo).fill_(true);
     }
   }

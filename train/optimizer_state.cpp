@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "train/numbered_archive.h"
 
 namespace loom {
 namespace fs = std::filesystem;
@@ -81,15 +82,11 @@ std::map<std::string, ParameterMoments> read_parameter_moments(const std::vector
     torch::serialize::InputArchive shard, archive;
     shard.load_from(path.string(), torch::kCPU);
     if (!shard.try_read(kArchive, archive)) throw Error(path.string() + " holds no optimizer state");
-    c10::IValue count;
-    archive.read("slices", count);
-    for (int64_t k = 0; k < count.toInt(); ++k) {
-      torch::serialize::InputArchive piece;
-      archive.read("slice" + std::to_string(k), piece);
+    for_each_numbered(archive, "slices", "slice", [&](torch::serialize::InputArchive& piece) {
       c10::IValue name, offset, step;
       piece.read("parameter", name);
       auto found = moments.find(name.toStringRef());
-      if (found == moments.end()) continue;
+      if (found == moments.end()) return;
       auto& m = found->second;
       torch::Tensor exp_avg, exp_avg_sq;
       piece.read("offset", offset);
@@ -103,7 +100,7 @@ std::map<std::string, ParameterMoments> read_parameter_moments(const std::vector
       m.exp_avg_sq.narrow(0, first, length).copy_(exp_avg_sq);
       m.covered.narrow(0, first, length).fill_(true);
       m.step = step.toInt();
-    }
+    });
   }
   return moments;
 }

@@ -2,7 +2,8 @@
 // tensor, so that it loads under another layout: a ZeRO-1 shard of any DP size, or ZeRO-1 off. A
 // rank's shard file holds the slices it owns; loading reassembles each parameter's moments from every
 // file that holds a piece of them and cuts out what this rank's optimizer tensors need.
-// Not here: the model's weights (checkpoint_weights.h, stored the same way) and group options such as lr (apply_group_options).
+// Not here: the model's weights (checkpoint_weights.h, stored the same way) and group options such as lr
+// (apply_group_options).
 #pragma once
 #include <torch/torch.h>
 

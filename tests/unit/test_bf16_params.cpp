@@ -31,20 +31,28 @@ std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& tensors, tor
   return out;
 }
 
-// Per model parameter, its fp32 master: the optimizer's tensors (a master per parameter, or a shard per
-// bucket) read through their slices.
-std::vector<torch::Tensor> master_values(const GradientSync& sync, const std::vector<torch::Tensor>& params) {
-  std::vector<torch::Tensor> values;
-  for (const auto& p : params) values.push_back(torch::zeros({p.numel()}, torch::kFloat));
+// Calls visit(k, part, offset, length) for each part of parameter k that the optimizer's tensors hold (a
+// master per parameter, or a shard per bucket): `part` those elements of the optimizer tensor, which are
+// [offset, offset + length) of the flattened parameter.
+template <typename Visit>
+void for_each_master_part(const GradientSync& sync, const std::vector<torch::Tensor>& params, Visit&& visit) {
   const auto tensors = sync.optimizer_parameters();
   const auto slices = sync.optimizer_slices();
   for (size_t i = 0; i < tensors.size(); ++i)
     for (const auto& slice : slices[i])
       for (size_t k = 0; k < params.size(); ++k)
         if (slice.parameter.unsafeGetTensorImpl() == params[k].unsafeGetTensorImpl())
-          values[k].narrow(0, slice.parameter_offset, slice.length)
-              .copy_(tensors[i].detach().view(-1).narrow(0, slice.offset, slice.length));
-  for (size_t k = 0; k < params.size(); ++k) values[k] = values[k].view(params[k].sizes());
+          visit(k, tensors[i].detach().view(-1).narrow(0, slice.offset, slice.length), slice.parameter_offset,
+                slice.length);
+}
+
+// Per model parameter, its fp32 master.
+std::vector<torch::Tensor> master_values(const GradientSync& sync, const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> values;
+  for (const auto& p : params) values.push_back(torch::zeros(p.sizes(), torch::kFloat));
+  for_each_master_part(sync, params, [&](size_t k, const torch::Tensor& part, int64_t offset, int64_t length) {
+    values[k].view(-1).narrow(0, offset, length).copy_(part);
+  });
   return values;
 }
 
@@ -52,14 +60,9 @@ std::vector<torch::Tensor> master_values(const GradientSync& sync, const std::ve
 void set_master_values(const GradientSync& sync, const std::vector<torch::Tensor>& params,
                        const std::vector<torch::Tensor>& values) {
   torch::NoGradGuard no_grad;
-  const auto tensors = sync.optimizer_parameters();
-  const auto slices = sync.optimizer_slices();
-  for (size_t i = 0; i < tensors.size(); ++i)
-    for (const auto& slice : slices[i])
-      for (size_t k = 0; k < params.size(); ++k)
-        if (slice.parameter.unsafeGetTensorImpl() == params[k].unsafeGetTensorImpl())
-          tensors[i].view(-1).narrow(0, slice.offset, slice.length)
-              .copy_(values[k].reshape(-1).narrow(0, slice.parameter_offset, slice.length));
+  for_each_master_part(sync, params, [&](size_t k, const torch::Tensor& part, int64_t offset, int64_t length) {
+    part.copy_(values[k].reshape(-1).narrow(0, offset, length));
+  });
 }
 
 OptimConfig optim_config() {
