@@ -56,7 +56,7 @@ zero3_train 8 "$WORK/dp2tp2pp2" --set parallel.tp=2 --set parallel.pp=2 --set pa
 grep -q "layout dp=2 cp=1 tp=2 pp=2" "$WORK/dp2tp2pp2.log" || fail "DP=2 x TP=2 x PP=2 did not run as such"
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2tp2pp2" "ZeRO-3 DP=2 x TP=2 x PP=2 1f1b"
 # A run's step-10 checkpoint resumed in another layout (steps 11-20) continues the single process's curve:
-# out of the stages' shards into one process, and out of one stage into two (hide_master per stage).
+# out of the stages' shards into one process, and out of one stage into two (each stage fills its own shards).
 resume_at_10() {  # resume_at_10 FROM_RUN RUN RANKS WHAT [--set ...]
   local from=$1 dir=$2 ranks=$3 what=$4; shift 4
   cp -r "$from" "$dir" && rm -r "$dir/checkpoints/20"
