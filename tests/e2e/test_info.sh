@@ -69,7 +69,7 @@ assert [z["layout"]["zero"] for z in (z0, z1, z2)] == [0, 1, 2]
 print(f"llama2-7b gradients per rank at dp=8: {z1['memory']['gradients'] / 2**30:.2f} GiB with ZeRO-1, "
       f"{z2['memory']['gradients'] / 2**30:.2f} GiB with ZeRO-2")
 # ZeRO-3: the weights are fp32 shards too; gathered at once are the ends unit (embedding, final norm, head)
-# and two blocks; the gradient buckets are units, the largest (here the ends) counted 3 times as ZeRO-2's.
+# and two blocks; the gradients alive are two blocks' (one reduce-scattering, one filling) and the untied head's.
 # Per step: the ends gathered once, per micro-batch 32 blocks for forward and 31 again for backward (the last
 # one is kept); without resharding every block once per step.
 block = 2 * 4096 + 4 * 4096**2 + 3 * 4096 * 11008
@@ -79,7 +79,8 @@ z3 = info(3)
 shard = -(-P // 8)
 assert z3["memory"]["weights"] == 4 * shard and z3["memory"]["optimizer"] == 8 * shard, z3["memory"]
 assert z3["memory"]["gathered"] == 4 * (ends + 2 * block), z3["memory"]
-assert z3["memory"]["gradients"] == 4 * (shard + 3 * ends), z3["memory"]
+head = 32000 * 4096  # untied: its gradient's bucket is alive all through backward, beside two blocks'
+assert z3["memory"]["gradients"] == 4 * (shard + 2 * block + head), z3["memory"]
 assert z3["communication"] == {"all_reduced": 0, "reduce_scattered": 2 * 4 * P,
                                "all_gathered": 4 * (ends + 2 * 63 * block)}, z3["communication"]
 kept = json.loads(subprocess.check_output([loom, "info", f"{configs}/llama2-7b.yaml", "--json", "--set", "parallel.dp=8",
