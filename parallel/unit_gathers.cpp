@@ -31,13 +31,7 @@ class GatherBeforeBackward : public torch::autograd::Function<GatherBeforeBackwa
   }
 };
 
-}  // namespace
-
-torch::Tensor gather_before_backward(const torch::Tensor& x, ParameterUnits* units, size_t unit) {
-  if (units == nullptr || !torch::GradMode::is_enabled() || !x.requires_grad()) return x;
-  return GatherBeforeBackward::apply(x, units, static_cast<int64_t>(unit));
-}
-
+// Resizes the storage under `tensor` to `bytes` (0: frees it), keeping the storage object and its views.
 void resize_storage(const torch::Tensor& tensor, size_t bytes) {
   c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
   if (storage->nbytes() == bytes) return;
@@ -50,8 +44,16 @@ void resize_storage(const torch::Tensor& tensor, size_t bytes) {
   at::native::resize_bytes_cpu(storage, bytes);
 }
 
+// The bytes of `tensor`'s storage when it holds all of its elements.
 size_t full_storage_bytes(const torch::Tensor& tensor) {
   return static_cast<size_t>(tensor.numel()) * tensor.element_size();
+}
+
+}  // namespace
+
+torch::Tensor gather_before_backward(const torch::Tensor& x, ParameterUnits* units, size_t unit) {
+  if (units == nullptr || !torch::GradMode::is_enabled() || !x.requires_grad()) return x;
+  return GatherBeforeBackward::apply(x, units, static_cast<int64_t>(unit));
 }
 
 UnitGathers::UnitGathers(Communicator& dp_group, size_t units, bool reshard_after_forward)

@@ -24,11 +24,6 @@
 
 namespace loom {
 
-// Resizes the storage under `tensor` to `bytes` (0: frees it), keeping the storage object and its views.
-void resize_storage(const torch::Tensor& tensor, size_t bytes);
-// The bytes of `tensor`'s storage when it holds all of its elements.
-size_t full_storage_bytes(const torch::Tensor& tensor);
-
 // What the caller runs after the forward or backward under way.
 enum class NextPass { kNone, kForward, kBackward };
 

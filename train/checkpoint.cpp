@@ -381,9 +381,19 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
       const auto optimizer = parts.optimizer != nullptr ? std::optional(optimizer_layout(parts)) : std::nullopt;
       load_resharded(dir, manifest, mesh, parts.model, weights, optimizer ? &*optimizer : nullptr);
     } else {
-      const auto files = same_partition ? std::vector<fs::path>{shard_path} : shard_paths;
-      read_weights(files, weights);
-      if (parts.optimizer != nullptr) read_optimizer_state(files, optimizer_layout(parts), parts.model);
+      // Each file is loaded once (this rank's own one already is) for both its weights and its state.
+      const auto optimizer = parts.optimizer != nullptr ? std::optional(optimizer_layout(parts)) : std::nullopt;
+      auto moments = optimizer ? unread_moments(*optimizer, parts.model) : std::map<std::string, ParameterMoments>{};
+      WeightReader weight_reader(weights);
+      for (const auto& file : same_partition ? std::vector<fs::path>{shard_path} : shard_paths) {
+        torch::serialize::InputArchive other;
+        if (file != shard_path) other.load_from(file.string(), torch::kCPU);
+        auto& archive = file == shard_path ? shard : other;
+        weight_reader.add(archive, file.string());
+        if (optimizer) add_parameter_moments(archive, file.string(), moments);
+      }
+      weight_reader.finish(same_partition ? shard_path.string() : dir.string());
+      if (optimizer) install_optimizer_state(moments, *optimizer, parts.model);
     }
   } catch (const c10::Error& e) {
     throw Error(shard_path.string() + " does not fit this model (was the config changed?): " + e.what_without_backtrace());

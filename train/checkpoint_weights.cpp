@@ -28,27 +28,19 @@ std::optional<torch::Tensor> read_by_name(torch::serialize::InputArchive& archiv
   return read_by_name(child, name.substr(dot + 1), is_buffer);
 }
 
-// A stored piece: elements [offset, + value.numel()) of the flattened tensor `name` of shape `shape`.
-struct Piece {
-  std::string name;
-  int64_t offset = 0;
-  std::vector<int64_t> shape;
-  torch::Tensor value;  // flat
-};
-
-// Visits every piece of the tensors `names` (name -> whether a buffer) that a file holds. Returns whether
-// the file is of format 2, which held the whole model in every file (so the first is enough); its tensors
-// are visited whole.
+// Visits every piece of the tensors `names` (name -> whether a buffer) that a shard file holds. Returns
+// whether the file is of format 2, which held the whole model in every file (so the first is enough); its
+// tensors are visited whole.
 template <typename Visit>
-bool for_each_piece(const fs::path& file, const std::map<std::string, bool>& names, Visit&& visit) {
-  torch::serialize::InputArchive shard, archive;
-  shard.load_from(file.string(), torch::kCPU);
+bool for_each_piece(torch::serialize::InputArchive& shard, const std::string& source,
+                    const std::map<std::string, bool>& names, Visit&& visit) {
+  torch::serialize::InputArchive archive;
   if (shard.try_read(kArchive, archive)) {
     for_each_numbered(archive, "pieces", "piece", [&](torch::serialize::InputArchive& stored) {
       c10::IValue name, offset, shape;
       stored.read("name", name);
       if (names.count(name.toStringRef()) == 0) return;
-      Piece piece{name.toStringRef(), 0, {}, {}};
+      WeightReader::Piece piece{name.toStringRef(), 0, {}, {}};
       stored.read("offset", offset);
       stored.read("shape", shape);
       stored.read("value", piece.value);
@@ -58,32 +50,36 @@ bool for_each_piece(const fs::path& file, const std::map<std::string, bool>& nam
     });
     return false;
   }
-  if (!shard.try_read(kFormat2Archive, archive)) throw Error(file.string() + " holds no weights");
+  if (!shard.try_read(kFormat2Archive, archive)) throw Error(source + " holds no weights");
   for (const auto& [name, is_buffer] : names)
     if (auto value = read_by_name(archive, name, is_buffer))
-      visit(Piece{name, 0, value->sizes().vec(), value->reshape(-1)});
+      visit(WeightReader::Piece{name, 0, value->sizes().vec(), value->reshape(-1)});
   return true;
 }
 
-std::map<std::string, bool> layout_names(const WeightLayout& layout) {
-  std::map<std::string, bool> names;
-  for (const auto& slices : layout.slices)
-    for (const auto& slice : slices) names[slice.name] = slice.is_buffer;
-  return names;
+NamedSlice whole(const std::string& name, const torch::Tensor& t, bool is_buffer) {
+  return {name, t.sizes().vec(), is_buffer, 0, 0, t.numel()};
 }
 
-// Takes stored pieces into a layout's tensors: each piece's overlap with every slice of its tensor. Nothing
-// is written until finish() has checked that every element the layout holds was found.
-class Filler {
- public:
-  explicit Filler(const WeightLayout& layout) : layout_(layout) {
-    for (size_t t = 0; t < layout.tensors.size(); ++t) {
-      covered_.push_back(torch::zeros({layout.tensors[t].numel()}, torch::kBool));
-      for (size_t s = 0; s < layout.slices[t].size(); ++s) by_name_[layout.slices[t][s].name].emplace_back(t, s);
+}  // namespace
+
+WeightReader::WeightReader(const WeightLayout& layout) : layout_(layout) {
+  for (size_t t = 0; t < layout.tensors.size(); ++t) {
+    covered_.push_back(torch::zeros({layout.tensors[t].numel()}, torch::kBool));
+    for (size_t s = 0; s < layout.slices[t].size(); ++s) {
+      const auto& slice = layout.slices[t][s];
+      by_name_[slice.name].emplace_back(t, s);
+      names_[slice.name] = slice.is_buffer;
     }
   }
+}
 
-  void add(const Piece& piece, const std::string& source) {
+void WeightReader::add(torch::serialize::InputArchive& shard, const std::string& source) {
+  if (saw_whole_model_) return;
+  saw_whole_model_ = for_each_piece(shard, source, names_, [&](const Piece& piece) { add(piece, source); });
+}
+
+void WeightReader::add(const Piece& piece, const std::string& source) {
     auto found = by_name_.find(piece.name);
     if (found == by_name_.end()) return;
     const int64_t first = piece.offset, last = first + piece.value.numel();
@@ -106,28 +102,15 @@ class Filler {
     }
   }
 
-  void finish(const std::string& source) {
-    for (size_t t = 0; t < layout_.tensors.size(); ++t)
-      for (const auto& slice : layout_.slices[t])
-        if (const auto found = covered_[t].narrow(0, slice.offset, slice.length); !found.all().item<bool>())
-          throw Error(source + " does not fit this model: it lacks " + (found.any().item<bool>() ? "part of " : "") +
-                      slice.name + " (was the model config changed, or is a shard file missing?)");
-    torch::NoGradGuard no_grad;
-    for (auto& [target, value] : copies_) target.copy_(value);
-  }
-
- private:
-  const WeightLayout& layout_;
-  std::map<std::string, std::vector<std::pair<size_t, size_t>>> by_name_;  // (tensor, slice) of each name
-  std::vector<torch::Tensor> covered_;                                     // per tensor
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies_;            // (target view, stored values)
-};
-
-NamedSlice whole(const std::string& name, const torch::Tensor& t, bool is_buffer) {
-  return {name, t.sizes().vec(), is_buffer, 0, 0, t.numel()};
+void WeightReader::finish(const std::string& source) {
+  for (size_t t = 0; t < layout_.tensors.size(); ++t)
+    for (const auto& slice : layout_.slices[t])
+      if (const auto found = covered_[t].narrow(0, slice.offset, slice.length); !found.all().item<bool>())
+        throw Error(source + " does not fit this model: it lacks " + (found.any().item<bool>() ? "part of " : "") +
+                    slice.name + " (was the model config changed, or is a shard file missing?)");
+  torch::NoGradGuard no_grad;
+  for (auto& [target, value] : copies_) target.copy_(value);
 }
-
-}  // namespace
 
 WeightLayout weight_layout(torch::nn::Module& model, const OptimizerLayout* optimizer) {
   WeightLayout layout;
@@ -175,22 +158,14 @@ void write_weights(torch::serialize::OutputArchive& shard, const WeightLayout& l
   shard.write(kArchive, out);
 }
 
-void read_weights(const std::vector<fs::path>& files, const WeightLayout& layout) {
-  LOOM_CHECK(!files.empty(), "read_weights: no files");
-  const auto names = layout_names(layout);
-  const auto source = files.size() == 1 ? files[0].string() : files[0].parent_path().string();
-  Filler filler(layout);
-  for (const auto& file : files)
-    if (for_each_piece(file, names, [&](const Piece& piece) { filler.add(piece, file.string()); })) break;
-  filler.finish(source);
-}
-
 std::map<std::string, torch::Tensor> read_whole_weights(const std::vector<fs::path>& files,
                                                         const std::map<std::string, bool>& names) {
   LOOM_CHECK(!files.empty(), "read_whole_weights: no files");
   std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> found;  // name -> (value, covered)
   for (const auto& file : files) {
-    const bool whole_model = for_each_piece(file, names, [&](const Piece& piece) {
+    torch::serialize::InputArchive shard;
+    shard.load_from(file.string(), torch::kCPU);
+    const bool whole_model = for_each_piece(shard, file.string(), names, [&](const WeightReader::Piece& piece) {
       auto& [value, covered] = found[piece.name];
       if (!value.defined()) {
         value = torch::zeros(piece.shape, piece.value.options());
@@ -215,9 +190,9 @@ std::map<std::string, torch::Tensor> read_whole_weights(const std::vector<fs::pa
 
 void install_whole_weights(const std::map<std::string, torch::Tensor>& values, const WeightLayout& layout,
                            const std::string& source) {
-  Filler filler(layout);
-  for (const auto& [name, value] : values) filler.add(Piece{name, 0, value.sizes().vec(), value.reshape(-1)}, source);
-  filler.finish(source);
+  WeightReader reader(layout);
+  for (const auto& [name, value] : values) reader.add({name, 0, value.sizes().vec(), value.reshape(-1)}, source);
+  reader.finish(source);
 }
 
 }  // namespace loom

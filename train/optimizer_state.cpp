@@ -59,8 +59,14 @@ void write_optimizer_state(torch::serialize::OutputArchive& archive, const Optim
   archive.write(kArchive, out);
 }
 
-void read_optimizer_state(const std::vector<fs::path>& shards, const OptimizerLayout& layout,
-                          torch::nn::Module& model) {
+std::map<std::string, ParameterMoments> unread_moments(const std::map<std::string, int64_t>& numels, torch::Dtype dtype) {
+  std::map<std::string, ParameterMoments> moments;
+  for (const auto& [name, n] : numels)
+    moments[name] = {torch::zeros({n}, dtype), torch::zeros({n}, dtype), torch::zeros({n}, torch::kBool), -1};
+  return moments;
+}
+
+std::map<std::string, ParameterMoments> unread_moments(const OptimizerLayout& layout, torch::nn::Module& model) {
   const auto names = parameter_names(model);
   // Only the parameters this rank's optimizer tensors hold a piece of are assembled.
   std::map<std::string, int64_t> numels;
@@ -68,39 +74,42 @@ void read_optimizer_state(const std::vector<fs::path>& shards, const OptimizerLa
     for (const auto& slice : slices) numels[names.at(slice.parameter.unsafeGetTensorImpl())] = slice.parameter.numel();
   // The moments' dtype is the optimizer tensors' (fp32), not the parameters' (bf16 weights over an fp32 master).
   const auto tensors = optimizer_tensors(*layout.optimizer);
-  const auto dtype = tensors.empty() ? torch::kFloat : tensors.front().scalar_type();
-  install_optimizer_state(read_parameter_moments(shards, numels, dtype), layout, model);
+  return unread_moments(numels, tensors.empty() ? torch::kFloat : tensors.front().scalar_type());
+}
+
+void add_parameter_moments(torch::serialize::InputArchive& shard, const std::string& source,
+                           std::map<std::string, ParameterMoments>& moments) {
+  torch::serialize::InputArchive archive;
+  if (!shard.try_read(kArchive, archive)) throw Error(source + " holds no optimizer state");
+  for_each_numbered(archive, "slices", "slice", [&](torch::serialize::InputArchive& piece) {
+    c10::IValue name, offset, step;
+    piece.read("parameter", name);
+    auto found = moments.find(name.toStringRef());
+    if (found == moments.end()) return;
+    auto& m = found->second;
+    torch::Tensor exp_avg, exp_avg_sq;
+    piece.read("offset", offset);
+    piece.read("step", step);
+    piece.read("exp_avg", exp_avg);
+    piece.read("exp_avg_sq", exp_avg_sq);
+    const auto first = offset.toInt(), length = exp_avg.numel();
+    if (first < 0 || first + length > m.exp_avg.numel())
+      throw Error(source + ": optimizer state of " + found->first + " does not fit this model");
+    m.exp_avg.narrow(0, first, length).copy_(exp_avg);
+    m.exp_avg_sq.narrow(0, first, length).copy_(exp_avg_sq);
+    m.covered.narrow(0, first, length).fill_(true);
+    m.step = step.toInt();
+  });
 }
 
 std::map<std::string, ParameterMoments> read_parameter_moments(const std::vector<fs::path>& shards,
                                                                const std::map<std::string, int64_t>& numels,
                                                                torch::Dtype dtype) {
-  std::map<std::string, ParameterMoments> moments;
-  for (const auto& [name, n] : numels)
-    moments[name] = {torch::zeros({n}, dtype), torch::zeros({n}, dtype), torch::zeros({n}, torch::kBool), -1};
+  auto moments = unread_moments(numels, dtype);
   for (const auto& path : shards) {
-    torch::serialize::InputArchive shard, archive;
+    torch::serialize::InputArchive shard;
     shard.load_from(path.string(), torch::kCPU);
-    if (!shard.try_read(kArchive, archive)) throw Error(path.string() + " holds no optimizer state");
-    for_each_numbered(archive, "slices", "slice", [&](torch::serialize::InputArchive& piece) {
-      c10::IValue name, offset, step;
-      piece.read("parameter", name);
-      auto found = moments.find(name.toStringRef());
-      if (found == moments.end()) return;
-      auto& m = found->second;
-      torch::Tensor exp_avg, exp_avg_sq;
-      piece.read("offset", offset);
-      piece.read("step", step);
-      piece.read("exp_avg", exp_avg);
-      piece.read("exp_avg_sq", exp_avg_sq);
-      const auto first = offset.toInt(), length = exp_avg.numel();
-      if (first < 0 || first + length > m.exp_avg.numel())
-        throw Error(path.string() + ": optimizer state of " + found->first + " does not fit this model");
-      m.exp_avg.narrow(0, first, length).copy_(exp_avg);
-      m.exp_avg_sq.narrow(0, first, length).copy_(exp_avg_sq);
-      m.covered.narrow(0, first, length).fill_(true);
-      m.step = step.toInt();
-    });
+    add_parameter_moments(shard, path.string(), moments);
   }
   return moments;
 }

@@ -31,19 +31,25 @@ OptimizerLayout whole_parameter_layout(torch::optim::AdamW& optimizer);
 void write_optimizer_state(torch::serialize::OutputArchive& archive, const OptimizerLayout& layout,
                            torch::nn::Module& model);
 
-// `shards`: the files holding pieces of the state (read in turn, each only once). Throws loom::Error naming
-// the parameter when an element this rank needs is in none of them.
-void read_optimizer_state(const std::vector<std::filesystem::path>& shards, const OptimizerLayout& layout,
-                          torch::nn::Module& model);
-
-// The two halves of read_optimizer_state, for callers that reshape the moments in between (tensor-parallel
-// resharding, checkpoint_reshard.h).
+// Reading is in steps, so that a shard file is loaded once for its weights and its state: the moments this
+// rank's optimizer tensors need start empty (unread_moments), take the pieces each shard file holds of them
+// (add_parameter_moments), and are then installed (install_optimizer_state, which throws loom::Error naming
+// the parameter when an element is in none of the files). Tensor-parallel resharding (checkpoint_reshard.h)
+// reshapes the moments in between.
 // One parameter's moments, flattened, as far as the files read cover them; step -1: no state saved.
 struct ParameterMoments {
   torch::Tensor exp_avg, exp_avg_sq, covered;  // covered: bool, which elements were read
   int64_t step = -1;
 };
-// The moments of the parameters named in `numels` (their element counts as stored in these files).
+// Zero and uncovered: the moments of the parameters named in `numels` (their element counts as stored), or
+// of those `layout`'s optimizer tensors hold a piece of (in those tensors' dtype: fp32, also under bf16
+// parameters).
+std::map<std::string, ParameterMoments> unread_moments(const std::map<std::string, int64_t>& numels, torch::Dtype dtype);
+std::map<std::string, ParameterMoments> unread_moments(const OptimizerLayout& layout, torch::nn::Module& model);
+// Copies into `moments` the pieces of them that one shard file (`source`, for messages) holds.
+void add_parameter_moments(torch::serialize::InputArchive& shard, const std::string& source,
+                           std::map<std::string, ParameterMoments>& moments);
+// unread_moments(numels) filled from `shards`, each loaded in turn.
 std::map<std::string, ParameterMoments> read_parameter_moments(const std::vector<std::filesystem::path>& shards,
                                                                const std::map<std::string, int64_t>& numels,
                                                                torch::Dtype dtype);

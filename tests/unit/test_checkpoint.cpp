@@ -337,6 +337,19 @@ TEST_CASE("checkpoint: a format-2 checkpoint (the whole model in its shard) resu
   CHECK(bitwise_equal(restored.snapshot(), original.snapshot()));
 }
 
+namespace {
+// WeightReader fed with the shard files, one by one, as load_checkpoint feeds it.
+void read_weights(const std::vector<fs::path>& files, const loom::WeightLayout& layout) {
+  loom::WeightReader reader(layout);
+  for (const auto& file : files) {
+    torch::serialize::InputArchive shard;
+    shard.load_from(file.string(), torch::kCPU);
+    reader.add(shard, file.string());
+  }
+  reader.finish(files.front().string());
+}
+}  // namespace
+
 // The weights by element range (train/checkpoint_weights.h): files written by one partition of a model's
 // flat parameters load into another and into the whole model; a missing file is named, not zero-filled.
 TEST_CASE("checkpoint weights: pieces of one partition load into another, a missing one is refused", "[checkpoint]") {
@@ -369,23 +382,23 @@ TEST_CASE("checkpoint weights: pieces of one partition load into another, a miss
   }
   for (int64_t r = 0; r < 4; ++r) {  // 4 ranks of 11: rank 3 holds 9 elements and 2 of padding
     const auto layout = partition(4, r);
-    loom::read_weights(files, layout);
+    read_weights(files, layout);
     const int64_t held = std::min<int64_t>(11, 42 - r * 11);
     CHECK(torch::equal(layout.tensors[0].narrow(0, 0, held), flat.narrow(0, r * 11, held)));
     if (held < 11) CHECK((layout.tensors[0].narrow(0, held, 11 - held) == -1).all().item<bool>());  // padding untouched
   }
   torch::nn::Linear copy(5, 7);
-  loom::read_weights(files, loom::weight_layout(*copy, nullptr));
+  read_weights(files, loom::weight_layout(*copy, nullptr));
   CHECK(torch::equal(copy->weight, model->weight));
   CHECK(torch::equal(copy->bias, model->bias));
   // Without the second file, the bias (and the weight's end) is missing: refused, and nothing written.
   torch::nn::Linear partial(5, 7);
   const auto before = partial->weight.detach().clone();
-  CHECK_THROWS_WITH(loom::read_weights({files[0]}, loom::weight_layout(*partial, nullptr)),
+  CHECK_THROWS_WITH(read_weights({files[0]}, loom::weight_layout(*partial, nullptr)),
                     Catch::Matchers::Contains("lacks part of weight"));
   CHECK(torch::equal(partial->weight, before));
   // A model of another shape is refused by name.
   torch::nn::Linear wider(6, 7);
-  CHECK_THROWS_WITH(loom::read_weights(files, loom::weight_layout(*wider, nullptr)),
+  CHECK_THROWS_WITH(read_weights(files, loom::weight_layout(*wider, nullptr)),
                     Catch::Matchers::Contains("weight is [7, 5] in the checkpoint and [7, 6] in the model"));
 }
