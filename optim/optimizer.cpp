@@ -1,5 +1,8 @@
 #include "optim/optimizer.h"
 
+#include <ATen/Parallel.h>
+
+#include <limits>
 #include <set>
 
 #include "optim/fused_adamw.h"
@@ -53,6 +56,32 @@ std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parame
   return grads;
 }
 
+// The sum of the squares of t's elements as a double scalar on t's device, accumulated in double. Each
+// square of a float is exact in double and the sum's rounding is ~1e-13 relative in any order for a
+// million elements, so a shard's, a stage's or a whole tensor's sums add up to the same norm far below a
+// float's precision: every layout's clip coefficient is the same float, and runs that differ only in how
+// the gradients are cut (ZeRO, pipeline stages) clip identically (bf16 weights would amplify a difference).
+torch::Tensor sum_of_squares(const torch::Tensor& t) {
+  if (!t.is_cpu() || t.scalar_type() != torch::kFloat)
+    return at::linalg_vector_norm(t, 2, {}, false, torch::kDouble).square();
+  const auto flat = t.contiguous();
+  const float* x = flat.data_ptr<float>();
+  constexpr int64_t kGrain = 1 << 16;
+  const double sum = at::parallel_reduce(
+      int64_t{0}, flat.numel(), kGrain, 0.0,
+      [x](int64_t begin, int64_t end, double partial) {
+        double lanes[8] = {};  // independent sums, so the compiler can vectorize
+        int64_t i = begin;
+        for (; i + 8 <= end; i += 8)
+          for (int k = 0; k < 8; ++k) lanes[k] += static_cast<double>(x[i + k]) * x[i + k];
+        for (; i < end; ++i) partial += static_cast<double>(x[i]) * x[i];
+        for (double lane : lanes) partial += lane;
+        return partial;
+      },
+      std::plus<double>());
+  return torch::scalar_tensor(sum, torch::kDouble);
+}
+
 }  // namespace
 
 GradientNorm gradient_norm(const std::vector<torch::Tensor>& parameters, Communicator* shards, Communicator* tp,
@@ -63,32 +92,33 @@ GradientNorm gradient_norm(const std::vector<torch::Tensor>& parameters, Communi
   TORCH_CHECK(!split || tp_sharded.size() == parameters.size(), "gradient_norm: one tp_sharded entry per parameter");
   TORCH_CHECK(duplicated.empty() || duplicated.size() == parameters.size(),
               "gradient_norm: one duplicated entry per parameter");
-  const auto grads = gradients_of(parameters);
   auto squared = torch::zeros({1}, torch::kDouble);
   auto sharded_squared = torch::zeros({1}, torch::kDouble);  // TP shards: summed over the TP group
   if (!split && duplicated.empty()) {
-    // One reduction pass per gradient, no squared temporaries; the sum of squares in double.
-    if (!grads.empty()) squared += torch::stack(at::_foreach_norm(grads, 2)).to(torch::kDouble).pow(2).sum().cpu();
+    // Summed on the gradients' device: one copy to the host, not one per parameter.
+    std::vector<torch::Tensor> sums;
+    for (const auto& g : gradients_of(parameters)) sums.push_back(sum_of_squares(g).reshape({1}));
+    if (!sums.empty()) squared += torch::cat(sums).sum().cpu();
   } else {
-    auto sum_of = [](const torch::Tensor& g2, const std::vector<ElementRange>& ranges) {
+    auto sum_of = [](const torch::Tensor& g, const std::vector<ElementRange>& ranges) {
       auto part = torch::zeros({1}, torch::kDouble);
-      for (const auto& r : ranges) part += g2.view(-1).narrow(0, r.first, r.length).sum().to(torch::kDouble).cpu();
+      for (const auto& r : ranges) part += sum_of_squares(g.view(-1).narrow(0, r.first, r.length)).cpu();
       return part;
     };
     for (size_t i = 0; i < parameters.size(); ++i) {
       const auto& g = parameters[i].grad();
       if (!g.defined()) continue;
-      const auto g2 = g.to(torch::kFloat).pow(2);
-      const auto part = split ? sum_of(g2, tp_sharded[i]) : torch::zeros({1}, torch::kDouble);
+      const auto part = split ? sum_of(g, tp_sharded[i]) : torch::zeros({1}, torch::kDouble);
       // A duplicated parameter is TP-sharded or replicated as a whole: its ranges are then its tp ranges.
-      const auto twice = duplicated.empty() ? torch::zeros({1}, torch::kDouble) : sum_of(g2, duplicated[i]);
+      const auto twice = duplicated.empty() ? torch::zeros({1}, torch::kDouble) : sum_of(g, duplicated[i]);
       const bool twice_sharded = split && !tp_sharded[i].empty();
       sharded_squared += part - (twice_sharded ? twice : torch::zeros({1}, torch::kDouble));
-      squared += g2.sum().to(torch::kDouble).cpu() - part - (twice_sharded ? torch::zeros({1}, torch::kDouble) : twice);
+      squared += sum_of_squares(g).cpu() - part - (twice_sharded ? torch::zeros({1}, torch::kDouble) : twice);
     }
   }
   GradientNorm result;
-  result.local_finite = std::isfinite((squared + sharded_squared).item<double>());
+  const double local = (squared + sharded_squared).item<double>();
+  result.local_finite = std::isfinite(local) && std::sqrt(local) <= std::numeric_limits<float>::max();
   if (shards != nullptr) shards->all_reduce(squared);
   if (shards != nullptr && split) shards->all_reduce(sharded_squared);
   if (staged) {

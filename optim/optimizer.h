@@ -32,9 +32,11 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 // once). Under pipeline parallelism each stage holds its own parameters: the squares are summed over the
 // PP group `pp`, except for the elements in `duplicated` (the last stage's copy of the tied embedding, whose
 // gradient equals the first stage's), which are not counted. So every parameter counts exactly once, with
-// or without ZeRO-1's flat shards. The same pass says whether this rank's own gradients are all finite
-// (before any reduction; a norm beyond the float range, ~1e19, counts as not finite: no gradient worth
-// applying either), which is the trainer's non-finite check when there is no loss scaling.
+// or without ZeRO-1's flat shards. The squares are summed in double: however the gradients are cut, the
+// norm is the same to ~1e-13 relative, far below a float's precision, so every layout clips by the same
+// float coefficient. The same pass says whether this rank's own gradients are all finite (before any
+// reduction; a norm beyond the float range, 3.4e38, counts as not finite: no gradient worth applying
+// either), which is the trainer's non-finite check when there is no loss scaling.
 struct ElementRange {
   int64_t first = 0;
   int64_t length = 0;

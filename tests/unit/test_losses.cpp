@@ -92,10 +92,37 @@ TEST_CASE("gradient_norm: says whether this rank's gradients are finite", "[loss
     CHECK_FALSE(norm.local_finite);
     CHECK_FALSE(std::isfinite(norm.norm));
   }
-  // Finite elements whose squares overflow fp32 (the norm is computed per gradient in fp32): not finite
-  // either, as documented; a gradient of 1e19 is no gradient worth applying.
+  // Finite elements whose norm is beyond the float range (sqrt(2) * 3e38 > 3.4e38): not finite either, as
+  // documented. Squares beyond it are summed in double and count (sqrt(5) * 1e38 is a float).
   CHECK_FALSE(loom::gradient_norm({grad_tensor({3e38f, 3e38f}, {2})}).local_finite);
-  CHECK(loom::gradient_norm({grad_tensor({1e18f, 1e18f}, {2})}).local_finite);
+  const auto large = loom::gradient_norm({grad_tensor({2e38f, 1e38f}, {2})});
+  CHECK(large.local_finite);
+  CHECK(large.norm == Approx(std::sqrt(5.0) * 1e38).epsilon(1e-7));
+}
+
+TEST_CASE("gradient_norm: a gradient cut into pieces has the whole's norm to double precision", "[losses]") {
+  // ZeRO shards and pipeline stages sum their parts of the squares in their own order. Summed in double, the
+  // norm agrees with the whole's (and with float64 PyTorch) to ~1e-13 relative here (a float's precision is
+  // 6e-8), so every layout scales its gradients by the same float clip coefficient. Summed in float, the
+  // parts' norms differ by ~1e-7.
+  torch::manual_seed(3);
+  const int64_t n = 1 << 20;
+  const auto values = torch::randn({n}) * torch::exp(torch::randn({n}) * 4);  // a wide range of magnitudes
+  auto whole = torch::zeros({n}).requires_grad_(true);
+  whole.mutable_grad() = values.clone();
+  std::vector<torch::Tensor> pieces;
+  const std::vector<std::pair<int64_t, int64_t>> cuts = {{0, 333333}, {333333, 1}, {333334, n - 333334}};
+  for (const auto& [first, length] : cuts) {
+    auto piece = torch::zeros({length}).requires_grad_(true);
+    piece.mutable_grad() = values.narrow(0, first, length).clone();
+    pieces.push_back(piece);
+  }
+  const double reference = values.to(torch::kDouble).pow(2).sum().sqrt().item<double>();
+  const double of_whole = loom::gradient_norm({whole}).norm;
+  const double of_pieces = loom::gradient_norm(pieces).norm;
+  CHECK(std::abs(of_whole - reference) <= 1e-12 * reference);
+  CHECK(std::abs(of_pieces - reference) <= 1e-12 * reference);
+  CHECK(static_cast<float>(1.0 / (of_whole + 1e-6)) == static_cast<float>(1.0 / (of_pieces + 1e-6)));
 }
 
 namespace {
