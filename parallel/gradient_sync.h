@@ -16,9 +16,9 @@
 //           oldest), so what is held is the shards plus a few buckets. Accumulation therefore costs one
 //           reduce-scatter per micro-batch (measured against local accumulation then one reduce-scatter:
 //           docs/ARCHITECTURE.md, section 5). `deferred` parameters (a pipeline stage's copy of the tied
-//           embedding, whose gradient is summed over the stages after the last backward) keep their bucket
-//           whole over the micro-batches and reduce it in finish(), as zero 1 does (zero 3 too: it is in
-//           the ends unit, gathered until finish() anyway).
+//           embedding, whose gradient is summed over the stages after the last backward) have a bucket of
+//           their own (nothing else is kept with them), kept whole over the micro-batches and reduced in
+//           finish(), as zero 1 does (zero 3 too: it is in the ends unit, gathered until finish() anyway).
 //   zero 3: as zero 2, but the parameters live only as shards: the buckets are the model's units
 //           (parallel/parameter_units.h: each block, the ends), one per unit and optimizer group, not
 //           bucket_mb; each shard is a tensor of its own, and the full flat buffers, whose views the
@@ -65,6 +65,7 @@ class GradientSync {
  public:
   // Reduce-scatters a zero 2 rank keeps outstanding during backward: enough to overlap communication with
   // the next bucket's gradients, few enough that only a few buckets' buffers are alive beside the shards.
+  // Also the all-gathers of updated shards gather_parameters() keeps under way (zero 1, 2).
   static constexpr size_t kReductionsInFlight = 2;
 
   // groups: fp32 parameters. zero: the ZeRO stage, 0 to 3. param_dtype kBFloat16 turns them into bf16
@@ -146,14 +147,18 @@ class GradientSync {
     std::shared_ptr<Work> replica_work;  // hybrid sharding: the shard gradient's all-reduce over the replicas
   };
   // zero 2: a bucket's reduce-scatter under way; its input (the bucket's gradients) is freed once done.
-  // Which parameters share a bucket: bucket_mb of one group (zero 0 to 2), one unit of one group (zero 3).
+  // Which parameters share a bucket: bucket_mb of one group (zero 0 to 2; a deferred parameter alone), one
+  // unit of one group (zero 3).
   struct Chunk {
     size_t group = 0, unit = 0;
     std::vector<torch::Tensor> parameters;
+    bool deferred = false;  // holds a deferred parameter
   };
-  std::vector<Chunk> chunks_by_size(const std::vector<std::vector<torch::Tensor>>& groups, double bucket_mb) const;
+  static std::vector<Chunk> chunks_by_size(const std::vector<std::vector<torch::Tensor>>& groups, double bucket_mb,
+                                           const std::vector<torch::Tensor>& deferred);
   static std::vector<Chunk> chunks_by_unit(const std::vector<std::vector<torch::Tensor>>& groups,
-                                           const std::vector<std::vector<torch::Tensor>>& units);
+                                           const std::vector<std::vector<torch::Tensor>>& units,
+                                           const std::vector<torch::Tensor>& deferred);
   struct Reduction {
     size_t bucket = 0;
     bool completes_step = false;  // launched in the step's last backward or finish(): the bucket's last this step

@@ -1,12 +1,22 @@
 // Which parameters share a gradient bucket (parallel/gradient_sync.h): by size, or by ZeRO-3 unit.
 #include "parallel/gradient_sync.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace loom {
+namespace {
+
+bool holds(const std::vector<torch::Tensor>& tensors, const torch::Tensor& p) {
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [&p](const torch::Tensor& t) { return t.unsafeGetTensorImpl() == p.unsafeGetTensorImpl(); });
+}
+
+}  // namespace
 
 std::vector<GradientSync::Chunk> GradientSync::chunks_by_size(const std::vector<std::vector<torch::Tensor>>& groups,
-                                                              double bucket_mb) const {
+                                                              double bucket_mb,
+                                                              const std::vector<torch::Tensor>& deferred) {
   const auto bucket_bytes = static_cast<int64_t>(bucket_mb * 1024 * 1024);
   std::vector<Chunk> chunks;
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -16,9 +26,14 @@ std::vector<GradientSync::Chunk> GradientSync::chunks_by_size(const std::vector<
     for (auto it = groups[g].rbegin(); it != groups[g].rend(); ++it) {
       const auto& p = *it;
       if (!p.requires_grad()) continue;
+      // A deferred parameter's bucket is kept whole until finish() (zero 2): it holds nothing else.
+      if (holds(deferred, p)) {
+        chunks.push_back({g, 0, {p}, true});
+        continue;
+      }
       auto& chunk = chunks.back().parameters;
       const bool dtype_change = !chunk.empty() && chunk.front().dtype() != p.dtype();
-      if (!chunk.empty() && (bytes >= bucket_bytes || dtype_change)) {
+      if (!chunk.empty() && (bytes >= bucket_bytes || dtype_change || chunks.back().deferred)) {
         chunks.push_back({g, 0, {}});
         bytes = 0;
       }
@@ -30,7 +45,8 @@ std::vector<GradientSync::Chunk> GradientSync::chunks_by_size(const std::vector<
 }
 
 std::vector<GradientSync::Chunk> GradientSync::chunks_by_unit(const std::vector<std::vector<torch::Tensor>>& groups,
-                                                              const std::vector<std::vector<torch::Tensor>>& units) {
+                                                              const std::vector<std::vector<torch::Tensor>>& units,
+                                                              const std::vector<torch::Tensor>& deferred) {
   std::unordered_map<const void*, size_t> group_of;
   for (size_t g = 0; g < groups.size(); ++g)
     for (const auto& p : groups[g])
@@ -43,6 +59,7 @@ std::vector<GradientSync::Chunk> GradientSync::chunks_by_unit(const std::vector<
       const auto found = group_of.find(p.unsafeGetTensorImpl());
       if (found == group_of.end()) continue;  // frozen
       by_group[found->second].parameters.push_back(p);
+      by_group[found->second].deferred = by_group[found->second].deferred || holds(deferred, p);
       ++placed;
     }
     for (size_t g = 0; g < groups.size(); ++g) {

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "optim/optimizer.h"
@@ -57,6 +58,8 @@ class CountingCommunicator : public Communicator {
  public:
   explicit CountingCommunicator(Communicator& inner) : inner_(inner) {}
   int all_reduces_started() const { return all_reduces_; }
+  int all_gathers_started() const { return all_gathers_; }
+  int most_all_gathers_in_flight() const { return most_gathers_in_flight_; }
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   std::string name() const override { return inner_.name(); }
@@ -64,7 +67,12 @@ class CountingCommunicator : public Communicator {
     ++all_reduces_;
     return inner_.all_reduce_async(t, op);
   }
-  std::shared_ptr<Work> all_gather_async(torch::Tensor in, torch::Tensor out) override { return inner_.all_gather_async(in, out); }
+  // An all-gather is in flight from its start until its wait() returns.
+  std::shared_ptr<Work> all_gather_async(torch::Tensor in, torch::Tensor out) override {
+    ++all_gathers_;
+    most_gathers_in_flight_ = std::max(most_gathers_in_flight_, ++gathers_in_flight_);
+    return std::make_shared<CountedWork>(inner_.all_gather_async(in, out), gathers_in_flight_);
+  }
   std::shared_ptr<Work> reduce_scatter_async(torch::Tensor in, torch::Tensor out) override {
     return inner_.reduce_scatter_async(in, out);
   }
@@ -77,8 +85,22 @@ class CountingCommunicator : public Communicator {
   }
 
  private:
+  class CountedWork : public Work {
+   public:
+    CountedWork(std::shared_ptr<Work> inner, int& in_flight) : inner_(std::move(inner)), in_flight_(in_flight) {}
+    void wait() override {
+      inner_->wait();
+      if (!waited_) --in_flight_;
+      waited_ = true;
+    }
+
+   private:
+    std::shared_ptr<Work> inner_;
+    int& in_flight_;
+    bool waited_ = false;
+  };
   Communicator& inner_;
-  int all_reduces_ = 0;
+  int all_reduces_ = 0, all_gathers_ = 0, gathers_in_flight_ = 0, most_gathers_in_flight_ = 0;
 };
 
 }  // namespace
@@ -197,6 +219,46 @@ torch::Tensor unit_loss(ThreeLayer& model, ParameterUnits* units, const torch::T
 }
 
 }  // namespace
+
+TEST_CASE("gradient sync: a deferred parameter has a bucket of its own", "[mpi]") {
+  // A pipeline stage's copy of the tied embedding is deferred: under ZeRO-2 its bucket stays whole until
+  // finish(), so it holds nothing else. b's weight between a's and c's parameters, all in one group and one
+  // bucket_mb: {c, b.bias} | {b.weight} | {a}, bucketed from the last parameter back.
+  auto comm = loom::test::processes().world(/*timeout_s=*/60);
+  for (const int64_t zero : {0, 1, 2}) {
+    INFO("zero " << zero);
+    ThreeLayer model;
+    const std::vector<std::vector<torch::Tensor>> one_group = {model.parameters()};
+    CHECK(GradientSync(one_group, *comm, 25, zero).bucket_count() == 1);
+    CHECK(GradientSync(one_group, *comm, 25, zero, torch::kFloat, {model.b->weight}).bucket_count() == 3);
+    CHECK(GradientSync(one_group, *comm, 25, zero, torch::kFloat, {model.c->bias}).bucket_count() == 2);
+  }
+}
+
+TEST_CASE("gradient sync: ZeRO-1 and ZeRO-2 gather the updated shards a few buckets at a time", "[mpi]") {
+  // gather_parameters() sends a copy of each shard (the gather writes over the shard's own storage): with
+  // every bucket's gather under way at once, the copies would be a whole shard of the model beside it.
+  auto comm = loom::test::processes().world(/*timeout_s=*/60);
+  CountingCommunicator counting(*comm);
+  for (const int64_t zero : {1, 2}) {
+    INFO("zero " << zero);
+    torch::manual_seed(5);
+    ThreeLayer model;
+    const auto before = model.parameters();
+    std::vector<torch::Tensor> values;
+    for (const auto& p : before) values.push_back(p.detach().clone());
+    GradientSync sync(weight_decay_groups(model), counting, 1e-6, zero);  // a bucket per parameter
+    REQUIRE(sync.bucket_count() == 6);
+    const int started = counting.all_gathers_started();
+    torch::NoGradGuard no_grad;
+    for (const auto& shard : sync.optimizer_parameters()) shard.add_(1.0);  // an update every rank makes
+    sync.gather_parameters();
+    CHECK(counting.all_gathers_started() - started == 6);
+    CHECK(counting.most_all_gathers_in_flight() == static_cast<int>(GradientSync::kReductionsInFlight));
+    const auto after = model.parameters();
+    for (size_t i = 0; i < after.size(); ++i) CHECK(max_abs_diff(after[i], values[i] + 1.0) == 0.0);
+  }
+}
 
 TEST_CASE("gradient sync: ZeRO-3 gathers each unit for forward and backward and shards its gradients", "[mpi]") {
   auto comm = loom::test::processes().world(/*timeout_s=*/60);
