@@ -37,6 +37,9 @@ struct UnitSizes {
   int64_t blocks = 0;   // all its blocks' parameters
   int64_t ends = 0;
   int64_t head = 0;  // an untied head's parameters (in the ends; only on the last stage)
+  // Resharding, the GPT family frees the ends between its embeddings and its head (parallel/parameter_units.h),
+  // gathering them for each (once per micro-batch for each the stage runs); the encoder-decoder keeps them.
+  int64_t ends_uses = 0;  // gathers of the ends per micro-batch: 0 when they are kept for the step
 };
 UnitSizes unit_sizes(const Config& config, int64_t stage) {
   const int64_t tp = config.parallel.tp;
@@ -51,6 +54,8 @@ UnitSizes unit_sizes(const Config& config, int64_t stage) {
   out.blocks = counts.encoder * encoder_block + counts.decoder * decoder_block;
   out.ends = std::max<int64_t>(0, per_rank(count_stage_parameters(config, stage)) - out.blocks);
   out.head = stage == config.parallel.pp - 1 ? per_rank(p.head) : 0;
+  if (config.parallel.reshard_after_forward && !config.model.encoder_decoder())
+    out.ends_uses = (stage == 0 ? 1 : 0) + (stage == config.parallel.pp - 1 ? 1 : 0);
   return out;
 }
 
@@ -186,10 +191,17 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
     // The shards (fp32, the master of bf16 parameters) are the weights; what is gathered comes and goes:
     // the block computing and the one prefetched, and on a stage that runs forwards back to back (GPipe,
     // 1F1B's warm-up) the last block, kept from the previous forward for its backward; without resharding
-    // every block.
+    // every block. The ends beside them, but a whole GPT's, which take a block's place: gathered with the
+    // first block (embeddings) and with the last (head), freed between (measured at dp 4 on 12 tied blocks:
+    // 63.1 MiB in tensors, 62.9 estimated; kept all step, 64.1 and 64.0). A stage keeps the ends for the
+    // head's backward while it runs other forwards: counted whole there.
     const int64_t computing = std::min<int64_t>(in_flight > 1 ? 3 : 2, units.count) * units.largest;
+    const bool ends_come_and_go = units.ends_uses == 2;  // a whole GPT, resharding
+    const int64_t gathered = !config.parallel.reshard_after_forward ? units.ends + units.blocks
+                             : ends_come_and_go ? std::max(computing, units.ends + units.largest)
+                                                : units.ends + computing;
     out.weights = 4 * shard_params;
-    out.gathered = (bf16_params ? 2 : 4) * (units.ends + (config.parallel.reshard_after_forward ? computing : units.blocks));
+    out.gathered = (bf16_params ? 2 : 4) * gathered;
   }
   out.gradients = 4 * params;
   // ZeRO-1 keeps the whole buckets and, beside them, the shard's reduced gradient (measured at dp 4: without
@@ -203,7 +215,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
     // are one unit's, reduce-scattered while the unit before it fills, so two blocks' gradients, or at the end
     // of backward the first block's and the ends'. An untied head's gradient comes first in backward, and its
     // bucket (the ends' matrices) waits for the embedding's, last: alive all through (measured at dp 4 on 12
-    // tied blocks: 64.1 MiB in tensors, 64.0 estimated; counting three units, 67.0).
+    // tied blocks: 63.1 MiB in tensors, 62.9 estimated; counting three units, 3 MiB more).
     // A pipeline stage's copy of the tied embedding (first and last stage) is deferred: its bucket, of its
     // own, stays whole until the stages' gradients are summed (measured at dp 2 x pp 2, 1F1B, bucket_mb 4:
     // without it the first stage's estimate was 11% low, 8% with it and 6% after the copy got a bucket of its own).
@@ -303,7 +315,8 @@ CommunicationEstimate estimate_communication(const Config& config, int64_t stage
   if (zero == 3) {
     const UnitSizes units = unit_sizes(config, stage);
     const int64_t blocks = config.parallel.reshard_after_forward ? micro * (2 * units.blocks - units.largest) : units.blocks;
-    out.all_gathered = element * (units.ends + blocks);
+    const int64_t ends = units.ends_uses > 0 ? micro * units.ends_uses * units.ends : units.ends;
+    out.all_gathered = element * (ends + blocks);
   }
   return out;
 }

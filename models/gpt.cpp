@@ -101,12 +101,14 @@ torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position
   return embedding_dropout(x, dropout_, tp_);
 }
 
-torch::Tensor GptImpl::head(const torch::Tensor& hidden) { return ends_.logits(final_norm_->forward(hidden)); }
+torch::Tensor GptImpl::head(const torch::Tensor& hidden) {
+  return run_head(units_, hidden, [&](const torch::Tensor& h) { return ends_.logits(final_norm_->forward(h)); });
+}
 
 torch::Tensor GptImpl::forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden,
                                      const torch::Tensor& positions) {
-  if (units_ != nullptr) units_->before_forward(0);  // the ends: embeddings and head
-  auto x = stage_.first ? embed(tokens, 0, positions) : hidden;  // hidden_shape(B, T)
+  // ZeRO-3's ends unit: gathered for the embeddings and again for the head, freed over the blocks.
+  auto x = stage_.first ? run_embeddings(units_, [&] { return embed(tokens, 0, positions); }) : hidden;
   BlockInputs inputs;
   inputs.positions = positions;
   x = run_blocks(x, nullptr, inputs);
@@ -142,8 +144,7 @@ torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* 
   TORCH_CHECK(caches == nullptr || !positions.defined(), "packed documents' positions take no KV cache");
   TORCH_CHECK(caches == nullptr || units_ == nullptr, "a ZeRO-3 model does not generate: load it whole");
   const int64_t past = caches != nullptr ? (*caches)[0].seen : 0;
-  if (units_ != nullptr) units_->before_forward(0);  // the ends: embeddings, final norm, head
-  auto x = embed(tokens, past, positions);
+  auto x = run_embeddings(units_, [&] { return embed(tokens, past, positions); });
   BlockInputs inputs;
   inputs.positions = positions;
   return run_blocks(x, caches, inputs);
@@ -151,7 +152,10 @@ torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* 
 
 torch::Tensor GptImpl::final_hidden(const torch::Tensor& tokens, const torch::Tensor& positions) {
   TORCH_CHECK(tp_.size() <= 1, "final_hidden() is for a model that is not tensor-parallel");
-  return final_norm_->forward(trunk(tokens, nullptr, positions));
+  // The output layer's product is the caller's (head_weight(), the ends still gathered), with its gradients
+  // computed in forward (optim/linear_cross_entropy.h): the head's backward here is the final norm's.
+  return run_head(units_, trunk(tokens, nullptr, positions),
+                  [&](const torch::Tensor& h) { return final_norm_->forward(h); });
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens, std::vector<KVCache>* caches,

@@ -57,7 +57,9 @@ class GptImpl : public torch::nn::Module {
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position, const torch::Tensor& positions = {});
   torch::Tensor head(const torch::Tensor& hidden);  // (B, T or T / tp, C) -> (B, T, V or V_r)
   // What the LM head multiplies, for a loss that fuses the head (optim/linear_cross_entropy.h):
-  // forward(tokens) == final_hidden(tokens) @ head_weight()^T. tokens: (B, T) -> (B, T, C).
+  // forward(tokens) == final_hidden(tokens) @ head_weight()^T. tokens: (B, T) -> (B, T, C). Under ZeRO-3
+  // head_weight() holds its values until the backward has passed final_hidden: the caller's product must
+  // not need them in backward (linear_cross_entropy computes its gradients in forward).
   torch::Tensor final_hidden(const torch::Tensor& tokens, const torch::Tensor& positions = {});
   const torch::Tensor& head_weight() const { return ends_.head_weight(); }  // (V or V_r, C): the embedding's when tied
 

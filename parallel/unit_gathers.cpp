@@ -31,6 +31,20 @@ class GatherBeforeBackward : public torch::autograd::Function<GatherBeforeBackwa
   }
 };
 
+// The identity whose backward, once the head's own backward is done, lets its ends go (release_after_head_backward).
+class ReleaseAfterHeadBackward : public torch::autograd::Function<ReleaseAfterHeadBackward> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, ParameterUnits* units) {
+    ctx->saved_data["units"] = reinterpret_cast<int64_t>(units);
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    reinterpret_cast<ParameterUnits*>(ctx->saved_data["units"].toInt())->after_head_backward();
+    return {grad_outputs[0], torch::Tensor()};
+  }
+};
+
 // Resizes the storage under `tensor` to `bytes` (0: frees it), keeping the storage object and its views.
 void resize_storage(const torch::Tensor& tensor, size_t bytes) {
   c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
@@ -54,6 +68,11 @@ size_t full_storage_bytes(const torch::Tensor& tensor) {
 torch::Tensor gather_before_backward(const torch::Tensor& x, ParameterUnits* units, size_t unit) {
   if (units == nullptr || !torch::GradMode::is_enabled() || !x.requires_grad()) return x;
   return GatherBeforeBackward::apply(x, units, static_cast<int64_t>(unit));
+}
+
+torch::Tensor release_after_head_backward(const torch::Tensor& x, ParameterUnits* units) {
+  if (units == nullptr || !torch::GradMode::is_enabled() || !x.requires_grad()) return x;
+  return ReleaseAfterHeadBackward::apply(x, units);
 }
 
 UnitGathers::UnitGathers(Communicator& dp_group, size_t units, bool reshard_after_forward)
@@ -117,25 +136,44 @@ void UnitGathers::free(size_t index) {
 
 void UnitGathers::before_forward(size_t unit) {
   wait(unit);
+  if (unit == 0) ends_lead_ = true;
   if (unit + 1 < units_.size()) {
     start_gather(unit + 1);
-  } else if (next_ == NextPass::kForward && unit > 1) {
-    start_gather(1);  // the next forward's first block (this last one stays: it is never freed after forward)
+    return;
+  }
+  if (head_follows_) start_gather(0);  // the head's, after this last block
+  if (next_ == NextPass::kForward && unit > 1) {
+    if (ends_lead_) start_gather(0);  // the next forward's embeddings
+    start_gather(1);                  // and its first block (this last one stays: it is never freed after forward)
   }
 }
 
 void UnitGathers::after_forward(size_t unit) {
-  // The ends unit serves the head after the blocks and the step's backward: it stays until free_all(). The
-  // last block is the first backward needs: freeing it would only gather it again at once.
-  if (unit > 0 && unit + 1 < units_.size() && reshard_after_forward_) free(unit);
+  // The ends' forward here is the embeddings' (run_embeddings): the head gathers them again. The last block
+  // is the first backward needs: freeing it would only gather it again at once.
+  if (reshard_after_forward_ && (unit == 0 || unit + 1 < units_.size())) free(unit);
+}
+
+void UnitGathers::before_head() {
+  head_follows_ = true;
+  wait(0);
+}
+
+void UnitGathers::after_head_backward() {
+  if (reshard_after_forward_) free(0);
 }
 
 void UnitGathers::before_backward(size_t unit) {
   wait(unit);
-  if (unit > 1) {
-    start_gather(unit - 1);  // blocks run backward last to first; unit 0 is still gathered
-  } else if (unit == 1 && next_ == NextPass::kBackward) {
-    start_gather(units_.size() - 1);  // the next backward's first block
+  if (unit == 0) {
+    if (units_.size() > 1) start_gather(units_.size() - 1);  // the head's backward: the last block is next
+  } else if (unit > 1) {
+    start_gather(unit - 1);  // blocks run backward last to first
+  } else if (next_ == NextPass::kBackward) {
+    start_gather(units_.size() - 1);  // the next backward's last block
+    if (head_follows_) start_gather(0);  // and its head
+  } else if (next_ == NextPass::kForward && ends_lead_) {
+    start_gather(0);  // the next forward's embeddings (its first block, this one, stays)
   }
 }
 

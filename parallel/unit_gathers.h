@@ -3,16 +3,20 @@
 // parameter buffer, whose views the parameters are, and this rank's fp32 shard of it. Between uses the full
 // buffer's storage is resized to 0 bytes; a gather resizes it back and all-gathers the shards into it. The
 // storage object itself stays, so the parameters' views and what autograd saved of them for backward see the
-// refilled values, and nothing keeps a freed unit's bytes alive. The ends unit (unit 0) stays gathered from
-// its first forward until free_all() at the end of the step; a block is freed after its forward (but the
-// last block: backward starts with it) and after its backward, so besides the ends the block computing, the
-// one prefetched and the last one kept are gathered, however a pipeline schedule interleaves micro-batches'
-// forwards and backwards (a unit not prefetched is gathered when it is needed). Told what runs after the
+// refilled values, and nothing keeps a freed unit's bytes alive. The ends unit (unit 0) is freed after the
+// embeddings and after the head's backward when the model runs them so (run_embeddings, run_head: the
+// GPT), and otherwise stays gathered from its first forward until free_all() at the end of the step; a
+// block is freed after its forward (but the last block: backward starts with it) and after its backward,
+// so besides the ends the block computing, the one prefetched and the last one kept are gathered, however
+// a pipeline schedule interleaves micro-batches' forwards and backwards (a unit not prefetched is gathered
+// when it is needed). Told what runs after the
 // pass under way (set_next_pass: the next micro-batch's forward, a pipeline schedule's next action), it
 // prefetches across the boundary too: the first block during the last block's forward when a forward
 // follows, the last block during the first block's backward when a backward follows, and it keeps the first
-// block after its backward when a forward follows. Without resharding (parallel.reshard_after_forward
-// false) a block stays gathered from its first forward to free_all().
+// block after its backward when a forward follows. The ends go with them once the model has shown where
+// it uses them: for the head during the last block's forward, for the next forward's embeddings with its
+// first block, for the next backward's head with its last block. Without resharding
+// (parallel.reshard_after_forward false) every unit stays gathered from its first forward to free_all().
 #pragma once
 #include <torch/torch.h>
 
@@ -41,6 +45,8 @@ class UnitGathers : public ParameterUnits {
   void before_forward(size_t unit) override;
   void after_forward(size_t unit) override;
   void before_backward(size_t unit) override;
+  void before_head() override;
+  void after_head_backward() override;
   // The unit's gradients are all reduced (launched) in this backward: a block unit is freed (resharding).
   void backward_done(size_t unit);
   // Waits for gathers under way and frees every unit: the end of a step, of an evaluation (next pass: none).
@@ -71,6 +77,9 @@ class UnitGathers : public ParameterUnits {
   Communicator& dp_group_;
   bool reshard_after_forward_;
   NextPass next_ = NextPass::kNone;
+  // Learned from the model's calls (the first step's first forward gathers on demand): the stage's forward
+  // starts with the ends (its embeddings), and ends with them (its head): where a prefetch of the ends goes.
+  bool ends_lead_ = false, head_follows_ = false;
   std::vector<Unit> units_;
   int64_t gathers_ = 0;
   double waited_s_ = 0;

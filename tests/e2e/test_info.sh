@@ -68,34 +68,38 @@ assert z2["communication"] == {"all_reduced": 0, "reduce_scattered": 2 * 4 * P, 
 assert [z["layout"]["zero"] for z in (z0, z1, z2)] == [0, 1, 2]
 print(f"llama2-7b gradients per rank at dp=8: {z1['memory']['gradients'] / 2**30:.2f} GiB with ZeRO-1, "
       f"{z2['memory']['gradients'] / 2**30:.2f} GiB with ZeRO-2")
-# ZeRO-3: the weights are fp32 shards too; gathered at once are the ends unit (embedding, final norm, head)
-# and two blocks; the gradients alive are two blocks' (one reduce-scattering, one filling) and the untied head's.
-# Per step: the ends gathered once, per micro-batch 32 blocks for forward and 31 again for backward (the last
-# one is kept); without resharding every block once per step.
+# ZeRO-3: the weights are fp32 shards too; gathered at once are two units: the ends (embedding, final norm,
+# head), gathered for the embeddings and again for the head and freed between, take a block's place beside
+# the first or the last block; the gradients alive are two blocks' (one reduce-scattering, one filling) and
+# the untied head's. Per micro-batch (2 here): the ends twice, 32 blocks for forward and 31 again for
+# backward (the last one is kept); without resharding the ends and every block once per step.
 block = 2 * 4096 + 4 * 4096**2 + 3 * 4096 * 11008
 ends = P - 32 * block
 assert ends == 2 * 32000 * 4096 + 4096
 z3 = info(3)
 shard = -(-P // 8)
 assert z3["memory"]["weights"] == 4 * shard and z3["memory"]["optimizer"] == 8 * shard, z3["memory"]
-assert z3["memory"]["gathered"] == 4 * (ends + 2 * block), z3["memory"]
+assert ends > block and z3["memory"]["gathered"] == 4 * (ends + block), z3["memory"]
 head = 32000 * 4096  # untied: its gradient's bucket is alive all through backward, beside two blocks'
 assert z3["memory"]["gradients"] == 4 * (shard + 2 * block + head), z3["memory"]
 assert z3["communication"] == {"all_reduced": 0, "reduce_scattered": 2 * 4 * P,
-                               "all_gathered": 4 * (ends + 2 * 63 * block)}, z3["communication"]
+                               "all_gathered": 4 * (2 * 2 * ends + 2 * 63 * block)}, z3["communication"]
 kept = json.loads(subprocess.check_output([loom, "info", f"{configs}/llama2-7b.yaml", "--json", "--set", "parallel.dp=8",
                                            "--set", "parallel.zero=3", "--set", "parallel.reshard_after_forward=false", *two]))
 assert kept["memory"]["gathered"] == 4 * P and kept["communication"]["all_gathered"] == 4 * (ends + 32 * block)
 # With pipeline stages (1F1B, 2 micro-batches, 16 blocks a stage) each stage gathers its own ends and blocks:
 # the first its embedding and, running two forwards back to back in its warm-up, three blocks (the one
 # computing, the one prefetched, the last one kept for its backward); the last its final norm and head, and
-# two blocks (it alternates forward and backward). The step's gathers: the busiest stage's (the last's).
+# two blocks (it alternates forward and backward); a stage's ends count beside its blocks (the last stage keeps
+# them for a head's backward while other forwards run), gathered once per micro-batch. The step's gathers: the
+# busiest stage's (the last's).
 staged = json.loads(subprocess.check_output([loom, "info", f"{configs}/llama2-7b.yaml", "--json", "--set", "parallel.dp=8",
                                              "--set", "parallel.zero=3", *two, "--set", "parallel.pp=2",
                                              "--set", "parallel.pp_schedule=1f1b"]))
 first, last = (s["memory"]["gathered"] for s in staged["stages"])
 assert first == 4 * (32000 * 4096 + 3 * block) and last == 4 * (32000 * 4096 + 4096 + 2 * block), (first, last)
-assert staged["communication"]["all_gathered"] == 4 * (32000 * 4096 + 4096 + 2 * 31 * block), staged["communication"]
+assert staged["communication"]["all_gathered"] == 4 * (2 * (32000 * 4096 + 4096) + 2 * 31 * block), \
+    staged["communication"]
 states = lambda z: sum(z["memory"][k] for k in ("weights", "gradients", "optimizer", "gathered"))
 print(f"llama2-7b model states per rank at dp=8: {states(z0) / 2**30:.2f} GiB plain, {states(z2) / 2**30:.2f} GiB "
       f"with ZeRO-2, {states(z3) / 2**30:.2f} GiB with ZeRO-3")

@@ -139,7 +139,7 @@ same_losses "$WORK/dropout" "$WORK/killed" "ZeRO-3 DP=2, dropout 0.1, SIGKILL in
 # Memory at DP=4 on a model whose states dominate (9.7M parameters in 12 blocks of 0.79M, 32-token windows):
 # for ZeRO 0, 1, 2 and 3 every rank's measured peak in tensors (`loom bench`, the caching allocator's count)
 # is within 10% of `loom info`'s estimate, each stage holds less than the one before, and ZeRO-3 holds at
-# most 0.45 of ZeRO-0 (measured 163.1, 116.6, 90.6 and 64.1 MiB: 0.39; loom info 162.4, 116.0, 90.8, 64.0).
+# most 0.45 of ZeRO-0 (measured 163.1, 116.6, 90.6 and 63.1 MiB: 0.39; loom info 162.4, 116.0, 90.8, 62.9).
 states=(--set model.vocab_size=1024 --set model.d_model=256 --set model.n_layers=12 --set model.n_heads=4 --set data.seq_len=32
         --set model.max_seq_len=32 --set model.dropout=0 --set train.batch_size=8 --set train.micro_batch_size=0
         --set parallel.bucket_mb=4 --set parallel.dp=4)

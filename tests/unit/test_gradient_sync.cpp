@@ -38,6 +38,12 @@ torch::Tensor input_of(int rank, int step, int micro) {
 
 torch::Tensor loss_of(ThreeLayer& model, const torch::Tensor& x) { return model.forward(x).pow(2).mean(); }
 
+// The same initial weights every time: a model and its reference.
+ThreeLayer seeded_three_layer() {
+  torch::manual_seed(5);
+  return ThreeLayer();
+}
+
 // The reference's gradients of a step: every rank's micro-batches accumulated into one model.
 void reference_backward(ThreeLayer& reference, int ranks, int step) {
   for (auto& p : reference.parameters()) p.mutable_grad() = torch::Tensor();
@@ -121,10 +127,7 @@ TEST_CASE("gradient sync: ZeRO-1 and ZeRO-2 shards hold the DP average of accumu
     for (const int64_t zero : {1, 2}) {
       for (const bool defer_first : {false, true}) {
         INFO("zero " << zero << ", first parameter deferred " << defer_first << ", hybrid sharding " << hybrid);
-        torch::manual_seed(5);
-        ThreeLayer model;
-        torch::manual_seed(5);
-        ThreeLayer reference;
+        ThreeLayer model = seeded_three_layer(), reference = seeded_three_layer();
         const auto params = model.parameters(), reference_params = reference.parameters();
         // Buckets of ~200 bytes: one per weight matrix, so more reductions than kReductionsInFlight.
         std::vector<torch::Tensor> deferred;
@@ -208,6 +211,38 @@ TEST_CASE("gradient sync: ZeRO-2 partitions the optimizer state as ZeRO-1 does",
 
 namespace {
 
+// Each rank's optimizer tensors hold, slice by slice, its part of the reference's gradients averaged over
+// the ranks.
+void check_shard_gradients(const GradientSync& sync, const std::vector<torch::Tensor>& params,
+                           const std::vector<torch::Tensor>& reference_params, int ranks) {
+  const auto shards = sync.optimizer_parameters();
+  const auto slices = sync.optimizer_slices();
+  REQUIRE(shards.size() == slices.size());
+  for (size_t i = 0; i < shards.size(); ++i) {
+    for (const auto& slice : slices[i]) {
+      const size_t p = index_of(params, slice.parameter);
+      const auto expected =
+          reference_params[p].grad().reshape(-1).narrow(0, slice.parameter_offset, slice.length) / ranks;
+      const auto got = shards[i].grad().narrow(0, slice.offset, slice.length);
+      CHECK(max_abs_diff(got, expected) <= 1e-6 * (1.0 + expected.abs().max().item<double>()));
+    }
+  }
+}
+
+// The same SGD step (lr 0.5) on the shards and on the reference.
+void sgd_step(const GradientSync& sync, const std::vector<torch::Tensor>& reference_params, int ranks) {
+  torch::NoGradGuard no_grad;
+  for (const auto& shard : sync.optimizer_parameters()) shard.sub_(shard.grad() * 0.5);
+  for (auto p : reference_params) p.sub_(p.grad() / ranks * 0.5);
+}
+
+// A ZeRO-3 step's start: the reference's gradients of the step, the sync's zeroed. Returns the gathers so far.
+int64_t begin_step(GradientSync& sync, ThreeLayer& reference, int ranks, int step) {
+  reference_backward(reference, ranks, step);
+  sync.zero_grad();
+  return sync.parameter_units()->gathers();
+}
+
 // ThreeLayer as ZeRO-3 units, as a model's stage forward calls them: `a` in the ends unit (0), b and c the
 // blocks (1, 2).
 torch::Tensor unit_loss(ThreeLayer& model, ParameterUnits* units, const torch::Tensor& x) {
@@ -265,10 +300,7 @@ TEST_CASE("gradient sync: ZeRO-3 gathers each unit for forward and backward and 
   const int rank = comm->rank(), ranks = comm->size();
   for (const bool reshard : {true, false}) {
     INFO("reshard_after_forward " << reshard);
-    torch::manual_seed(5);
-    ThreeLayer model;
-    torch::manual_seed(5);
-    ThreeLayer reference;
+    ThreeLayer model = seeded_three_layer(), reference = seeded_three_layer();
     const auto params = model.parameters(), reference_params = reference.parameters();
     GradientSync sync(weight_decay_groups(model), *comm, 25, 3, torch::kFloat, {},
                       {model.a->parameters(), model.b->parameters(), model.c->parameters()}, reshard);
@@ -279,10 +311,7 @@ TEST_CASE("gradient sync: ZeRO-3 gathers each unit for forward and backward and 
     for (const auto& p : params) CHECK(p.storage().nbytes() == 0);  // only the shards hold values
     for (int step = 0; step < 2; ++step) {
       INFO("step " << step);
-      reference_backward(reference, ranks, step);
-
-      sync.zero_grad();
-      const int64_t gathers_before = units->gathers();
+      const int64_t gathers_before = begin_step(sync, reference, ranks, step);
       for (int m = 0; m < kMicroBatches; ++m) {
         if (m == kMicroBatches - 1) sync.prepare_last_backward();
         const bool forward_follows = m + 1 < kMicroBatches;  // told as the trainer tells it
@@ -308,24 +337,58 @@ TEST_CASE("gradient sync: ZeRO-3 gathers each unit for forward and backward and 
       for (size_t u = 0; u < units->unit_count(); ++u) CHECK_FALSE(units->gathered(u));
       for (const auto& p : params) CHECK(p.storage().nbytes() == 0);
 
-      const auto shards = sync.optimizer_parameters();
-      const auto slices = sync.optimizer_slices();
-      REQUIRE(shards.size() == slices.size());
-      for (size_t i = 0; i < shards.size(); ++i) {
-        for (const auto& slice : slices[i]) {
-          const size_t p = index_of(params, slice.parameter);
-          const auto expected =
-              reference_params[p].grad().reshape(-1).narrow(0, slice.parameter_offset, slice.length) / ranks;
-          const auto got = shards[i].grad().narrow(0, slice.offset, slice.length);
-          CHECK(max_abs_diff(got, expected) <= 1e-6 * (1.0 + expected.abs().max().item<double>()));
-        }
-      }
+      check_shard_gradients(sync, params, reference_params, ranks);
       // The same SGD step on the shards and on the reference: the next step's forwards gather the update.
-      torch::NoGradGuard no_grad;
-      for (const auto& shard : shards) shard.sub_(shard.grad() * 0.5);
-      for (auto& p : reference_params) p.sub_(p.grad() / ranks * 0.5);
+      sgd_step(sync, reference_params, ranks);
       sync.gather_parameters();  // nothing to gather at ZeRO-3
       for (const auto& p : params) CHECK(p.storage().nbytes() == 0);
+    }
+  }
+}
+
+TEST_CASE("gradient sync: ZeRO-3 frees the ends between the embeddings and the head", "[mpi]") {
+  // ThreeLayer as a GPT's units: `a` the embeddings and `c` the head, both in the ends unit (0), `b` the one
+  // block (1). run_embeddings frees the ends after `a` (whose backward needs no weights: x needs no
+  // gradient), run_head gathers them again for `c` and keeps them for its backward, which frees them.
+  const bool reshard = GENERATE(true, false);  // parallel.reshard_after_forward
+  CAPTURE(reshard);
+  auto comm = loom::test::processes().world(/*timeout_s=*/60);
+  const int rank = comm->rank(), ranks = comm->size();
+  {
+    ThreeLayer model = seeded_three_layer(), reference = seeded_three_layer();
+    const auto params = model.parameters(), reference_params = reference.parameters();
+    std::vector<torch::Tensor> ends = model.a->parameters();
+    for (const auto& p : model.c->parameters()) ends.push_back(p);
+    GradientSync sync(weight_decay_groups(model), *comm, 25, 3, torch::kFloat, {}, {ends, model.b->parameters()},
+                      reshard);
+    UnitGathers* units = sync.parameter_units();
+    for (int step = 0; step < 2; ++step) {
+      INFO("step " << step);
+      const int64_t gathers_before = begin_step(sync, reference, ranks, step);
+      for (int m = 0; m < kMicroBatches; ++m) {
+        if (m == kMicroBatches - 1) sync.prepare_last_backward();
+        sync.set_next_pass(NextPass::kBackward);
+        const auto x = input_of(rank, step, m);
+        auto h = run_embeddings(units, [&] { return model.a(x); });
+        h = run_unit(units, 1, [&] {
+          // The first forward frees the ends for the block; later ones prefetch them for the head meanwhile.
+          if (step == 0 && m == 0) CHECK((model.a->weight.storage().nbytes() == 0) == reshard);
+          return model.b(torch::tanh(h));
+        });
+        const auto out = run_head(units, h, [&](const torch::Tensor& in) { return model.c(torch::tanh(in)); });
+        const auto loss = out.pow(2).mean();
+        CHECK(units->gathered(0));  // kept for the head's backward
+        sync.set_next_pass(m + 1 < kMicroBatches ? NextPass::kForward : NextPass::kNone);
+        loss.backward();
+        // Resharding, freed after the head's backward (the next forward's gather may be on its way).
+        if (m + 1 == kMicroBatches) CHECK(units->gathered(0) == !reshard);
+      }
+      // Resharding, per micro-batch the ends twice (embeddings, head); the block once per step (kept from a
+      // backward to the next forward). Without: each unit once per step.
+      CHECK(units->gathers() - gathers_before == (reshard ? 2 * kMicroBatches + 1 : 2));
+      sync.finish();
+      check_shard_gradients(sync, params, reference_params, ranks);
+      sgd_step(sync, reference_params, ranks);
     }
   }
 }
@@ -351,10 +414,7 @@ TEST_CASE("gradient sync: ZeRO-3 under a pipeline schedule's interleaved micro-b
   for (const auto& [name, schedule, gathers_resharding] : schedules) {
     for (const bool reshard : {true, false}) {
       INFO(name << ", reshard_after_forward " << reshard);
-      torch::manual_seed(5);
-      ThreeLayer model;
-      torch::manual_seed(5);
-      ThreeLayer reference;
+      ThreeLayer model = seeded_three_layer(), reference = seeded_three_layer();
       const auto params = model.parameters(), reference_params = reference.parameters();
       for (int k = 0; k < ranks; ++k)
         for (int m = 0; m < kMicro; ++m) loss_of(reference, input_of(k, 0, m)).backward();
