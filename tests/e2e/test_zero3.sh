@@ -12,7 +12,8 @@
 # SIGKILLed inside a save leaves the previous checkpoint whole, and with dropout on the run resumed from it
 # repeats the uninterrupted losses bit for bit; `loom eval` and `loom export` load a ZeRO-3 checkpoint whole;
 # at DP=4 the measured peak in tensors of ZeRO 0 to 3 is within 10% of `loom info`'s estimate. Pipeline stages (each stage sharding its
-# own units): DP=2 x PP=2 1F1B (also without resharding) and GPipe, DP=2 x TP=2 x PP=2 (8 ranks), and resuming at step 10 out
+# own units): DP=2 x PP=2 1F1B (also without resharding) and GPipe, DP=2 x TP=2 x PP=2 (8 ranks), DP=2 x PP=3
+# (a middle stage without ends), an untied head at DP=2, and resuming at step 10 out
 # of PP=2 into one process and out of DP=2 into DP=2 x PP=2; the encoder-decoder at DP=2 and, pre-norm,
 # DP=2 x PP=2 (10 steps against its single run).
 source "$(dirname "$0")/common.sh"
@@ -55,6 +56,16 @@ same_losses_and_grad_norms "$WORK/single" "$WORK/dp2pp2-keep" "ZeRO-3 DP=2 x PP=
 zero3_train 8 "$WORK/dp2tp2pp2" --set parallel.tp=2 --set parallel.pp=2 --set parallel.microbatches=2
 grep -q "layout dp=2 cp=1 tp=2 pp=2" "$WORK/dp2tp2pp2.log" || fail "DP=2 x TP=2 x PP=2 did not run as such"
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2tp2pp2" "ZeRO-3 DP=2 x TP=2 x PP=2 1f1b"
+# Three stages: the middle one's ends unit is empty and never gathered (1 block each, GPipe).
+zero3_train 6 "$WORK/dp2pp3" --set parallel.pp=3 --set parallel.pp_schedule=gpipe --set parallel.microbatches=2
+grep -q "layout dp=2 cp=1 tp=1 pp=3" "$WORK/dp2pp3.log" || fail "DP=2 x PP=3 did not run as such"
+same_losses_and_grad_norms "$WORK/single" "$WORK/dp2pp3" "ZeRO-3 DP=2 x PP=3 gpipe"
+# An untied head: its weight is in the ends with the embeddings, freed over the blocks between them.
+untied=(--set model.tie_embeddings=false)
+tiny_train "$WORK/untied-single" "${common[@]}" "${untied[@]}" --set train.micro_batch_size=8 >"$WORK/untied-single.log" 2>&1 ||
+  fail "untied single run"
+zero3_train 2 "$WORK/untied" "${untied[@]}" --set train.micro_batch_size=4
+same_losses_and_grad_norms "$WORK/untied-single" "$WORK/untied" "ZeRO-3 DP=2 x 2 micro-batches, untied head"
 # A run's step-10 checkpoint resumed in another layout (steps 11-20) continues the single process's curve:
 # out of the stages' shards into one process, and out of one stage into two (each stage fills its own shards).
 resume_at_10() {  # resume_at_10 FROM_RUN RUN RANKS WHAT [--set ...]
