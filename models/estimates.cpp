@@ -221,7 +221,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
     // without it the first stage's estimate was 11% low, 8% with it and 6% after the copy got a bucket of its own).
     const auto bucket_params = static_cast<int64_t>(config.parallel.bucket_mb * 1024 * 1024) / (bf16_params ? 2 : 4);
     const bool holds_tied_copy = pp > 1 && m.tie_embeddings && (stage == 0 || stage == pp - 1);
-    const int64_t deferred = holds_tied_copy ? (m.vocab_size * m.d_model + tp - 1) / tp : 0;
+    const int64_t deferred = holds_tied_copy ? (parts_of(m).embedding + tp - 1) / tp : 0;
     const auto alive = zero3 ? std::max(2 * units.largest + units.head, units.largest + units.ends)
                              : static_cast<int64_t>(GradientSync::kReductionsInFlight + 1) * bucket_params + deferred;
     out.gradients = 4 * (shard_params + std::min(params, alive));

@@ -18,13 +18,14 @@
 //           docs/ARCHITECTURE.md, section 5). `deferred` parameters (a pipeline stage's copy of the tied
 //           embedding, whose gradient is summed over the stages after the last backward) have a bucket of
 //           their own (nothing else is kept with them), kept whole over the micro-batches and reduced in
-//           finish(), as zero 1 does (zero 3 too: it is in the ends unit, gathered until finish() anyway).
+//           finish(), as zero 1 does (zero 3 too: the bucket of the ends unit that holds it).
 //   zero 3: as zero 2, but the parameters live only as shards: the buckets are the model's units
 //           (parallel/parameter_units.h: each block, the ends), one per unit and optimizer group, not
 //           bucket_mb; each shard is a tensor of its own, and the full flat buffers, whose views the
 //           parameters are, hold storage only while parallel/unit_gathers.h has the unit gathered. A unit
-//           is freed once its gradients are reduced in backward (block units, when resharding) or at
-//           finish() (the ends; every block with parallel.reshard_after_forward false);
+//           is freed once its gradients are reduced in backward (block units, when resharding), after the
+//           head's backward (the GPT's ends) or at finish() (the encoder-decoder's ends; every unit with
+//           parallel.reshard_after_forward false);
 //           after the optimizer step nothing is gathered: the next forward gathers the updated shards.
 // With a DP group of one there is no communication, just the flat buffers (zero 2: copies into the shard).
 // Hybrid sharding (parallel.shard_size, zero 1 to 3): the group given is the shard group, a part of the
