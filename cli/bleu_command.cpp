@@ -1,5 +1,5 @@
 // `loom bleu REF_FILE < HYP_FILE`: corpus BLEU of the hypotheses on stdin against the references, line
-// by line, computed as `sacrebleu REF_FILE < HYP_FILE` does by default (see data/bleu.h).
+// by line, computed as `sacrebleu REF_FILE < HYP_FILE` does by default (see train/bleu.h).
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -8,7 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/bleu.h"
+#include "train/bleu.h"
 
 namespace loom::cli {
 namespace {

@@ -3,7 +3,7 @@
 // loss and perplexity of a model on its evaluation data, computed as the Trainer's validation
 // (train/evaluate.h: train.eval_batches batches of train.batch_size sequences). For a translation model
 // (model.arch: transformer) also the quality of its translations of the whole evaluation set, decoded as
-// decode.* says (--beam overrides decode.beam): exact match, and corpus BLEU (data/bleu.h, as sacreBLEU)
+// decode.* says (--beam overrides decode.beam): exact match, and corpus BLEU (train/bleu.h, as sacreBLEU)
 // of the detokenized translations against the detokenized references when the run has a tokenizer;
 // --translations FILE writes the translations there, one line per pair in the order of the data.
 //   - a run dir: its newest (or --step) checkpoint, data from the checkpoint's config; --set may change the

@@ -12,7 +12,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/file_io.h"
-#include "data/tokenizer.h"
+#include "data/tokenizers/tokenizer.h"
 #include "models/hf_weights.h"
 #include "train/inference.h"
 

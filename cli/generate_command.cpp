@@ -8,8 +8,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/incremental_decoder.h"
-#include "data/tokenizer.h"
+#include "data/tokenizers/incremental_decoder.h"
+#include "data/tokenizers/tokenizer.h"
 #include "models/generate.h"
 #include "train/inference.h"
 

@@ -13,7 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/data_files.h"
+#include "data/corpus/data_files.h"
 #include "models/estimates.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline_schedule.h"

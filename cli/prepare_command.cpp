@@ -1,7 +1,7 @@
 // `loom prepare INPUT... --tokenizer FILE --out DIR`: text and JSON Lines corpora (gzip, zstd) -> a prepared
-// directory of token shards, document indexes and a manifest (data/prepare.h), which `data.train: DIR` and
+// directory of token shards, document indexes and a manifest (data/prepare/prepare.h), which `data.train: DIR` and
 // `data.valid: DIR` train on. Draws a progress bar (bytes, MB/s, ETA) on a terminal. --sft: JSONL records
-// of prompt/response or chat messages, with a loss mask per shard (data/sft_record.h).
+// of prompt/response or chat messages, with a loss mask per shard (data/prepare/sft_record.h).
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -12,7 +12,7 @@
 #include "cli/tokenizer_args.h"
 #include "core/error.h"
 #include "core/system.h"
-#include "data/prepare.h"
+#include "data/prepare/prepare.h"
 #include "train/metrics.h"
 #include "train/progress.h"
 

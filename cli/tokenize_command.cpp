@@ -1,5 +1,5 @@
 // `loom tokenize`: text -> token file. One line per document (a verse), each ended by EOS; with
-// --target, line i of TEXT_FILE and of the target file form translation pair i (data/pair_file.h).
+// --target, line i of TEXT_FILE and of the target file form translation pair i (data/pairs/pair_file.h).
 #include <spdlog/spdlog.h>
 
 #include <fstream>
@@ -8,9 +8,9 @@
 #include "cli/commands.h"
 #include "cli/tokenizer_args.h"
 #include "core/error.h"
-#include "data/pair_file.h"
-#include "data/seq2seq_batch.h"
-#include "data/token_file.h"
+#include "data/pairs/pair_file.h"
+#include "data/pairs/seq2seq_batch.h"
+#include "data/corpus/token_file.h"
 
 namespace loom::cli {
 namespace {
@@ -25,7 +25,7 @@ std::vector<std::vector<int32_t>> encode_lines(const Tokenizer& tokenizer, const
 
 void write_pairs(const Tokenizer& tokenizer, const std::string& source_path, const std::string& target_path,
                  const std::string& out) {
-  // The encoder-decoder starts every target with id 1 and ends it with id 2 (data/seq2seq_batch.h).
+  // The encoder-decoder starts every target with id 1 and ends it with id 2 (data/pairs/seq2seq_batch.h).
   const auto id_text = [](std::optional<int32_t> id) { return id ? std::to_string(*id) : std::string("none"); };
   LOOM_CHECK(tokenizer.bos_id() == kBosId && tokenizer.eos_id() == kEosId, "the tokenizer has bos id ",
              id_text(tokenizer.bos_id()), " and eos id ", id_text(tokenizer.eos_id()),

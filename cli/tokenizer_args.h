@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cli/args.h"
-#include "data/tokenizer.h"
+#include "data/tokenizers/tokenizer.h"
 
 namespace loom::cli {
 

@@ -12,7 +12,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/parse_number.h"
-#include "data/tokenizer.h"
+#include "data/tokenizers/tokenizer.h"
 #include "models/beam_search.h"
 #include "train/inference.h"
 #include "train/translation_eval.h"

@@ -73,7 +73,7 @@ struct DataConfig {
   int64_t seq_len = 128;
   // Packed documents: attention stays inside each document of a window and positions restart there.
   bool document_mask = false;
-  // Synthetic source -> target pairs for the encoder-decoder (data/synthetic_pairs.h) instead of files.
+  // Synthetic source -> target pairs for the encoder-decoder (data/pairs/synthetic_pairs.h) instead of files.
   SyntheticTask synthetic = SyntheticTask::kNone;
   int64_t synthetic_vocab = 32;
   int64_t synthetic_min_len = 1;
@@ -95,7 +95,7 @@ struct SpecialTokensSetting {
 struct TokenizerConfig {
   std::string model;          // a SentencePiece .model, a Hugging Face tokenizer.json or a .tiktoken rank file
   TokenizerType type = TokenizerType::kAuto;
-  std::string pattern;        // tiktoken: the split regex, or a name (data/tokenizer_presets.h)
+  std::string pattern;        // tiktoken: the split regex, or a name (data/tokenizers/tokenizer_presets.h)
   SpecialTokensSetting special_tokens;  // tiktoken only
 };
 

@@ -25,7 +25,7 @@ enum class ParamDtype { kFp32, kBf16 };
 enum class PipelineSchedule { kGPipe, k1F1B };
 enum class DeviceKind { kCpu, kCuda };
 enum class CpuAllocatorKind { kCaching, kSystem };
-// A loaded tokenizer's type is never kAuto (data/tokenizer.h reads it from the file).
+// A loaded tokenizer's type is never kAuto (data/tokenizers/tokenizer.h reads it from the file).
 enum class TokenizerType { kAuto, kSentencePiece, kHuggingFace, kTiktoken };
 
 // One value of a config enum: its name in YAML and, for the reference, what it means (may be empty).

@@ -69,7 +69,7 @@ void visit_fields(Config& c, Visitor&& v) {
 
   v("train.max_steps", c.train.max_steps, "Optimizer steps to train for (raise it to extend a finished run).");
   v("train.batch_size", c.train.batch_size, "Global sequences per optimizer step.");
-  v("train.batch_tokens", c.train.batch_tokens, "Encoder-decoder runs on pair files: padded source + target tokens per global batch, pairs of similar lengths batched together (data/pair_sampler.h), so the pairs per step vary; each DP rank splits its share into batch_size / (micro_batch_size * dp) micro-batches. 0: off (a `gpt` language model and the synthetic tasks batch train.batch_size sequences; evaluation always does).");
+  v("train.batch_tokens", c.train.batch_tokens, "Encoder-decoder runs on pair files: padded source + target tokens per global batch, pairs of similar lengths batched together (data/pairs/pair_sampler.h), so the pairs per step vary; each DP rank splits its share into batch_size / (micro_batch_size * dp) micro-batches. 0: off (a `gpt` language model and the synthetic tasks batch train.batch_size sequences; evaluation always does).");
   v("train.micro_batch_size", c.train.micro_batch_size, "Sequences per forward/backward; batch_size / (micro_batch_size * dp) micro-batches are accumulated. 0: batch_size / dp.");
   v("train.log_every", c.train.log_every, "Steps between progress lines and metrics rows.");
   v("train.eval_every", c.train.eval_every, "Steps between validation passes; 0 evaluates only at the end.");

@@ -1,7 +1,7 @@
 // Packed documents (data.document_mask): a training window holds several documents back to back, and
 // each token attends only to the earlier tokens of its own document, with positions that restart at each
 // document. The data gives the model one tensor for it, each token's position inside its document
-// (B, T) int64 (data/lm_sampler.h); everything else follows from it: token i's document starts at
+// (B, T) int64 (data/corpus/lm_sampler.h); everything else follows from it: token i's document starts at
 // i - position[i], so query i sees keys [i - position[i], i], a block-diagonal causal mask.
 // An undefined positions tensor means one document per row (positions 0 .. T - 1): no mask is built.
 #pragma once

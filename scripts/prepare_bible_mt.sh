@@ -3,7 +3,7 @@
 # engKJV2006eb) against the Reina-Valera 1909 (sword-text-sparv, module spaRV1909eb), verse by verse:
 #   OUT/{train,valid,test}.{en,es}   line-aligned verses, markup and Strong's numbers stripped
 #   OUT/tokenizer.model              joint SentencePiece BPE (byte fallback) on train.en + train.es,
-#                                    default ids: 0 unk, 1 bos, 2 eos (data/seq2seq_batch.h)
+#                                    default ids: 0 unk, 1 bos, 2 eos (data/pairs/seq2seq_batch.h)
 #   OUT/{train,valid,test}.bin       pair files, English source -> Spanish target (loom tokenize --target)
 # Verse extraction and cleaning are scripts/bible_verses.sh's, shared with prepare_kjv.sh; a verse
 # that is empty or missing in either translation (the two versifications differ in a few places) is

@@ -10,7 +10,7 @@
 
 #include "core/cpu_allocator.h"
 #include "core/error.h"
-#include "data/lm_batches.h"
+#include "data/corpus/lm_batches.h"
 #include "models/estimates.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/op_time.h"

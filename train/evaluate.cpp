@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "data/batch_slices.h"
+#include "data/corpus/batch_slices.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/pipeline_runner.h"
 #include "train/runtime.h"

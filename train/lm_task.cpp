@@ -1,9 +1,9 @@
 #include "train/lm_task.h"
 
 #include "core/error.h"
-#include "data/data_files.h"
-#include "data/lm_mixture.h"
-#include "data/tokenizer.h"
+#include "data/corpus/data_files.h"
+#include "data/corpus/lm_mixture.h"
+#include "data/tokenizers/tokenizer.h"
 #include "models/hf_weights.h"
 #include "optim/cross_entropy.h"
 #include "optim/linear_cross_entropy.h"

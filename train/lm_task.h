@@ -1,10 +1,10 @@
 // The language-model task: the GPT trained on windows of token files or prepared directories, one or a
-// weighted mixture (data/lm_mixture.h), loss the next-token cross-entropy.
+// weighted mixture (data/corpus/lm_mixture.h), loss the next-token cross-entropy.
 #pragma once
 #include <memory>
 
-#include "data/lm_batches.h"
-#include "data/token_corpus.h"
+#include "data/corpus/lm_batches.h"
+#include "data/corpus/token_corpus.h"
 #include "models/gpt.h"
 #include "train/task.h"
 

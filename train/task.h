@@ -21,7 +21,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
-#include "data/lm_batches.h"
+#include "data/corpus/lm_batches.h"
 #include "parallel/communicator.h"
 #include "parallel/context_parallel_layout.h"
 #include "parallel/tensor_parallel_rng.h"
@@ -71,7 +71,7 @@ class Task {
   // Sequences [first, first + count) of the global training batch of `step`, on the CPU.
   virtual TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const = 0;
   // Sequences in the global training batch of `step`: train.batch_size, or as many pairs as fill
-  // train.batch_tokens. The Trainer shares them out by data/batch_slices.h.
+  // train.batch_tokens. The Trainer shares them out by data/corpus/batch_slices.h.
   virtual int64_t train_batch_size(int64_t step) const = 0;
   // Sequences [first, first + count) of the fixed evaluation set (wrapping around at its end).
   virtual TaskBatch eval_batch(int64_t first, int64_t count) const = 0;
@@ -85,7 +85,7 @@ class Task {
   // a task whose outputs are not scored.
   virtual std::optional<OutputScores> score_outputs(const Config&) { return std::nullopt; }
 
-  // A mixture of training sources (data/lm_mixture.h): their names, and per source the tokens of the whole
+  // A mixture of training sources (data/corpus/lm_mixture.h): their names, and per source the tokens of the whole
   // global batch of `step`, for metrics.jsonl's tokens_by_source. Empty: one source.
   virtual std::vector<std::string> source_names() const { return {}; }
   virtual std::vector<int64_t> source_tokens(int64_t) const { return {}; }

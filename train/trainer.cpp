@@ -12,7 +12,7 @@
 #include "core/file_io.h"
 #include "core/logging.h"
 #include "core/signals.h"
-#include "data/batch_slices.h"
+#include "data/corpus/batch_slices.h"
 #include "models/estimates.h"
 #include "optim/optimizer.h"
 #include "train/evaluate.h"

@@ -12,7 +12,7 @@
 
 #include "core/config.h"
 #include "core/fault_injection.h"
-#include "data/lm_batches.h"
+#include "data/corpus/lm_batches.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"

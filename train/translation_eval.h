@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "core/config.h"
-#include "data/bleu.h"
-#include "data/seq2seq_source.h"
-#include "data/tokenizer.h"
+#include "train/bleu.h"
+#include "data/pairs/seq2seq_source.h"
+#include "data/tokenizers/tokenizer.h"
 #include "models/beam_search.h"
 #include "models/encoder_decoder.h"
 

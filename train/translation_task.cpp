@@ -3,7 +3,7 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "data/data_files.h"
+#include "data/corpus/data_files.h"
 #include "optim/cross_entropy.h"
 #include "train/translation_eval.h"
 

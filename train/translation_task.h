@@ -1,11 +1,11 @@
 // The translation task: the encoder-decoder trained on Seq2SeqBatch pairs with teacher forcing (decoder
 // input bos + target, labels target + eos), loss the label-smoothed cross-entropy over the non-padding
 // target tokens. Its batches are padded to multiples of data.pad_to_multiple and, under sequence
-// parallelism, of the TP size (data/seq2seq_source.h pad_to_multiple): the padding counts for nothing.
+// parallelism, of the TP size (data/pairs/seq2seq_source.h pad_to_multiple): the padding counts for nothing.
 #pragma once
 #include <memory>
 
-#include "data/seq2seq_source.h"
+#include "data/pairs/seq2seq_source.h"
 #include "models/encoder_decoder.h"
 #include "train/task.h"
 

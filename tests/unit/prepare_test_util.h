@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer_training.h"
+#include "data/prepare/tokenizer_training.h"
 #include "fuzz_util.h"
 #include "test_util.h"
 

@@ -4,8 +4,8 @@
 // uncached one, and translations respect max_len_a * source length + max_len_b.
 #include <cmath>
 
-#include "data/seq2seq_source.h"
-#include "data/synthetic_pairs.h"
+#include "data/pairs/seq2seq_source.h"
+#include "data/pairs/synthetic_pairs.h"
 #include "models/beam_search.h"
 #include "test_util.h"
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "data/bleu.h"
+#include "train/bleu.h"
 #include "test_util.h"
 
 using loom::BleuStats;

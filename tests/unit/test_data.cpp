@@ -4,9 +4,9 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "data/lm_sampler.h"
-#include "data/token_corpus.h"
-#include "data/token_file.h"
+#include "data/corpus/lm_sampler.h"
+#include "data/corpus/token_corpus.h"
+#include "data/corpus/token_file.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;

@@ -7,8 +7,8 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "data/seq2seq_source.h"
-#include "data/synthetic_pairs.h"
+#include "data/pairs/seq2seq_source.h"
+#include "data/pairs/synthetic_pairs.h"
 #include "models/encoder_decoder.h"
 #include "models/estimates.h"
 #include "test_util.h"

@@ -1,4 +1,4 @@
-// IncrementalDecoder (data/incremental_decoder.h): what `loom generate` prints token by token adds up to
+// IncrementalDecoder (data/tokenizers/incremental_decoder.h): what `loom generate` prints token by token adds up to
 // decode_lines of the whole sequence (EOS as a line break), for real encodings (each piece whole UTF-8,
 // none held back longer than a character needs) and for random ids, over a SentencePiece BPE with byte
 // fallback and over a byte-level BPE tokenizer.json (cut-off characters, lone continuation bytes,
@@ -8,9 +8,9 @@
 #include <random>
 #include <set>
 
-#include "data/byte_level.h"
-#include "data/incremental_decoder.h"
-#include "data/tokenizer.h"
+#include "data/tokenizers/byte_level.h"
+#include "data/tokenizers/incremental_decoder.h"
+#include "data/tokenizers/tokenizer.h"
 #include "test_util.h"
 
 namespace {

@@ -5,10 +5,10 @@
 #include <set>
 
 #include "core/error.h"
-#include "data/lm_mixture.h"
-#include "data/prepared_manifest.h"
-#include "data/token_corpus.h"
-#include "data/token_file.h"
+#include "data/corpus/lm_mixture.h"
+#include "data/prepare/prepared_manifest.h"
+#include "data/corpus/token_corpus.h"
+#include "data/corpus/token_file.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;

@@ -4,12 +4,12 @@
 // refused naming the file); the sampler turns masked-out targets into kIgnoreTarget and counts the rest.
 #include "core/error.h"
 #include "core/file_io.h"
-#include "data/lm_sampler.h"
-#include "data/loss_mask.h"
-#include "data/prepare.h"
-#include "data/sft_record.h"
-#include "data/shard_writer.h"
-#include "data/token_corpus.h"
+#include "data/corpus/lm_sampler.h"
+#include "data/corpus/loss_mask.h"
+#include "data/prepare/prepare.h"
+#include "data/prepare/sft_record.h"
+#include "data/prepare/shard_writer.h"
+#include "data/corpus/token_corpus.h"
 #include "prepare_test_util.h"
 
 namespace fs = std::filesystem;

@@ -5,11 +5,11 @@
 #include <set>
 
 #include "core/error.h"
-#include "data/batch_slices.h"
-#include "data/lm_sampler.h"
-#include "data/token_corpus.h"
-#include "data/pair_file.h"
-#include "data/pair_sampler.h"
+#include "data/corpus/batch_slices.h"
+#include "data/corpus/lm_sampler.h"
+#include "data/corpus/token_corpus.h"
+#include "data/pairs/pair_file.h"
+#include "data/pairs/pair_sampler.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;

@@ -10,9 +10,9 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "data/document_index.h"
-#include "data/prepare.h"
-#include "data/token_file.h"
+#include "data/corpus/document_index.h"
+#include "data/prepare/prepare.h"
+#include "data/corpus/token_file.h"
 #include "prepare_test_util.h"
 
 namespace fs = std::filesystem;

@@ -4,9 +4,9 @@
 // manifests when training opens them.
 #include "core/error.h"
 #include "core/file_io.h"
-#include "data/document_index.h"
-#include "data/prepare.h"
-#include "data/token_corpus.h"
+#include "data/corpus/document_index.h"
+#include "data/prepare/prepare.h"
+#include "data/corpus/token_corpus.h"
 #include "fuzz_util.h"
 #include "prepare_test_util.h"
 

@@ -9,11 +9,11 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "data/document_encoder.h"
-#include "data/document_reader.h"
-#include "data/input_stream.h"
-#include "data/json_field.h"
-#include "data/prepare_inputs.h"
+#include "data/prepare/document_encoder.h"
+#include "data/prepare/document_reader.h"
+#include "data/prepare/input_stream.h"
+#include "data/prepare/json_field.h"
+#include "data/prepare/prepare_inputs.h"
 #include "prepare_test_util.h"
 
 namespace fs = std::filesystem;

@@ -4,8 +4,8 @@
 // label smoothing. Split into micro-batches, the means weighted by their counted targets give the batch's.
 #include <fstream>
 
-#include "data/prepared_manifest.h"
-#include "data/shard_writer.h"
+#include "data/prepare/prepared_manifest.h"
+#include "data/prepare/shard_writer.h"
 #include "models/gpt.h"
 #include "test_util.h"
 #include "train/task.h"

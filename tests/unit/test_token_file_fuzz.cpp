@@ -3,8 +3,8 @@
 // each either opened with every token inside the vocabulary, or refused with a loom::Error naming the
 // file. Never another exception, a crash, or a read past the end of the mapping.
 #include "core/error.h"
-#include "data/pair_file.h"
-#include "data/token_file.h"
+#include "data/pairs/pair_file.h"
+#include "data/corpus/token_file.h"
 #include "fuzz_util.h"
 #include "test_util.h"
 
