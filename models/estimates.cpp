@@ -144,8 +144,12 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // positions per rank, the residual dropout masks and the final norm's input too: sbh(34/t + 5as/(ht)).
 // Plus the head: the final norm's input (4 sbh, / t under sequence parallelism), the LM head's input
 // (e sbh, gathered whole under sequence parallelism) and the logits (e) with their fp32 log-probabilities
-// for the loss (4), sbV/t each; or, where the GPT's head and loss run fused in chunks of c tokens
-// (train.loss_chunk_tokens, one process per stage and no TP), instead of the logits: one chunk's fp32
+// for the loss (4), sbV each; under TP the loss over vocabulary shards (optim/cross_entropy.cpp) instead
+// keeps fp32 shifted logits and their exp (8), and its backward, the peak of the last stage, adds their
+// fp32 gradient (4) and under bf16 its bf16 copy for the head's matmul (2), sbV/t each (measured, TP2xPP2
+// 1F1B, the last stage: bench-gpt 160.3 MiB fp32 and 165.6 bf16 in tensors against 153.2 and 149.7 MiB
+// estimated with e + 4, 161.2 and 165.7 with this); or, where the GPT's head and loss run fused in chunks
+// of c tokens (train.loss_chunk_tokens, one process per stage and no TP), instead of the logits: one chunk's fp32
 // logits and their gradient in e bytes ((4 + e) cV) and the gradients computed in forward, of the head's
 // input (4sbh) and weight (4Vh). (That is ATen's softmax steps; loom's CPU row kernels keep only the e-byte
 // logits, overwritten by their gradient, so on an AVX-512 CPU this is high by 4cV: 32 MiB at bench-gpt's chunk.)
@@ -268,7 +272,8 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const bool fused_loss = !m.encoder_decoder() && pp == 1 && tp == 1 && config.train.loss_chunk_tokens > 0;
   const double logits = fused_loss ? (4 + e) * std::min(static_cast<double>(config.train.loss_chunk_tokens), s * b) * V +
                                          4 * s * b * h + 4 * V * h
-                                   : s * b * V / t * (e + 4);
+                                   : tp > 1 ? s * b * V / t * (8 + 4 + (bf16 ? 2 : 0))
+                                            : s * b * V * (e + 4);
   const double head = 4 * s * b * h / sequence + e * s * b * h + logits;
   // Source and target both seq_len long. A decoder block adds a cross-attention sub-layer: its norm's
   // input and dropout mask (on s/t positions under sequence parallelism), q, the memory's k and v, the

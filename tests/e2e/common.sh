@@ -81,6 +81,23 @@ assert worst < float(sys.argv[4]), worst
 print(f"{sys.argv[3]}: {len(a)} rows, max |loss diff| {worst:.1e}")
 PY
 }
+# same_losses_within_dtype_error REFERENCE_RUN RUN FP32_RUN LABEL K: RUN's losses within K times the error the
+# single process REFERENCE_RUN makes in its dtype (bf16, fp16): the largest |loss - FP32_RUN's| over the rows, where
+# FP32_RUN is the same config in fp32. K = 2 where RUN rounds no more than REFERENCE_RUN: both are then within that
+# error of the fp32 curve, so within twice it of each other.
+same_losses_within_dtype_error() {
+  losses "$1" > "$1.losses"; losses "$2" > "$2.losses"; losses "$3" > "$3.losses"
+  python3 - "$1.losses" "$2.losses" "$3.losses" "$4" "$5" <<'PY' || fail "$4: losses differ from $1"
+import sys
+ref, run, fp32 = ([l.split() for l in open(f)] for f in sys.argv[1:4])
+assert [x[:2] for x in ref] == [x[:2] for x in run] == [x[:2] for x in fp32], "different rows"
+def gap(a, b): return max(abs(float(x[2]) - float(y[2])) for x, y in zip(a, b))
+error, worst, k = gap(ref, fp32), gap(run, ref), float(sys.argv[5])
+print(f"{sys.argv[4]}: {len(ref)} rows, max |loss diff| {worst:.2e}; the single process's own error against fp32 "
+      f"{error:.2e}: {worst / error:.2f} of it (bound {k:g})")
+assert 0 < error < 0.01 and worst <= k * error, (worst, error, k)
+PY
+}
 # same_grad_norms REFERENCE_RUN RUN WHAT: the train rows' (clipped) gradient norms within 1e-4 relative.
 same_grad_norms() {
   python3 - "$1" "$2" "$3" <<'PY' || fail "$3: gradient norms differ from $1"

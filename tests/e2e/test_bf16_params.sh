@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# precision.param_dtype=bf16 (bf16 weights over an fp32 master) on the tiny config, dropout off, 20 steps:
-# - the loss curve stays within 0.005 of bf16 autocast's (the same bf16-rounded weights in every matrix
-#   product; what differs is the residual stream and embeddings held in bf16) and the loss falls;
+# precision.param_dtype=bf16 (bf16 weights over an fp32 master) on the tiny config, dropout off, 20 steps.
+# Curves that part by bf16 rounding are held to twice the bf16-params single process's own error, its largest
+# distance from the same run in fp32 (measured 4.1e-4 over these 22 rows; bf16 autocast's 3.2e-4): a run that
+# rounds no more than it is within that error of the fp32 curve too, so within twice it of the single process.
+# - the loss curve stays near bf16 autocast's (the same bf16-rounded weights in every matrix product; what
+#   differs is the residual stream and embeddings held in bf16: measured 1.0 of the error) and the loss falls;
 # - a run SIGKILLed after its step-10 checkpoint resumes on the same losses, bit for bit;
 # - DP=2, DP=2 with ZeRO-1 and full activation checkpointing write the single process's losses bit for bit
 #   (two ranks' gradients sum as two micro-batches' do; the gradient norm, summed in double, clips every
-#   layout by the same coefficient); TP=2 and PP=2 stay within 0.005 of them (TP splits the matrix
-#   products' sums, PP sums the tied embedding's two gradients in another order: fp32 sums in another
-#   order, then rounded to bf16 weights);
+#   layout by the same coefficient); TP=2 and PP=2 stay near them (TP splits the matrix products' sums, PP
+#   sums the tied embedding's two gradients in another order: fp32 sums in another order, then rounded to
+#   bf16 weights; measured 1.0 and 0.56 of the error);
 # - the checkpoint holds the fp32 master (`loom export`: weights not representable in bf16), `loom eval`
 #   reads it, and it resumes with param_dtype fp32;
 # - param_dtype bf16 without precision.dtype=bf16 is a config error naming the key.
@@ -16,10 +19,12 @@ common=(--set model.dropout=0 --set train.max_steps=20 --set schedule.total_step
         --set train.eval_every=10)
 bf16=("${common[@]}" --set precision.param_dtype=bf16)
 
+tiny_train "$WORK/fp32" "${common[@]}" --set precision.dtype=fp32 >"$WORK/fp32.log" 2>&1 || fail "fp32 run"
 tiny_train "$WORK/autocast" "${common[@]}" >"$WORK/autocast.log" 2>&1 || { cat "$WORK/autocast.log"; fail "autocast run"; }
 tiny_train "$WORK/pure" "${bf16[@]}" >"$WORK/pure.log" 2>&1 || { cat "$WORK/pure.log"; fail "bf16-params run"; }
 grep -q "bf16 weights, fp32 master" "$WORK/pure.log" || fail "the run does not say it has bf16 weights"
-same_losses_within "$WORK/autocast" "$WORK/pure" "bf16 params vs bf16 autocast" 0.005
+near_pure() { same_losses_within_dtype_error "$WORK/pure" "$1" "$WORK/fp32" "$2" 2; }  # near_pure RUN LABEL
+near_pure "$WORK/autocast" "bf16 params vs bf16 autocast"
 python3 - "$WORK/pure.losses" <<'PY' || fail "the loss did not fall"
 import sys
 rows = [l.split() for l in open(sys.argv[1]) if l.startswith("train")]
@@ -39,9 +44,9 @@ same_losses "$WORK/pure" "$WORK/dp2" "bf16 params, DP=2"
 mpi_train 2 "$WORK/zero" "${bf16[@]}" --set parallel.dp=2 --set parallel.zero=1 || fail "ZeRO-1 run failed"
 same_losses "$WORK/pure" "$WORK/zero" "bf16 params, DP=2 ZeRO-1"
 mpi_train 2 "$WORK/tp2" "${bf16[@]}" --set parallel.tp=2 || fail "TP=2 run failed"
-same_losses_within "$WORK/pure" "$WORK/tp2" "bf16 params, TP=2" 0.005
+near_pure "$WORK/tp2" "bf16 params, TP=2"
 mpi_train 2 "$WORK/pp2" "${bf16[@]}" --set parallel.pp=2 || fail "PP=2 run failed"
-same_losses_within "$WORK/pure" "$WORK/pp2" "bf16 params, PP=2" 0.005
+near_pure "$WORK/pp2" "bf16 params, PP=2"
 tiny_train "$WORK/recompute" "${bf16[@]}" --set train.activation_checkpointing=full >/dev/null 2>&1 ||
   fail "activation checkpointing run failed"
 same_losses "$WORK/pure" "$WORK/recompute" "bf16 params, activation checkpointing"
@@ -59,17 +64,24 @@ total = sum(t.numel() for t in matrices)
 print(f"checkpoint: {low_bits / total:.1%} of matrix weights are not bf16 values")
 assert low_bits > 0.9 * total, (low_bits, total)
 PY
-# `loom eval` reads it (fp32 weights under bf16 autocast): the run's last validation loss, within 0.005.
+# `loom eval` reads it (fp32 weights under bf16 autocast, rounding no more than the run did): the run's last
+# validation loss, within twice the run's bf16 error (measured 4.2e-5 apart).
 evaluated=$("$LOOM" eval "$WORK/pure" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["loss"])')
 logged=$(python3 "$SRC/tests/e2e/metrics.py" get "$WORK/pure" valid 20 loss)
-python3 -c "import sys; a, b = $evaluated, $logged; print(f'loom eval {a:.4f}, logged {b:.4f}'); sys.exit(abs(a - b) > 0.005)" ||
+python3 - "$evaluated" "$logged" "$WORK/pure.losses" "$WORK/fp32.losses" <<'PY' ||
+import sys
+a, b = float(sys.argv[1]), float(sys.argv[2])
+error = max(abs(float(x.split()[2]) - float(y.split()[2])) for x, y in zip(open(sys.argv[3]), open(sys.argv[4])))
+print(f"loom eval {a:.6f}, logged {b:.6f}: {abs(a - b):.1e} apart, the run's bf16 error {error:.1e}")
+assert abs(a - b) <= 2 * error, (a, b, error)
+PY
   fail "loom eval of the bf16-params checkpoint: $evaluated, the run logged $logged"
 
 # A bf16-params checkpoint resumes with fp32 parameters (autocast): steps 11-20 near the bf16-params run's.
 tiny_train "$WORK/switch" "${bf16[@]}" --set train.max_steps=10 >/dev/null 2>&1 || fail "switch run, first half"
 tiny_train "$WORK/switch" "${common[@]}" >"$WORK/switch.log" 2>&1 || { cat "$WORK/switch.log"; fail "switch run, second half"; }
 grep -q "resumed from .*/checkpoints/10" "$WORK/switch.log" || fail "param_dtype fp32 did not resume the bf16-params checkpoint"
-same_losses_within "$WORK/pure" "$WORK/switch" "bf16 params to fp32 params at step 10" 0.005
+near_pure "$WORK/switch" "bf16 params to fp32 params at step 10"
 
 # loom info: bf16 weights (2 bytes) + fp32 master (4, sharded like the AdamW state under ZeRO-1), fp32
 # gradients (4) and AdamW state (8) per parameter.

@@ -6,9 +6,9 @@
 # CP=2 x DP=2, CP=2 x PP=2 (1F1B, 2 micro-batches), CP=2 with ZeRO-1, CP=2 x DP=2 with ZeRO-2 and with ZeRO-3, a LLaMA (RMSNorm, RoPE, SwiGLU,
 # 4 query heads sharing 1 KV head) at CP=2 with full activation recomputation, a sliding window of 6
 # (chunk pairs beyond it skipped, some cut), ALiBi, packed documents (data.document_mask), and bf16 autocast
-# (within 0.002: ring attention is fp32 where one process's attention is bf16). CP does not
-# shard parameters, so checkpoints move between any cp: CP=2 -> one process -> CP=2 x DP=2 with ZeRO-1 ->
-# CP=4 continues the uninterrupted curve. A sequence length that 2 * cp does not divide is a config error
+# (within twice the single process's own bf16 error: ring attention is fp32 where one process's attention is
+# bf16). CP does not shard parameters, so checkpoints move between any cp: CP=2 -> one process -> CP=2 x DP=2
+# with ZeRO-1 -> CP=4 continues the uninterrupted curve. A sequence length that 2 * cp does not divide is a config error
 # naming the key. Dropout under CP: test_context_parallel_dropout.sh.
 source "$(dirname "$0")/common.sh"
 common=(--set model.dropout=0 --set train.max_steps=20 --set schedule.total_steps=20 --set train.micro_batch_size=0)
@@ -59,11 +59,13 @@ cp_train 2 "$WORK/docs-cp2" --set parallel.cp=2 --set data.document_mask=true
 same_losses_and_grad_norms "$WORK/docs-single" "$WORK/docs-cp2" "packed documents, CP=2"
 
 # bf16 autocast: ring attention computes in fp32 where one process's attention multiplies in bf16, so the
-# curves part by rounding (measured 2.1e-4 over these 20 steps).
+# curves part by rounding: CP=2 within twice the single process's own bf16 error (its largest distance from
+# $WORK/single, the same run in fp32), as both are within that of the fp32 curve. Measured over these 22 rows:
+# the single process 2.0e-4 from fp32, CP=2 1.6e-4 from fp32 and 1.8e-4 (0.88 of the error) from the single.
 bf16=(--set precision.dtype=bf16)
 single "$WORK/bf16-single" "${bf16[@]}"
 cp_train 2 "$WORK/bf16-cp2" --set parallel.cp=2 "${bf16[@]}"
-same_losses_within "$WORK/bf16-single" "$WORK/bf16-cp2" "bf16 autocast, CP=2" 0.002
+same_losses_within_dtype_error "$WORK/bf16-single" "$WORK/bf16-cp2" "$WORK/single" "bf16 autocast, CP=2" 2
 
 # Checkpoints move between any cp, and into none, on the single process's 20-step curve.
 # The ZeRO-1 hop writes one optimizer shard per rank of dp x cp, which CP=4 without ZeRO reads by range.

@@ -78,9 +78,13 @@ eos = model.config.eos_token_id
 if eos in theirs:
     theirs = theirs[:theirs.index(eos)]
 loom = json.load(open(ours))
+# Not two empty outputs: a continuation of 24 tokens, or fewer ending at eos where transformers' also ends.
+ended = len(out[0]) - len(ids) > len(theirs)
+assert theirs and (len(theirs) == 24) != ended, (theirs, ended)
+assert loom["stop"] == ("eos" if ended else "length"), (loom["stop"], ended)
 assert loom["tokens"] == theirs, (loom["tokens"], theirs)
 text = decode(ids + theirs)
-assert loom["text"] == text, (loom["text"], text)
+assert loom["text"] == text and len(text) > len(prompt), (loom["text"], text)
 print(f"{len(theirs)} tokens equal ({loom['stop']}): {text!r}")
 PY
 }

@@ -9,7 +9,7 @@
 #     process on the single-process 20-step curve;
 #   - model.init_from a safetensors file (Hugging Face names): every rank loads its stage's part and its TP
 #     shard of the whole file, and trains as one process started from the same file does;
-#   - `loom bench`: each rank's measured peak in tensors within 20% of `loom info`'s estimate for it.
+#   - `loom bench`: each rank's measured peak in tensors within 2% below and 7% above `loom info`'s estimate for it.
 source "$(dirname "$0")/common.sh"
 llama=(--set model.norm=rmsnorm --set model.position=rope --set model.activation=swiglu --set model.bias=false
        --set model.tie_embeddings=false --set model.n_heads=4 --set model.n_kv_heads=2 --set model.d_ff=176)
@@ -76,8 +76,11 @@ assert abs(train[1][0] - train[0][-1]) < 0.25 and train[1][0] < train[0][0] - 0.
 PY
 done
 
-# `loom bench` under TP2xPP2: every rank's measured peak in tensors (the caching allocator's count) is within
-# 20% of `loom info`'s estimate for its stage (issue 6's benchmark).
+# `loom bench` under TP2xPP2: every rank's measured peak in tensors (the caching allocator's count) against
+# `loom info`'s estimate for its stage (issue 6's benchmark). Measured (fp32): the first stage 43.7 MiB against
+# 41.3 estimated (1.057: the estimate leaves out a block's backward working set, its activation and weight
+# gradients, about 2 MiB here), the last 43.2 against 43.6 (0.991, the vocabulary-parallel loss's backward
+# counted). configs/bench-gpt.yaml under the same layout (README): 1.037 and 0.995 in fp32, 1.016 and 0.999 in bf16.
 "${MPIRUN[@]}" -np 4 "$LOOM" bench "$SRC/tests/e2e/tiny.yaml" --set model.vocab_size=4096 --set model.d_model=256 \
   --set model.n_layers=4 --set model.n_heads=4 --set data.seq_len=128 --set model.max_seq_len=128 --set model.dropout=0 \
   --set train.micro_batch_size=0 "${tp2pp2[@]}" --set parallel.microbatches=4 --steps 2 --warmup 1 --profile-steps 0 \
@@ -97,6 +100,6 @@ assert [(r["rank"], r["tp"], r["pp"]) for r in ranks] == [(0, 0, 0), (1, 1, 0), 
 for r in ranks:
     ratio = r["tensors_mb"] / r["estimate_mb"]
     print(f"rank {r['rank']} (tp {r['tp']}, pp {r['pp']}): {r['tensors_mb']:.1f} MiB in tensors, {r['estimate_mb']:.1f} estimated ({ratio:.2f})")
-    assert 0.8 <= ratio <= 1.2, r
+    assert 0.98 <= ratio <= 1.07, r
 PY
 echo PASS

@@ -99,7 +99,7 @@ TEST_CASE("mesh: a group over any set of axes holds the ranks equal outside it, 
   CHECK(dp_group == std::vector<int64_t>{7, 9, 11});
 }
 
-TEST_CASE("mesh: the cp axis sits between tp and dp; dp x cp holds the ranks with the same parameters", "[mesh]") {
+TEST_CASE("mesh: the cp axis sits between tp and dp, and dp x cp holds the ranks with the same parameters", "[mesh]") {
   const auto c = layout({"parallel.dp=-1", "parallel.tp=2", "parallel.cp=2", "parallel.pp=2", "data.seq_len=64",
                            "model.dropout=0"});
   const int64_t world = 16;
@@ -153,7 +153,7 @@ TEST_CASE("mesh: a layout that does not fill the world is a ConfigError", "[mesh
   CHECK_THROWS_AS(loom::Mesh(auto_dp, 8, 8), loom::Error);  // rank outside the world
 }
 
-TEST_CASE("mesh: a world of one is every group; a mesh without a world has none", "[mesh]") {
+TEST_CASE("mesh: a world of one is every group, and a mesh without a world has none", "[mesh]") {
   const auto c = layout({});
   const loom::Mesh alone(c, 1, 0);
   CHECK(alone.host_group(loom::kDpAxes).size() == 1);

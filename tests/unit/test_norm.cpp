@@ -72,7 +72,7 @@ TEST_CASE("fused_norm: LayerNorm and RMSNorm against fp64, fp32 output, both ker
   }
 }
 
-TEST_CASE("fused_norm: bf16 output is the fp64 value rounded once; bf16 gradients read as they are", "[norm]") {
+TEST_CASE("fused_norm: bf16 output is the fp64 value rounded once, and bf16 gradients are read as they are", "[norm]") {
   torch::manual_seed(4);
   const int64_t C = 512;
   const auto x = 1.0 + torch::randn({64, C}), w = 1.0 + 0.5 * torch::randn({C}), b = 0.3 * torch::randn({C});

@@ -160,7 +160,7 @@ TEST_CASE("1F1B warms up with p - s - 1 forwards, then alternates, then drains")
         }
 }
 
-TEST_CASE("both schedules finish in the ideal time; the bubble is (p - 1) / (m + p - 1)") {
+TEST_CASE("both schedules finish in the ideal time, and the bubble is (p - 1) / (m + p - 1)") {
   CHECK(loom::ideal_bubble_fraction(2, 1) == Approx(0.5));
   CHECK(loom::ideal_bubble_fraction(2, 8) == Approx(1.0 / 9.0));
   CHECK(loom::ideal_bubble_fraction(4, 4) == Approx(3.0 / 7.0));

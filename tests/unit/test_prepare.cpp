@@ -186,7 +186,7 @@ TEST_CASE("prepare: the output is the same byte for byte with 1, 2 or 3 threads"
   }
 }
 
-TEST_CASE("prepare: a re-run on unchanged inputs does nothing; a changed input or option redoes it", "[prepare]") {
+TEST_CASE("prepare: a re-run on unchanged inputs does nothing, and a changed input or option redoes it", "[prepare]") {
   const Corpus corpus = mixed_corpus("prepare-rerun", 600);
   const auto out = corpus.dir / "out";
   auto options = options_for(corpus, out);

@@ -69,7 +69,8 @@ TEST_CASE("prepare inputs: files, sorted directories and globs, with the format 
              Catch::Contains("holds no corpus file"));
 }
 
-TEST_CASE("prepare inputs: gzip and zstd streams decompress whole, concatenated too; damage is refused", "[prepare]") {
+TEST_CASE("prepare inputs: gzip and zstd streams decompress whole, concatenated too, and damage is refused",
+          "[prepare]") {
   const auto dir = loom::test::scratch_dir("prepare-streams");
   std::string text;
   for (uint64_t i = 0; i < 20000; ++i) text += loom::test::sentence(i) + "\n";  // ~1.4 MB: many read pieces
@@ -110,7 +111,7 @@ TEST_CASE("prepare inputs: gzip and zstd streams decompress whole, concatenated 
     CHECK_THAT(message_of([&] { read_all(file_of(dir / "unreadable.txt")); }), Catch::Contains("cannot open"));
 }
 
-TEST_CASE("prepare documents: lines, blank-line paragraphs, whole files; over-long ones are flagged", "[prepare]") {
+TEST_CASE("prepare documents: lines, blank-line paragraphs, whole files, and over-long ones are flagged", "[prepare]") {
   const auto dir = loom::test::scratch_dir("prepare-documents");
   write_bytes(dir / "a.txt", "one\r\ntwo\n\n  \nthree\nfour\n\n\nfive");
   using Docs = std::vector<std::pair<int64_t, std::string>>;
@@ -130,7 +131,8 @@ TEST_CASE("prepare documents: lines, blank-line paragraphs, whole files; over-lo
   CHECK(documents(dir / "c.txt", loom::DocumentSplit::kBlankLines, 9) == Docs{{1, "aaaa\nbbbb"}, {4, "cc"}});
 }
 
-TEST_CASE("prepare JSONL: a field by dotted path; malformed lines, missing fields, non-strings, bad UTF-8", "[prepare]") {
+TEST_CASE("prepare JSONL: a field by dotted path, and malformed lines, missing fields, non-strings, bad UTF-8 are told apart",
+          "[prepare]") {
   loom::JsonFieldReader text("text"), nested("meta.body");
   // (status, text or detail); the status as its name, so that Catch prints what differs.
   auto read = [](loom::JsonFieldReader& reader, std::string line) {
