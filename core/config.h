@@ -1,7 +1,7 @@
 // The run configuration: typed structs parsed once from YAML (+ `--set key.path=value` overrides) and
 // validated. Only core/config* reads YAML; everything else takes these structs. Every key, its default
 // and its meaning is declared once, in visit_fields() (config_fields.h), which drives parsing, dumping,
-// overrides and the README's config reference alike.
+// overrides and the config reference (docs/config.md) alike.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -236,7 +236,7 @@ std::string to_yaml(const Config& config);
 // The value of one key as YAML text ("runs/gpt-kjv", "0.001", "[0.9, 0.95]"); throws ConfigError if unknown.
 std::string config_value_text(const Config& config, const std::string& key_path);
 
-// Markdown table of every key, its default and its meaning (the README's reference).
+// Markdown table of every key, its default and its meaning (docs/config.md).
 std::string config_reference_markdown();
 
 }  // namespace loom

@@ -1,6 +1,6 @@
 // The enum-like config values (model.arch, model.norm, precision.dtype, ...): each an enum class with the
 // one table of its names and what each means. Parsing and dumping the config, its error messages
-// ("'x' is not one of a, b") and the README's config reference are all made from these tables; code past
+// ("'x' is not one of a, b") and the config reference (docs/config.md) are all made from these tables; code past
 // core/ holds the enums, never the strings (a layer compares NormKind::kRmsNorm, not "rmsnorm").
 // Adding a value is one line in its table, plus the code that acts on it.
 #pragma once
@@ -182,7 +182,7 @@ std::string enum_choices() {
   return empty_allowed ? out + " (or empty)" : out;
 }
 
-// "`layernorm` (weight and bias), `rmsnorm` (weight only)": the values as the README reference lists them.
+// "`layernorm` (weight and bias), `rmsnorm` (weight only)": the values as the config reference lists them.
 template <class E>
 std::string enum_reference() {
   std::string out;

@@ -49,7 +49,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("data.synthetic_valid_size", c.data.synthetic_valid_size, "Pairs in the fixed synthetic validation set.");
   v("data.pad_to_multiple", c.data.pad_to_multiple, "transformer: pad every pair batch's source and target length up to a multiple of this many positions (padding is masked and counts for nothing in the loss; 8 suits tensor cores). With parallel.sequence_parallel the batches are padded to lcm(this, parallel.tp); model.max_seq_len must be a multiple of that. 1: pad only to the longest pair.");
 
-  v("tokenizer.model", c.tokenizer.model, "The tokenizer the token files or prepared directories were made with (checked by checksum): a SentencePiece `.model`, a Hugging Face `tokenizer.json` (byte-level BPE) or a tiktoken rank file (`.tiktoken`); `loom prepare --train-tokenizer` writes DIR/tokenizer.model. See README, Tokenizers.");
+  v("tokenizer.model", c.tokenizer.model, "The tokenizer the token files or prepared directories were made with (checked by checksum): a SentencePiece `.model`, a Hugging Face `tokenizer.json` (byte-level BPE) or a tiktoken rank file (`.tiktoken`); `loom prepare --train-tokenizer` writes DIR/tokenizer.model. See docs/data.md, Tokenizers.");
   v("tokenizer.type", c.tokenizer.type, "What kind of file tokenizer.model is.");
   v("tokenizer.pattern", c.tokenizer.pattern, "tiktoken files: the split regex, or a name: `gpt2`, `cl100k_base`, `o200k_base`, `llama3`. Required for a .tiktoken file (it carries none).");
   v("tokenizer.special_tokens", c.tokenizer.special_tokens, "tiktoken files: special tokens, a preset name (`gpt2`, `cl100k_base`, `o200k_base`, `llama3`) or a mapping of token text to id; empty: the preset of a named tokenizer.pattern.");

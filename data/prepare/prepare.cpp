@@ -130,7 +130,7 @@ PrepareResult prepare(const PrepareOptions& options, const std::function<void(co
     for (const auto& input : inputs)
       if (input.format != InputFormat::kJsonl)
         throw ConfigError("loom prepare --sft: " + input.path.string() + " is not JSON Lines: SFT records are JSONL "
-                          "with prompt/response fields or messages (README \"Train on your own data\")");
+                          "with prompt/response fields or messages (docs/data.md, \"Supervised fine-tuning\")");
   PreparedManifest manifest;
   manifest.inputs = describe_inputs(inputs);
   manifest.options = output_options(options);

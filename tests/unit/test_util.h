@@ -128,7 +128,7 @@ inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
-// Tolerances (README, Tests). One unit in the last place of x is about eps * |x|: fp32 eps is 2^-23, bf16's
+// Tolerances (docs/testing.md). One unit in the last place of x is about eps * |x|: fp32 eps is 2^-23, bf16's
 // 2^-7. Two computations of one value that sum in another order (another batch shape, a split over ranks, another
 // kernel build, another ISA's GEMM blocking: scripts/test_isa.sh) agree to a few eps of the largest magnitude summed,
 // so a bound is eps * magnitude * a small count of the reorderable steps; a bare absolute bound below the
