@@ -140,8 +140,6 @@ void validate(const Config& c) {
     check.require(m.init_from.empty(), "model.init_from", "importing weights applies to model.arch=gpt only");
     check.require(!c.data.document_mask, "data.document_mask", "packs documents into model.arch=gpt windows; pair "
                   "batches hold one pair per row already");
-    check.require(c.train.activation_checkpointing == ActivationCheckpointing::kNone, "train.activation_checkpointing",
-                  "model.arch=transformer does not recompute activations yet: set it to none");
   }
   const auto& d = c.data;
   check.require(d.pad_to_multiple >= 1, "data.pad_to_multiple", d.pad_to_multiple, " must be >= 1");

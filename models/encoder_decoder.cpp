@@ -143,6 +143,11 @@ torch::Tensor EncoderDecoderImpl::run_decoder_blocks(torch::Tensor y, BlockInput
   return y;
 }
 
+void EncoderDecoderImpl::set_activation_checkpointing(ActivationCheckpointing mode) {
+  for (auto* stack : {&encoder_, &decoder_})
+    for (auto& block : *stack) block->set_checkpointing(mode);
+}
+
 std::vector<std::vector<torch::Tensor>> EncoderDecoderImpl::parameter_units() const {
   std::vector<const torch::nn::Module*> blocks;
   for (const auto* stack : {&encoder_, &decoder_})

@@ -110,6 +110,9 @@ class EncoderDecoderImpl : public torch::nn::Module {
   std::vector<std::vector<torch::Tensor>> parameter_units() const;
   void set_parameter_units(ParameterUnits* units) { units_ = units; }
   const ModelConfig& config() const { return config_; }
+  // Recompute every encoder and decoder block's activations in backward (train.activation_checkpointing);
+  // training only.
+  void set_activation_checkpointing(ActivationCheckpointing mode);
   // The tensor-parallel group the model was built with (null: none); the loss over its logits needs it.
   Communicator* tp_group() const { return tp_.group(); }
 
