@@ -127,9 +127,6 @@ void validate(const Config& c) {
                   "(gpt windows are data.seq_len long)");
   }
   if (m.arch == ModelArch::kTransformer) {
-    check.require(m.position == PositionKind::kLearned || m.position == PositionKind::kSinusoidal, "model.position",
-                  "model.arch=transformer takes learned or sinusoidal positions, not ", enum_name(m.position));
-    check.require(m.attention_window == 0, "model.attention_window", "model.arch=transformer attends to whole sequences");
     // Batches are padded to multiples of the sequence shards; a padded length must still fit the positions.
     const int64_t multiple = c.sequence_pad_multiple();
     check.require(m.max_seq_len % multiple == 0, "model.max_seq_len", m.max_seq_len, " must be a multiple of ",

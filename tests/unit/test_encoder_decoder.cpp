@@ -1,5 +1,6 @@
 // The encoder-decoder (model.arch: transformer): parameter counts against built models, logits against
-// torch.nn.Transformer with the same weights and padding on both sides (tests/golden/transformer_forward.py),
+// torch.nn.Transformer with the same weights and padding on both sides (tests/golden/transformer_forward.py;
+// RoPE, ALiBi and a sliding window against its explicit float64 forward),
 // padding that changes nothing, incremental (cached) decoding against the full decoder, the
 // translation loss against per-pair losses, and batches padded to a multiple (data.pad_to_multiple,
 // sequence parallelism) that score as the unpadded ones.
@@ -32,6 +33,10 @@ const std::vector<Variant>& variants() {
        {"model.norm_position=pre", "model.position=learned", "model.activation=gelu", "model.tie_embeddings=false",
         "model.scale_embeddings=false"}},
       {"post-norm-no-bias-3-encoder-layers", {"model.bias=false", "model.n_encoder_layers=3"}},
+      // Positions in the self-attention instead of the embeddings: RoPE with a sliding window of 4 (the
+      // encoder's keeps |i - j| < 4), and ALiBi (the encoder's by |i - j|).
+      {"pre-norm-rope-window-4", {"model.norm_position=pre", "model.position=rope", "model.attention_window=4"}},
+      {"post-norm-alibi", {"model.position=alibi"}},
   };
   return all;
 }
@@ -104,7 +109,8 @@ TEST_CASE("encoder-decoder: logits equal torch.nn.Transformer with padding on bo
                      {"n_encoder_layers", c.n_encoder_layers}, {"d_ff", c.ffn_dim()}, {"norm_position", loom::enum_name(c.norm_position)},
                      {"norm_eps", c.norm_eps}, {"activation", loom::enum_name(c.activation)}, {"bias", c.bias},
                      {"position", loom::enum_name(c.position)}, {"scale_embeddings", c.scale_embeddings},
-                     {"tie_embeddings", c.tie_embeddings}};
+                     {"tie_embeddings", c.tie_embeddings}, {"rope_theta", c.rope_theta},
+                     {"attention_window", c.attention_window}};
     for (const auto& p : model->named_parameters()) one["params"][p.key()] = loom::test::tensor_json(p.value());
     one["source"] = loom::test::tensor_json(source);
     one["source_lengths"] = src_len;
