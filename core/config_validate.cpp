@@ -141,6 +141,8 @@ void validate(const Config& c) {
   const auto& d = c.data;
   check.require(d.pad_to_multiple >= 1, "data.pad_to_multiple", d.pad_to_multiple, " must be >= 1");
   if (d.synthetic != SyntheticTask::kNone) {
+    check.require(d.train.size() <= 1, "data.train", "data.synthetic makes its own pairs: a mixture of data.train "
+                  "files would not be read; drop data.synthetic to train on them");
     check.require(d.synthetic_vocab > 3, "data.synthetic_vocab", d.synthetic_vocab, " must be > 3 (ids 0-2 are reserved)");
     check.require(d.synthetic_min_len >= 1, "data.synthetic_min_len", d.synthetic_min_len, " must be >= 1");
     check.require(d.synthetic_max_len >= d.synthetic_min_len, "data.synthetic_max_len", d.synthetic_max_len,
@@ -161,8 +163,6 @@ void validate(const Config& c) {
       check.require(d.train[j].path != d.train[i].path, "data.train", "sources ", j, " and ", i, " are both ",
                     d.train[i].path, ": list it once, with the sum of the weights");
   }
-  if (m.encoder_decoder())
-    check.require(d.train.size() <= 1, "data.train", "model.arch=transformer trains on one pair file, not a mixture");
   const auto& dec = c.decode;
   check.require(dec.beam >= 1, "decode.beam", dec.beam, " must be >= 1 (1: greedy)");
   check.require(dec.length_penalty >= 0, "decode.length_penalty", dec.length_penalty, " must be >= 0");
