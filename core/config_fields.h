@@ -30,7 +30,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.rope_scaling_factor", c.model.rope_scaling_factor, "Factor of model.rope_scaling (>= 1).");
   v("model.activation", c.model.activation, "The MLP's activation.");
   v("model.bias", c.model.bias, "Biases in the attention and MLP linear layers (norms keep theirs; the untied head has none).");
-  v("model.attention_window", c.model.attention_window, "Sliding-window attention: each position sees itself and the window - 1 before it, and a generation cache keeps at most that many. 0: full causal attention.");
+  v("model.attention_window", c.model.attention_window, "Sliding-window attention: each position sees itself and the window - 1 before it, and a generation cache keeps at most that many (model.arch=transformer: in both stacks' self-attention, the encoder's seeing window - 1 positions on either side). 0: full attention.");
   v("model.dropout", c.model.dropout, "Dropout on embeddings, attention probabilities and residual branches.");
   v("model.tie_embeddings", c.model.tie_embeddings, "Share the token embedding with the output projection.");
   v("model.scale_embeddings", c.model.scale_embeddings, "Multiply token embeddings by sqrt(d_model) (the original Transformer); they are then initialized with std d_model^-0.5 instead of init_std.");

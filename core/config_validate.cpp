@@ -56,8 +56,9 @@ void check_batch_split(Checker& check, const Config& c, int64_t dp) {
 void check_context_parallel(Checker& check, const Config& c) {
   const int64_t cp = c.parallel.cp;
   check.require(!c.model.encoder_decoder(), "parallel.cp", cp,
-                ": context parallelism is built for model.arch=gpt; the encoder-decoder's sequences are short: "
-                "use parallel.cp 1");
+                ": context parallelism is built for model.arch=gpt: it splits one long sequence over ranks, and "
+                "translation pairs are sentences; use parallel.cp 1 and split the batch over parallel.dp (the heads "
+                "over parallel.tp)");
   check.require(c.data.seq_len % (2 * cp) == 0, "data.seq_len", c.data.seq_len, " must be a multiple of 2 * parallel.cp = ",
                 2 * cp, " (each sequence is cut into 2 * cp equal chunks, two per context-parallel rank)");
   if (c.parallel.sequence_parallel_active() && c.data.seq_len % (2 * cp) == 0)
@@ -134,9 +135,13 @@ void validate(const Config& c) {
                   c.parallel.sequence_parallel_active()
                       ? ", lcm with parallel.tp=" + std::to_string(c.parallel.tp) + " under parallel.sequence_parallel)"
                       : std::string(")"));
-    check.require(m.init_from.empty(), "model.init_from", "importing weights applies to model.arch=gpt only");
+    check.require(m.init_from.empty(), "model.init_from", "importing weights is built for model.arch=gpt only (GPT-2, "
+                  "LLaMA or loom names); no Hugging Face encoder-decoder maps onto this model yet (MarianMT differs in "
+                  "its sinusoid layout, output bias, activation, special token ids and tokenizers): leave it empty "
+                  "and train from the random init");
     check.require(!c.data.document_mask, "data.document_mask", "packs documents into model.arch=gpt windows; pair "
-                  "batches hold one pair per row already");
+                  "batches hold one pair per row, grouped by length (train.batch_tokens), so little padding is left "
+                  "to pack away: set it false");
   }
   const auto& d = c.data;
   check.require(d.pad_to_multiple >= 1, "data.pad_to_multiple", d.pad_to_multiple, " must be >= 1");
