@@ -102,7 +102,7 @@ struct EnumTable<ActivationCheckpointing> {
   static constexpr EnumValue<ActivationCheckpointing> values[] = {
       {ActivationCheckpointing::kNone, "none", ""},
       {ActivationCheckpointing::kFull, "full",
-       "each block keeps only its input and is recomputed one residual half at a time"},
+       "each block keeps only its input and is recomputed one residual sub-layer at a time"},
       {ActivationCheckpointing::kSelective, "selective", "each block's MLP is recomputed, attention kept"}};
 };
 template <>

@@ -30,14 +30,14 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.rope_scaling_factor", c.model.rope_scaling_factor, "Factor of model.rope_scaling (>= 1).");
   v("model.activation", c.model.activation, "The MLP's activation.");
   v("model.bias", c.model.bias, "Biases in the attention and MLP linear layers (norms keep theirs; the untied head has none).");
-  v("model.attention_window", c.model.attention_window, "Sliding-window attention: each position sees itself and the window - 1 before it, and a generation cache keeps at most that many. 0: full causal attention.");
+  v("model.attention_window", c.model.attention_window, "Sliding-window attention: each position sees itself and the window - 1 before it, and a generation cache keeps at most that many (model.arch=transformer: in both stacks' self-attention, the encoder's seeing window - 1 positions on either side). 0: full attention.");
   v("model.dropout", c.model.dropout, "Dropout on embeddings, attention probabilities and residual branches.");
   v("model.tie_embeddings", c.model.tie_embeddings, "Share the token embedding with the output projection.");
   v("model.scale_embeddings", c.model.scale_embeddings, "Multiply token embeddings by sqrt(d_model) (the original Transformer); they are then initialized with std d_model^-0.5 instead of init_std.");
   v("model.init_std", c.model.init_std, "Std of the normal weight init; residual projections use init_std / sqrt(2 * n_layers).");
   v("model.init_from", c.model.init_from, "A .safetensors file, or a Hugging Face model directory holding model.safetensors (GPT-2 or LLaMA names, or loom's; see `loom export`), whose weights a fresh run starts from instead of the random init; shapes must match the model.* keys. A resumed run uses its checkpoint.");
 
-  v("data.train", c.data.train, "Training data: a directory made by `loom prepare` (its train split), or a token file (scripts/prepare_kjv.sh, `loom tokenize`); or a list of sources mixed by weight, `[{path: DIR_A, weight: 0.7}, {path: DIR_B, weight: 0.3}]` (each sequence comes from source i with probability weight_i / sum of weights, exactly so over any run of steps; metrics.jsonl counts tokens_by_source). A single path is a source of weight 1.");
+  v("data.train", c.data.train, "Training data: a directory made by `loom prepare` (its train split), or a token file (scripts/prepare_kjv.sh, `loom tokenize`); or a list of sources mixed by weight, `[{path: DIR_A, weight: 0.7}, {path: DIR_B, weight: 0.3}]` (each sequence comes from source i with probability weight_i / sum of weights, exactly so over any run of steps; metrics.jsonl counts tokens_by_source). model.arch=transformer: pair files, mixed by step (each step's whole token-based batch comes from one file, drawn by weight the same way). A single path is a source of weight 1.");
   v("data.valid", c.data.valid, "Validation data: a directory made by `loom prepare` (its valid split) or a token file; empty disables evaluation.");
   v("data.test", c.data.test, "Test token file, read only by `loom eval --split test`.");
   v("data.seq_len", c.data.seq_len, "Tokens per training sequence (windows of seq_len + 1).");

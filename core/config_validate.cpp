@@ -56,8 +56,9 @@ void check_batch_split(Checker& check, const Config& c, int64_t dp) {
 void check_context_parallel(Checker& check, const Config& c) {
   const int64_t cp = c.parallel.cp;
   check.require(!c.model.encoder_decoder(), "parallel.cp", cp,
-                ": context parallelism is built for model.arch=gpt; the encoder-decoder's sequences are short: "
-                "use parallel.cp 1");
+                ": context parallelism is built for model.arch=gpt: it splits one long sequence over ranks, and "
+                "translation pairs are sentences; use parallel.cp 1 and split the batch over parallel.dp (the heads "
+                "over parallel.tp)");
   check.require(c.data.seq_len % (2 * cp) == 0, "data.seq_len", c.data.seq_len, " must be a multiple of 2 * parallel.cp = ",
                 2 * cp, " (each sequence is cut into 2 * cp equal chunks, two per context-parallel rank)");
   if (c.parallel.sequence_parallel_active() && c.data.seq_len % (2 * cp) == 0)
@@ -127,9 +128,6 @@ void validate(const Config& c) {
                   "(gpt windows are data.seq_len long)");
   }
   if (m.arch == ModelArch::kTransformer) {
-    check.require(m.position == PositionKind::kLearned || m.position == PositionKind::kSinusoidal, "model.position",
-                  "model.arch=transformer takes learned or sinusoidal positions, not ", enum_name(m.position));
-    check.require(m.attention_window == 0, "model.attention_window", "model.arch=transformer attends to whole sequences");
     // Batches are padded to multiples of the sequence shards; a padded length must still fit the positions.
     const int64_t multiple = c.sequence_pad_multiple();
     check.require(m.max_seq_len % multiple == 0, "model.max_seq_len", m.max_seq_len, " must be a multiple of ",
@@ -137,15 +135,19 @@ void validate(const Config& c) {
                   c.parallel.sequence_parallel_active()
                       ? ", lcm with parallel.tp=" + std::to_string(c.parallel.tp) + " under parallel.sequence_parallel)"
                       : std::string(")"));
-    check.require(m.init_from.empty(), "model.init_from", "importing weights applies to model.arch=gpt only");
+    check.require(m.init_from.empty(), "model.init_from", "importing weights is built for model.arch=gpt only (GPT-2, "
+                  "LLaMA or loom names); no Hugging Face encoder-decoder maps onto this model yet (MarianMT differs in "
+                  "its sinusoid layout, output bias, activation, special token ids and tokenizers): leave it empty "
+                  "and train from the random init");
     check.require(!c.data.document_mask, "data.document_mask", "packs documents into model.arch=gpt windows; pair "
-                  "batches hold one pair per row already");
-    check.require(c.train.activation_checkpointing == ActivationCheckpointing::kNone, "train.activation_checkpointing",
-                  "model.arch=transformer does not recompute activations yet: set it to none");
+                  "batches hold one pair per row, grouped by length (train.batch_tokens), so little padding is left "
+                  "to pack away: set it false");
   }
   const auto& d = c.data;
   check.require(d.pad_to_multiple >= 1, "data.pad_to_multiple", d.pad_to_multiple, " must be >= 1");
   if (d.synthetic != SyntheticTask::kNone) {
+    check.require(d.train.size() <= 1, "data.train", "data.synthetic makes its own pairs: a mixture of data.train "
+                  "files would not be read; drop data.synthetic to train on them");
     check.require(d.synthetic_vocab > 3, "data.synthetic_vocab", d.synthetic_vocab, " must be > 3 (ids 0-2 are reserved)");
     check.require(d.synthetic_min_len >= 1, "data.synthetic_min_len", d.synthetic_min_len, " must be >= 1");
     check.require(d.synthetic_max_len >= d.synthetic_min_len, "data.synthetic_max_len", d.synthetic_max_len,
@@ -166,8 +168,6 @@ void validate(const Config& c) {
       check.require(d.train[j].path != d.train[i].path, "data.train", "sources ", j, " and ", i, " are both ",
                     d.train[i].path, ": list it once, with the sum of the weights");
   }
-  if (m.encoder_decoder())
-    check.require(d.train.size() <= 1, "data.train", "model.arch=transformer trains on one pair file, not a mixture");
   const auto& dec = c.decode;
   check.require(dec.beam >= 1, "decode.beam", dec.beam, " must be >= 1 (1: greedy)");
   check.require(dec.length_penalty >= 0, "decode.length_penalty", dec.length_penalty, " must be >= 0");

@@ -1,6 +1,23 @@
 #include "models/block.h"
 
 namespace loom {
+namespace {
+
+// BlockInputs as the side tensors of a recomputed block (models/recompute.h), and back. The encoder output
+// (memory) is the one that needs gradient.
+RecomputeSide side_of(const BlockInputs& inputs) {
+  return {inputs.positions, inputs.padding, inputs.memory, inputs.memory_padding};
+}
+BlockInputs inputs_of(const RecomputeSide& side) {
+  BlockInputs inputs;
+  inputs.positions = side[0];
+  inputs.padding = side[1];
+  inputs.memory = side[2];
+  inputs.memory_padding = side[3];
+  return inputs;
+}
+
+}  // namespace
 
 BlockImpl::BlockImpl(const BlockOptions& options)
     : post_norm_(options.post_norm),
@@ -18,6 +35,17 @@ BlockImpl::BlockImpl(const BlockOptions& options)
   ln2_ = register_module("ln2", Norm(options.norm));
   mlp_module_ = register_module("mlp", Mlp(options.mlp));
   dropout_ = register_module("dropout", torch::nn::Dropout(options.dropout));
+
+  sublayers_.push_back([this](const torch::Tensor& x, const RecomputeSide& side) {
+    return self_attention_half(x, nullptr, inputs_of(side));
+  });
+  if (cross_attention_) {
+    sublayers_.push_back([this](const torch::Tensor& h, const RecomputeSide& side) {
+      return cross_attention_half(h, inputs_of(side));
+    });
+  }
+  mlp_sublayer_.push_back([this](const torch::Tensor& h, const RecomputeSide&) { return mlp_half(h); });
+  sublayers_.push_back(mlp_sublayer_.front());
 }
 
 template <class F>
@@ -26,50 +54,35 @@ torch::Tensor BlockImpl::sublayer(const torch::Tensor& x, Norm& norm, F&& f) {
   return x + drop(f(norm->forward_into_matmul(x)));
 }
 
-void BlockImpl::set_checkpointing(ActivationCheckpointing mode) {
-  TORCH_CHECK(mode == ActivationCheckpointing::kNone || (!post_norm_ && !cross_attention_),
-              "activation checkpointing is only for pre-norm blocks without cross-attention");
-  checkpointing_ = mode;
-}
-
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs) {
-  // The recomputed closures see of BlockInputs only the positions (their context), so a block given any of
-  // the others runs without checkpointing (only the encoder-decoder's blocks take them, and never checkpoint).
-  const bool recompute = is_training() && cache == nullptr && !inputs.padding.defined() && !inputs.memory.defined();
+  const bool recompute = is_training() && cache == nullptr && inputs.memory_cache == nullptr;
   if (recompute && checkpointing_ == ActivationCheckpointing::kFull)
-    return recompute_in_backward(halves_, x, tp_rng_, inputs.positions);
-  if (recompute && checkpointing_ == ActivationCheckpointing::kSelective) {
-    const auto h = attention_half(x, inputs.positions);
-    return h + recompute_in_backward(mlp_branch_, h, tp_rng_);
-  }
-  return forward_uncheckpointed(x, cache, inputs);
+    return recompute_in_backward(sublayers_, x, tp_rng_, side_of(inputs));
+  auto h = self_attention_half(x, cache, inputs);
+  if (cross_attention_) h = cross_attention_half(h, inputs);
+  if (recompute && checkpointing_ == ActivationCheckpointing::kSelective)
+    return recompute_in_backward(mlp_sublayer_, h, tp_rng_);
+  return mlp_half(h);
 }
 
-torch::Tensor BlockImpl::forward_uncheckpointed(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs) {
-  auto h = sublayer(x, ln1_, [&](const torch::Tensor& in) {
+torch::Tensor BlockImpl::self_attention_half(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs) {
+  return sublayer(x, ln1_, [&](const torch::Tensor& in) {
     AttentionInputs self;
     self.key_padding = inputs.padding;
     self.positions = inputs.positions;
     return attention_->forward(in, cache, self);
   });
-  if (cross_attention_) {
-    TORCH_CHECK(inputs.memory.defined(), "a block with cross-attention needs the encoder output");
-    h = sublayer(h, ln_cross_, [&](const torch::Tensor& in) {
-      return cross_attention_->forward(in, inputs.memory_cache, {inputs.memory, inputs.memory_padding});
-    });
-  }
-  if (post_norm_) return sublayer(h, ln2_, [&](const torch::Tensor& in) { return mlp_module_->forward(in); });
-  return h + mlp_branch(h);
 }
 
-torch::Tensor BlockImpl::mlp_branch(const torch::Tensor& h) {
-  return drop(mlp_module_->forward(ln2_->forward_into_matmul(h)));
+torch::Tensor BlockImpl::cross_attention_half(const torch::Tensor& h, const BlockInputs& inputs) {
+  TORCH_CHECK(inputs.memory.defined(), "a block with cross-attention needs the encoder output");
+  return sublayer(h, ln_cross_, [&](const torch::Tensor& in) {
+    return cross_attention_->forward(in, inputs.memory_cache, {inputs.memory, inputs.memory_padding});
+  });
 }
 
-torch::Tensor BlockImpl::attention_half(const torch::Tensor& x, const torch::Tensor& positions) {
-  AttentionInputs self;
-  self.positions = positions;
-  return x + drop(attention_->forward(ln1_->forward_into_matmul(x), nullptr, self));
+torch::Tensor BlockImpl::mlp_half(const torch::Tensor& h) {
+  return sublayer(h, ln2_, [&](const torch::Tensor& in) { return mlp_module_->forward(in); });
 }
 
 torch::Tensor BlockImpl::drop(const torch::Tensor& x) {

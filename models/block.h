@@ -4,8 +4,9 @@
 //   post-norm (Vaswani et al.):   norm(x + f(x))
 // The norms are LayerNorm or RMSNorm, named ln1 (self-attention), ln_cross and ln2 (MLP) either way, so
 // checkpoints keep their names.
-// With activation checkpointing (training only, no KV cache; pre-norm blocks without cross-attention) the
-// block, or only its MLP branch, keeps just its input for backward and is recomputed there
+// With activation checkpointing (training only, no KV cache; every kind of block: pre- or post-norm, with
+// or without cross-attention, masks and packed documents) the block, or only its MLP sub-layer, keeps just
+// its input (and the side tensors it reads: masks, the encoder output) for backward and is recomputed there
 // (models/recompute.h).
 #pragma once
 #include <torch/torch.h>
@@ -45,31 +46,26 @@ class BlockImpl : public torch::nn::Module {
   explicit BlockImpl(const BlockOptions& options);
   // (B, T, C) -> (B, T, C)
   torch::Tensor forward(const torch::Tensor& x, KVCache* cache = nullptr, const BlockInputs& inputs = {});
-  // Only pre-norm blocks without cross-attention (the GPT's) recompute; asking any other block is an error.
-  void set_checkpointing(ActivationCheckpointing mode);
+  void set_checkpointing(ActivationCheckpointing mode) { checkpointing_ = mode; }
 
  private:
-  torch::Tensor forward_uncheckpointed(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs);
   template <class F>
   torch::Tensor sublayer(const torch::Tensor& x, Norm& norm, F&& f);
-  torch::Tensor mlp_branch(const torch::Tensor& h);  // dropout(mlp(ln2(h))), pre-norm
-  // x + dropout(attention(ln1(x))), pre-norm, no cache; positions: BlockInputs::positions
-  torch::Tensor attention_half(const torch::Tensor& x, const torch::Tensor& positions);
-  torch::Tensor drop(const torch::Tensor& x);         // the residual branch's dropout
+  // The residual sub-layers, each x -> x + dropout(f(norm(x))) (pre-norm) or norm(x + dropout(f(x))).
+  torch::Tensor self_attention_half(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs);
+  torch::Tensor cross_attention_half(const torch::Tensor& h, const BlockInputs& inputs);
+  torch::Tensor mlp_half(const torch::Tensor& h);
+  torch::Tensor drop(const torch::Tensor& x);  // the residual branch's dropout
 
   bool post_norm_;
   TensorParallelRng* tp_rng_;    // the stream of this rank's heads (and positions), under TP
   TensorParallelRng* shard_rng_;  // sequence parallelism: the stream of the residual dropout
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::kNone;
   // What recompute_in_backward re-runs; members so that they live as long as the block. Full checkpointing
-  // recomputes the block as its two residual halves, so that backward never holds the attention's and the
-  // MLP's activations at once (the attention half runs once more, without gradients, to give the MLP half
-  // its input).
-  // Packed documents' positions are the segments' context (models/recompute.h).
-  RecomputeSegments mlp_branch_{[this](const torch::Tensor& h, const torch::Tensor&) { return mlp_branch(h); }};
-  RecomputeSegments halves_{
-      [this](const torch::Tensor& x, const torch::Tensor& positions) { return attention_half(x, positions); },
-      [this](const torch::Tensor& h, const torch::Tensor&) { return h + mlp_branch(h); }};
+  // recomputes the block as its residual sub-layers, one at a time, so that backward never holds two
+  // sub-layers' activations at once (the ones before each run once more, without gradients, to give it its
+  // input). The BlockInputs are the segments' side tensors (models/recompute.h).
+  RecomputeSegments sublayers_, mlp_sublayer_;
   Norm ln1_{nullptr}, ln_cross_{nullptr}, ln2_{nullptr};
   Attention attention_{nullptr};
   Attention cross_attention_{nullptr};  // only with options.cross_attention

@@ -30,8 +30,6 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
       position_(config.position),
       embedding_scale_(config.scale_embeddings ? std::sqrt(static_cast<double>(config.d_model)) : 1.0) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
-  LOOM_CHECK(position_ == PositionKind::kLearned || position_ == PositionKind::kSinusoidal,
-             "the encoder-decoder takes learned or sinusoidal positions");
   const int64_t encoder_layers = config.encoder_layers();
   StageBuilder build(*this, stage_, config.pipeline_layers(), "model.n_encoder_layers + model.n_layers");
   ends_encoder_ = build.holds_block(encoder_layers - 1);
@@ -108,9 +106,9 @@ torch::Tensor EncoderDecoderImpl::embed(const torch::Tensor& tokens, int64_t fir
   if (position_ == PositionKind::kLearned) {
     auto& table = side == Side::kSource ? encoder_positions_ : decoder_positions_;
     x = x + table->forward(torch::arange(first_position, first_position + T, tokens.options().dtype(torch::kLong)));
-  } else {
+  } else if (position_ == PositionKind::kSinusoidal) {
     x = x + sinusoidal_positions(first_position, T, config_.d_model, x.options());
-  }
+  }  // RoPE and ALiBi act in the self-attention (models/attention.h)
   return embedding_dropout(x, dropout_, tp_);  // (B, T, C), or (B, T / tp, C) under sequence parallelism
 }
 
@@ -141,6 +139,11 @@ torch::Tensor EncoderDecoderImpl::run_decoder_blocks(torch::Tensor y, BlockInput
                  [&] { return decoder_[i]->forward(y, state != nullptr ? &state->self[i] : nullptr, inputs); });
   }
   return y;
+}
+
+void EncoderDecoderImpl::set_activation_checkpointing(ActivationCheckpointing mode) {
+  for (auto* stack : {&encoder_, &decoder_})
+    for (auto& block : *stack) block->set_checkpointing(mode);
 }
 
 std::vector<std::vector<torch::Tensor>> EncoderDecoderImpl::parameter_units() const {

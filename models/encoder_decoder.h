@@ -3,7 +3,10 @@
 // cross-attention blocks over the target, one token embedding shared by source and target (the
 // vocabulary is joint) and, with model.tie_embeddings, by the output projection. Built from the GPT's
 // layers (models/block.h, models/attention.h): post-norm as in the paper or pre-norm, sinusoidal or
-// learned positions, ReLU or GELU, embeddings scaled by sqrt(d_model) with model.scale_embeddings.
+// learned positions, or RoPE / ALiBi in both stacks' self-attention (the encoder's bidirectional: ALiBi by
+// |i - j|; the cross-attention has no positions), an optional sliding window in the self-attention (the
+// encoder's sees |i - j| < window), ReLU or GELU, embeddings scaled by sqrt(d_model) with
+// model.scale_embeddings.
 // Exposed as embed -> encoder blocks / decoder blocks -> head, like the GPT.
 // Pipeline parallelism: the encoder blocks then the decoder blocks split into the stages (ModelStage over
 // ModelConfig::pipeline_layers(), models/model_stage.h). The first stage embeds both the source and the target
@@ -110,6 +113,9 @@ class EncoderDecoderImpl : public torch::nn::Module {
   std::vector<std::vector<torch::Tensor>> parameter_units() const;
   void set_parameter_units(ParameterUnits* units) { units_ = units; }
   const ModelConfig& config() const { return config_; }
+  // Recompute every encoder and decoder block's activations in backward (train.activation_checkpointing);
+  // training only.
+  void set_activation_checkpointing(ActivationCheckpointing mode);
   // The tensor-parallel group the model was built with (null: none); the loss over its logits needs it.
   Communicator* tp_group() const { return tp_.group(); }
 

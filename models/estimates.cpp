@@ -143,21 +143,23 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // With sequence parallelism (ParallelConfig::sequence_parallel_active()) what was kept whole is kept for s/t
 // positions per rank, the residual dropout masks and the final norm's input too: sbh(34/t + 5as/(ht)).
 // Plus the head: the final norm's input (4 sbh, / t under sequence parallelism), the LM head's input
-// (e sbh, gathered whole under sequence parallelism) and the logits (e) with their fp32 log-probabilities
-// for the loss (4), sbV each; under TP the loss over vocabulary shards (optim/cross_entropy.cpp) instead
-// keeps fp32 shifted logits and their exp (8), and its backward, the peak of the last stage, adds their
-// fp32 gradient (4) and under bf16 its bf16 copy for the head's matmul (2), sbV/t each (measured, TP2xPP2
-// 1F1B, the last stage: bench-gpt 160.3 MiB fp32 and 165.6 bf16 in tensors against 153.2 and 149.7 MiB
-// estimated with e + 4, 161.2 and 165.7 with this); or, where the GPT's head and loss run fused in chunks
+// (e sbh, gathered whole under sequence parallelism) and the logits: on one rank the loss's fp32
+// log-probabilities 4sbV, and at the peak, its backward, 8sbV more (see `loss_backward`); under TP the loss
+// over vocabulary shards (optim/cross_entropy.cpp) keeps fp32 shifted logits and their exp (8), and its
+// backward, the peak of the last stage, adds their fp32 gradient (4) and under bf16 its bf16 copy for the
+// head's matmul (2), sbV/t each (measured, TP2xPP2 1F1B, the last stage: bench-gpt 160.3 MiB fp32 and 165.6
+// bf16 in tensors against 161.2 and 165.7 estimated); or, where the GPT's head and loss run fused in chunks
 // of c tokens (train.loss_chunk_tokens, one process per stage and no TP), instead of the logits: one chunk's fp32
 // logits and their gradient in e bytes ((4 + e) cV) and the gradients computed in forward, of the head's
 // input (4sbh) and weight (4Vh). (That is ATen's softmax steps; loom's CPU row kernels keep only the e-byte
 // logits, overwritten by their gradient, so on an AVX-512 CPU this is high by 4cV: 32 MiB at bench-gpt's chunk.)
-// Activation checkpointing (GPT blocks) splits a layer into its attention half (the ln1 input 4sbh, QKV
-// input, residual dropout mask, q k v, scores, output projection input) and its MLP half (the ln2 input
-// 4sbh, MLP input, dropout mask, MLP tensors). `full` keeps each block's fp32 input 4sbh and recomputes
-// one half at a time in backward: max(attention half without its input, MLP half) more. `selective`
-// keeps the attention half and the MLP half's input, and recomputes one MLP half (without that input).
+// Activation checkpointing splits a layer into its attention half (the ln1 input 4sbh, QKV input, residual
+// dropout mask, q k v, scores, output projection input) and its MLP half (the ln2 input 4sbh, MLP input,
+// dropout mask, MLP tensors), and an encoder-decoder's decoder block has a cross-attention sub-layer between
+// them. `full` keeps each block's fp32 input 4sbh and recomputes one sub-layer at a time in backward:
+// max(attention half without its input, cross-attention sub-layer, MLP half) more. `selective` keeps the
+// attention half (and the cross-attention) and the MLP half's input, and recomputes one MLP half (without
+// that input).
 // Context parallelism (parallel.cp): every per-position term counts s/cp positions, the rank's part of a
 // sequence; ring attention keeps no scores for backward, only each query's fp32 log-sum-exp (4asb/t), and
 // while one layer runs holds its working set (see `ring` below) on top; ZeRO shards over dp x cp (hybrid
@@ -261,33 +263,53 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double mlp_half = half_whole + e * s * b * mlp_tensors * f / t;
   const double layer = attention_half + mlp_half;
   const double block_input = 4 * s * b * h / sequence;
-  double kept_per_layer = layer, recomputed = 0;
-  if (config.train.activation_checkpointing == ActivationCheckpointing::kFull) {
-    kept_per_layer = block_input;
-    recomputed = std::max(attention_half - block_input, mlp_half);
+  // The encoder-decoder: source and target both seq_len long. A decoder block's cross-attention sub-layer
+  // keeps what an attention half keeps (its norm's input and output, dropout mask; q, the memory's k and v,
+  // the output projection's input, scores) and the k/v projection's input: a copy of the memory per block
+  // (its bf16 cast under autocast, its gathered positions under sequence parallelism); in fp32 without
+  // sequence parallelism that is the memory itself, shared by the blocks and counted once (`memory`).
+  const bool seq2seq = m.encoder_decoder();
+  const bool memory_copied = bf16 || sequence > 1;
+  const double cross =
+      seq2seq ? half_whole + (memory_copied ? e * s * b * h / sequence : 0.0) + (e * s * b * (2 * q + 2 * kv) + scores) / t
+              : 0.0;
+  // What an encoder and a decoder block keep per micro-batch; with checkpointing, the most one block's
+  // recompute holds at once in backward (blocks recompute one at a time; full: one sub-layer at a time).
+  double encoder_kept = layer, decoder_kept = layer + cross, recomputed = 0;
+  const bool full = config.train.activation_checkpointing == ActivationCheckpointing::kFull;
+  if (full) {
+    encoder_kept = decoder_kept = block_input;
+    recomputed = std::max({attention_half - block_input, mlp_half, cross});
   } else if (config.train.activation_checkpointing == ActivationCheckpointing::kSelective) {
-    kept_per_layer = attention_half + block_input;
+    encoder_kept = attention_half + block_input;
+    decoder_kept = encoder_kept + cross;
     recomputed = mlp_half - block_input;
   }
   const bool fused_loss = !m.encoder_decoder() && pp == 1 && tp == 1 && config.train.loss_chunk_tokens > 0;
-  const double logits = fused_loss ? (4 + e) * std::min(static_cast<double>(config.train.loss_chunk_tokens), s * b) * V +
-                                         4 * s * b * h + 4 * V * h
-                                   : tp > 1 ? s * b * V / t * (8 + 4 + (bf16 ? 2 : 0))
-                                            : s * b * V * (e + 4);
+  // The loss over whole logits on one rank (optim/cross_entropy.h) keeps only the fp32 log-probabilities
+  // (4sbV; the logits themselves are not saved), and its backward holds them, their gradient and the logits'
+  // fp32 gradient at once: 8sbV more, while every activation is still kept (measured, GPT and
+  // encoder-decoder, fp32 and bf16: the peak is 12sbV above the rest). Vocab-parallel (tp > 1): see above.
+  const bool whole_logits = !fused_loss && tp == 1;
+  const double logits = fused_loss     ? (4 + e) * std::min(static_cast<double>(config.train.loss_chunk_tokens), s * b) * V +
+                                             4 * s * b * h + 4 * V * h
+                        : whole_logits ? 4 * s * b * V
+                                       : s * b * V / t * (8 + 4 + (bf16 ? 2 : 0));
+  const double loss_backward = stage == pp - 1 && whole_logits ? 8 * s * b * V : 0.0;
   const double head = 4 * s * b * h / sequence + e * s * b * h + logits;
-  // Source and target both seq_len long. A decoder block adds a cross-attention sub-layer: its norm's
-  // input and dropout mask (on s/t positions under sequence parallelism), q, the memory's k and v, the
-  // output projection's input, scores and their dropout mask.
-  const double cross = !m.encoder_decoder() ? 0.0
-                                            : (e * s * b * h + dropout * s * b * h) / sequence +
-                                                  (e * s * b * (2 * q + 2 * kv) + scores) / t;
   const auto blocks = stage_block_counts(config, stage);
   const double stage_head = stage == pp - 1 ? head : 0.0;
-  // Checkpointing is for GPT blocks (decoder blocks without cross-attention); one block recomputes at a time.
+  // The memory (the encoder's fp32 output, which every decoder block reads) once, where something keeps it
+  // whole: the recomputed decoder blocks, or fp32 k/v projections; and the pre-norm encoder's final norm
+  // keeps its input.
+  const bool memory_kept = seq2seq && blocks.decoder > 0 && (full || !memory_copied);
+  const bool encoder_norm = seq2seq && blocks.ends_encoder && m.norm_position == NormPosition::kPre;
+  const double stage_memory = (memory_kept ? block_input : 0.0) + (encoder_norm ? block_input : 0.0);
   out.activations = static_cast<int64_t>(
-      static_cast<double>(in_flight) * (static_cast<double>(blocks.encoder) * layer +
-                                        static_cast<double>(blocks.decoder) * (kept_per_layer + cross) + stage_head) +
-      (blocks.decoder > 0 ? recomputed + ring : 0.0));
+      static_cast<double>(in_flight) * (static_cast<double>(blocks.encoder) * encoder_kept +
+                                        static_cast<double>(blocks.decoder) * decoder_kept + stage_memory + stage_head) +
+      // The loss's backward runs before any block recomputes.
+      std::max(loss_backward, blocks.encoder + blocks.decoder > 0 ? recomputed : 0.0) + (blocks.decoder > 0 ? ring : 0.0));
   // Sent forward and back, one tensor per micro-batch in flight (the encoder-decoder: two).
   const int64_t directions = pp == 1 ? 0 : (stage < pp - 1) + (stage > 0);
   const double sides = m.encoder_decoder() ? 2 : 1;

@@ -42,17 +42,28 @@ struct RunState {
 };
 
 // segments[count-1](...segments[0](x)), x itself for count 0.
-torch::Tensor run_segments(const RecomputeSegments& segments, torch::Tensor x, const torch::Tensor& context,
-                           size_t count) {
-  for (size_t i = 0; i < count; ++i) x = segments[i](x, context);
+torch::Tensor run_segments(const RecomputeSegments& segments, torch::Tensor x, const RecomputeSide& side, size_t count) {
+  for (size_t i = 0; i < count; ++i) x = segments[i](x, side);
   return x;
+}
+
+bool needs_gradient(const torch::Tensor& t) { return t.defined() && t.requires_grad(); }
+
+// The side tensors that need gradient: inputs of the node, in side's order.
+std::vector<torch::Tensor> differentiable(const RecomputeSide& side) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : side)
+    if (needs_gradient(t)) out.push_back(t);
+  return out;
 }
 
 class Recompute : public torch::autograd::Function<Recompute> {
  public:
+  // x and side_inputs (differentiable(side)) are the node's inputs; side goes by pointer (an undefined
+  // tensor argument is refused as an input) and is saved whole.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const RecomputeSegments* segments, TensorParallelRng* tp_rng,
-                               const torch::Tensor* context_given) {
+                               at::TensorList side_inputs, const RecomputeSegments* segments,
+                               TensorParallelRng* tp_rng, const RecomputeSide* side_given) {
     // Function::apply runs this without grad mode: fn keeps no graph and no activations.
     const auto state = RunState::capture(x.device(), tp_rng);
     ctx->saved_data["segments"] = reinterpret_cast<int64_t>(segments);
@@ -61,19 +72,26 @@ class Recompute : public torch::autograd::Function<Recompute> {
     if (tp_rng != nullptr) ctx->saved_data["tp_rng_state"] = state.tp_stream;
     ctx->saved_data["autocast"] = state.autocast;
     ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(state.autocast_dtype);
-    const torch::Tensor context = *context_given;  // the caller's, alive during this call
-    ctx->saved_data["context"] = context;
-    ctx->save_for_backward({x});
-    return run_segments(*segments, x, context, segments->size());
+    const RecomputeSide side = *side_given;  // the caller's, alive during this call
+    std::vector<int64_t> wanted;
+    for (size_t i = 0; i < side.size(); ++i)
+      if (needs_gradient(side[i])) wanted.push_back(static_cast<int64_t>(i));
+    TORCH_CHECK(wanted.size() == side_inputs.size(), "recompute: the side inputs are not the side's differentiable tensors");
+    ctx->saved_data["differentiable"] = wanted;
+    torch::autograd::variable_list saved{x};
+    saved.insert(saved.end(), side.begin(), side.end());
+    ctx->save_for_backward(saved);
+    return run_segments(*segments, x, side, segments->size());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const auto& segments = *reinterpret_cast<const RecomputeSegments*>(ctx->saved_data["segments"].toInt());
     auto* tp_rng = reinterpret_cast<TensorParallelRng*>(ctx->saved_data["tp_rng"].toInt());
-    const auto x = ctx->get_saved_variables()[0];
-    const auto& context_value = ctx->saved_data["context"];
-    const torch::Tensor context = context_value.isTensor() ? context_value.toTensor() : torch::Tensor();
+    const auto saved = ctx->get_saved_variables();
+    const auto x = saved[0];
+    const RecomputeSide side(saved.begin() + 1, saved.end());
+    const auto wanted = ctx->saved_data["differentiable"].toIntVector();
     RunState first;
     first.device = x.device();
     first.rng = ctx->saved_data["rng"].toTensor();
@@ -82,38 +100,48 @@ class Recompute : public torch::autograd::Function<Recompute> {
     first.autocast_dtype = static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt());
     const auto now = RunState::capture(x.device(), tp_rng);  // the backward pass's own state, put back afterwards
     auto grad = grad_outputs[0];
+    std::vector<torch::Tensor> side_grads(wanted.size());
     for (size_t i = segments.size(); i-- > 0;) {
       // The segments before i advance the generators exactly as in the first run, so segment i draws the
       // same dropout masks.
       first.restore(tp_rng);
+      RecomputeSide leaves = side;  // the differentiable side tensors as leaves of this re-run
+      for (const auto w : wanted) leaves[w] = side[w].detach().requires_grad_(true);
       torch::Tensor input, output;
       {
         torch::Tensor segment_input;
         {
           torch::NoGradGuard no_grad;
-          segment_input = run_segments(segments, x, context, i);
+          segment_input = run_segments(segments, x, leaves, i);
         }
         torch::AutoGradMode grad_mode(true);
         input = segment_input.detach().requires_grad_(true);
-        output = segments[i](input, context);
+        output = segments[i](input, leaves);
       }
       now.restore(tp_rng);
       torch::autograd::backward({output}, {grad});  // fills the segment's parameter gradients and input.grad
       grad = input.grad();
+      for (size_t k = 0; k < wanted.size(); ++k) {
+        const auto g = leaves[wanted[k]].grad();
+        if (g.defined()) side_grads[k] = side_grads[k].defined() ? side_grads[k] + g : g;
+      }
     }
-    return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    torch::autograd::variable_list out{grad};
+    out.insert(out.end(), side_grads.begin(), side_grads.end());
+    out.insert(out.end(), {torch::Tensor(), torch::Tensor(), torch::Tensor()});  // segments, tp_rng, side
+    return out;
   }
 };
 
 }  // namespace
 
 torch::Tensor recompute_in_backward(const RecomputeSegments& segments, const torch::Tensor& x,
-                                   TensorParallelRng* tp_rng, const torch::Tensor& context) {
+                                   TensorParallelRng* tp_rng, const RecomputeSide& side) {
   TORCH_CHECK(!segments.empty(), "recompute_in_backward: no segments");
-  if (!torch::GradMode::is_enabled() || !x.requires_grad()) return run_segments(segments, x, context, segments.size());
-  // The context goes by pointer: as a tensor argument it would be an input edge of the Function (and an
-  // undefined one is refused).
-  return Recompute::apply(x, &segments, tp_rng, &context);
+  const auto side_inputs = differentiable(side);
+  if (!torch::GradMode::is_enabled() || (!x.requires_grad() && side_inputs.empty()))
+    return run_segments(segments, x, side, segments.size());
+  return Recompute::apply(x, at::TensorList(side_inputs), &segments, tp_rng, &side);
 }
 
 }  // namespace loom

@@ -7,6 +7,9 @@
 // match and the gradients equal those of the plain fn(x). fn's parameters receive their gradients during
 // that inner backward (as with PyTorch's reentrant torch.utils.checkpoint). LibTorch has no
 // torch.utils.checkpoint: this is its C++ counterpart, built on a custom autograd function.
+// Besides x, every segment may read side tensors (masks, packed documents' positions, the encoder output a
+// decoder block's cross-attention reads), saved with x for the re-runs; a side tensor that needs gradient
+// gets the sum of what the segments send it.
 #pragma once
 #include <torch/torch.h>
 
@@ -17,15 +20,17 @@
 
 namespace loom {
 
-// y = fn(x, context): context is a tensor every segment also reads, without gradient (packed documents'
-// positions, models/document_mask.h); undefined when there is none.
-using Recomputable = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& context)>;
+// What every segment reads besides x, in an order the caller fixes; any of them may be undefined.
+using RecomputeSide = std::vector<torch::Tensor>;
+// y = fn(x, side)
+using Recomputable = std::function<torch::Tensor(const torch::Tensor& x, const RecomputeSide& side)>;
 using RecomputeSegments = std::vector<Recomputable>;
 
 // x: any shape; segments (at least one) must outlive the backward pass (they are called again from there).
-// Without grad mode or when x needs no gradient this is just fn(x). tp_rng: the tensor-parallel dropout
-// stream fn draws from besides the default generator (null: none); its state is restored for re-runs too.
+// Without grad mode or when neither x nor a side tensor needs gradient this is just fn(x). tp_rng: the
+// tensor-parallel dropout stream fn draws from besides the default generator (null: none); its state is
+// restored for re-runs too.
 torch::Tensor recompute_in_backward(const RecomputeSegments& segments, const torch::Tensor& x,
-                                   TensorParallelRng* tp_rng = nullptr, const torch::Tensor& context = {});
+                                   TensorParallelRng* tp_rng = nullptr, const RecomputeSide& side = {});
 
 }  // namespace loom

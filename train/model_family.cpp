@@ -21,7 +21,9 @@ const std::vector<ModelFamily>& model_families() {
       {ModelArch::kTransformer,
        [](const Config& config, const TensorParallelism& tp, const ModelStage& stage, const ContextParallelism& cp) {
          LOOM_CHECK(cp.size() == 1, "the encoder-decoder is not context-parallel (parallel.cp)");
-         return std::static_pointer_cast<torch::nn::Module>(EncoderDecoder(config.model, tp, stage).ptr());
+         EncoderDecoder model(config.model, tp, stage);
+         model->set_activation_checkpointing(config.train.activation_checkpointing);
+         return std::static_pointer_cast<torch::nn::Module>(model.ptr());
        },
        [](Config& config, TaskData data, const ModelSource& model, std::unique_ptr<LmBatches> lm_batches) {
          LOOM_CHECK(lm_batches == nullptr, "synthetic LM batches feed a gpt model only");

@@ -20,6 +20,8 @@ class TranslationTask : public Task {
   torch::nn::Module& model() override { return *model_; }
   TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
   int64_t train_batch_size(int64_t step) const override { return data_->train_batch_size(step); }
+  std::vector<std::string> source_names() const override { return data_->source_names(); }
+  std::vector<int64_t> source_tokens(int64_t step) const override { return data_->source_tokens(step); }
   TaskBatch eval_batch(int64_t first, int64_t count) const override;
   bool can_evaluate() const override { return data_->eval_size() > 0; }
   int64_t eval_size() const override { return data_->eval_size(); }

@@ -1,10 +1,8 @@
 // Training windows from one or more weighted sources (data.train: a path, or a list of {path, weight}).
 // Still a pure function of (seed, step, index): sequence `index` of the global batch of `step` is global
-// sequence n = step * batch_size + index; its source is where the golden-ratio (Weyl) sequence
-// u_n = frac(n * phi^-1 + offset(seed)) falls among the cumulative weights, its window the LmSampler's.
-// The Weyl sequence fills [0, 1) evenly, so any run of N consecutive sequences takes each source's share
-// to within a few / N of its weight (an independent draw per sequence would be off by ~1/sqrt(N)); and
-// with one source nothing changes: the windows are the LmSampler's alone.
+// sequence n = step * batch_size + index; its source is the WeylMixture's draw n (weyl_mixture.h: any run
+// of N consecutive sequences takes each source's share to within a few / N of its weight), its window the
+// LmSampler's. With one source nothing changes: the windows are the LmSampler's alone.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -14,6 +12,7 @@
 #include "data/corpus/lm_batches.h"
 #include "data/corpus/lm_sampler.h"
 #include "data/corpus/token_corpus.h"
+#include "data/corpus/weyl_mixture.h"
 
 namespace loom {
 
@@ -40,8 +39,7 @@ class LmMixture : public LmBatches {
   std::vector<LmSource> sources_;
   LmSampler sampler_;
   int64_t batch_size_;
-  std::vector<double> cumulative_;  // normalized weights summed up to each source; the last is 1
-  uint64_t offset_;                 // the Weyl sequence's start, from the seed
+  WeylMixture draws_;
 };
 
 }  // namespace loom

@@ -1,5 +1,7 @@
 #include "data/pairs/pair_source.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace loom {
@@ -17,23 +19,44 @@ void check_lengths(const PairFile& file, int64_t max_len) {
 
 }  // namespace
 
-PairFileSource::PairFileSource(std::unique_ptr<PairFile> train, std::unique_ptr<PairFile> valid,
+PairFileSource::PairFileSource(std::vector<TrainPairs> train, std::unique_ptr<PairFile> valid,
                                PairSamplerOptions options, int64_t max_len)
     : train_(std::move(train)), valid_(std::move(valid)) {
-  LOOM_CHECK(train_ || valid_, "a pair source needs a training or an evaluation file");
-  for (const auto* file : {train_.get(), valid_.get()})
-    if (file) check_lengths(*file, max_len);
-  if (train_) sampler_ = std::make_unique<PairSampler>(*train_, options);
+  LOOM_CHECK(!train_.empty() || valid_, "a pair source needs a training or an evaluation file");
+  std::vector<double> weights;
+  for (const auto& t : train_) {
+    check_lengths(*t.file, max_len);
+    samplers_.push_back(std::make_unique<PairSampler>(*t.file, options));
+    weights.push_back(t.weight);
+  }
+  if (valid_) check_lengths(*valid_, max_len);
+  if (train_.size() > 1) {
+    draws_ = std::make_unique<WeylMixture>(weights, options.seed);
+    uses_.assign(train_.size(), 0);
+  }
+}
+
+std::pair<size_t, int64_t> PairFileSource::file_step(int64_t step) const {
+  LOOM_CHECK(!train_.empty(), "no training pairs (data.train)");
+  LOOM_CHECK(step >= 0, "PairFileSource: step ", step, " < 0");
+  if (!draws_) return {0, step};
+  if (step < counted_) {  // an earlier step than the last one asked: count again from the start
+    counted_ = 0;
+    uses_.assign(train_.size(), 0);
+  }
+  for (; counted_ < step; ++counted_) ++uses_[draws_->source_of(static_cast<uint64_t>(counted_))];
+  const size_t file = draws_->source_of(static_cast<uint64_t>(step));
+  return {file, uses_[file]};
 }
 
 Seq2SeqBatch PairFileSource::train_batch(int64_t step, int64_t first, int64_t count) const {
-  LOOM_CHECK(sampler_ != nullptr, "no training pairs (data.train)");
-  return sampler_->train_batch(step, first, count);
+  const auto [file, at] = file_step(step);
+  return samplers_[file]->train_batch(at, first, count);
 }
 
 int64_t PairFileSource::train_batch_size(int64_t step) const {
-  LOOM_CHECK(sampler_ != nullptr, "no training pairs (data.train)");
-  return static_cast<int64_t>(sampler_->train_pairs(step).size());
+  const auto [file, at] = file_step(step);
+  return static_cast<int64_t>(samplers_[file]->train_pairs(at).size());
 }
 
 Seq2SeqBatch PairFileSource::eval_batch(int64_t first, int64_t count) const {
@@ -43,6 +66,26 @@ Seq2SeqBatch PairFileSource::eval_batch(int64_t first, int64_t count) const {
   return make_pair_batch(*valid_, pairs);
 }
 
-int64_t PairFileSource::vocab_size() const { return (train_ ? *train_ : *valid_).vocab_size(); }
+int64_t PairFileSource::vocab_size() const {
+  int64_t vocab = valid_ ? valid_->vocab_size() : 0;
+  for (const auto& t : train_) vocab = std::max(vocab, t.file->vocab_size());
+  return vocab;
+}
+
+std::vector<std::string> PairFileSource::source_names() const {
+  std::vector<std::string> names;
+  if (train_.size() > 1)
+    for (const auto& t : train_) names.push_back(t.name);
+  return names;
+}
+
+std::vector<int64_t> PairFileSource::source_tokens(int64_t step) const {
+  if (train_.size() <= 1) return {};
+  // The tokens a pair batch counts (Seq2SeqBatch::tokens()): each target and its eos.
+  const auto [file, at] = file_step(step);
+  std::vector<int64_t> tokens(train_.size(), 0);
+  for (const int64_t pair : samplers_[file]->train_pairs(at)) tokens[file] += train_[file].file->target_length(pair) + 1;
+  return tokens;
+}
 
 }  // namespace loom

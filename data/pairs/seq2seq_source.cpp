@@ -68,7 +68,7 @@ std::unique_ptr<Seq2SeqSource> make_seq2seq_source(const Config& config, bool tr
   auto open_pairs = [&](const std::string& path, const std::string& key) {
     return data_file_given(path, key, config) ? std::make_unique<PairFile>(path) : nullptr;
   };
-  std::unique_ptr<PairFile> train, valid;
+  std::vector<TrainPairs> train;
   if (training) {
     if (d.train.empty())
       throw ConfigError(config.where("data.train") + ": data.train: no training pair file given (scripts/"
@@ -76,12 +76,18 @@ std::unique_ptr<Seq2SeqSource> make_seq2seq_source(const Config& config, bool tr
     if (config.train.batch_tokens <= 0)
       throw ConfigError(config.where("train.batch_tokens") + ": train.batch_tokens: translation pairs are batched "
                         "by tokens; set it (for example 4096)");
-    train = open_pairs(d.train.front().path, "data.train");  // one source: config validation refuses a mixture
+    for (const auto& source : d.train) {
+      auto file = open_pairs(source.path, "data.train");
+      if (file) train.push_back({source.path, source.weight, std::move(file)});
+    }
   }
-  valid = open_pairs(d.valid, "data.valid");
-  if (!train && !valid)
+  auto valid = open_pairs(d.valid, "data.valid");
+  if (train.empty() && !valid)
     throw ConfigError(config.where("data.valid") + ": data.valid: no evaluation pair file (pass --set data.valid=FILE)");
-  check_tokenizer(config, (train ? *train : *valid).tokens(), train && valid ? &valid->tokens() : nullptr);
+  // Every file was made with the config's tokenizer (without one, with the first file's).
+  const TokenFile& first = !train.empty() ? train.front().file->tokens() : valid->tokens();
+  check_tokenizer(config, first, !train.empty() && valid ? &valid->tokens() : nullptr);
+  for (size_t i = 1; i < train.size(); ++i) check_tokenizer(config, train[i].file->tokens(), &first);
   // Batches are cut the same for every parallel layout (min_pairs 1), so any layout trains on the same
   // pairs; the Trainer copes with a batch of fewer pairs than DP ranks.
   const PairSamplerOptions options{config.train.batch_tokens, 1, static_cast<uint64_t>(config.run.seed)};

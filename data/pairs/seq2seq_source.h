@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,10 @@ class Seq2SeqSource {
   virtual Seq2SeqBatch eval_batch(int64_t first, int64_t count) const = 0;
   virtual int64_t eval_size() const = 0;
   virtual int64_t vocab_size() const = 0;  // token ids are below this
+  // A mixture of training sources: their names, and per source the tokens of the global batch of `step`
+  // (train/task.h's source_tokens). Empty: one source.
+  virtual std::vector<std::string> source_names() const { return {}; }
+  virtual std::vector<int64_t> source_tokens(int64_t) const { return {}; }
 };
 
 // Pads pairs into a batch as data/pairs/seq2seq_batch.h describes.
@@ -36,8 +41,8 @@ Seq2SeqBatch collate_pairs(const std::vector<TokenPair>& pairs);
 // see the same pairs. multiple 1, or lengths already multiples: the batch itself.
 Seq2SeqBatch pad_to_multiple(const Seq2SeqBatch& batch, int64_t multiple);
 
-// The source the config asks for: data.synthetic, else the pair files data.train (when `training`) and
-// data.valid (data/pairs/pair_source.h). Throws ConfigError naming the key.
+// The source the config asks for: data.synthetic, else the pair files data.train (when `training`; several
+// are a mixture) and data.valid (data/pairs/pair_source.h). Throws ConfigError naming the key.
 std::unique_ptr<Seq2SeqSource> make_seq2seq_source(const Config& config, bool training);
 
 }  // namespace loom

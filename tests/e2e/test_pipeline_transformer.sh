@@ -9,7 +9,8 @@
 # stage passing the embedded target on, one passing the memory on), TP=2 x PP=2 (post-norm, tied
 # embedding on the first and last stage) and DP=2 x PP=2 (pre-norm, learned positions, GELU, untied head).
 # Checkpoints reshard: PP=2 -> one process, TP=2 x PP=2 -> one process and one process -> PP=2 continue the
-# single-process 20-step curve, and a PP=2 run with dropout resumes bit for bit. `loom eval` and `loom translate` from a PP=2 run give the single run's loss
+# single-process 20-step curve, and a PP=2 run with dropout resumes bit for bit, its halves recomputing the
+# blocks in backward (activation checkpointing selective, then full). `loom eval` and `loom translate` from a PP=2 run give the single run's loss
 # and translations; on the Bible pairs (token-based batches: the pairs per step vary) PP=2 gives the
 # single run's losses (also with steps of one pair, one micro-batch left empty) and `loom eval --split
 # test` its BLEU. Bad splits are config errors naming the key.
@@ -81,13 +82,16 @@ pp_train 2 "$WORK/pp1-to-pp2" 2 "${twenty[@]}" --set parallel.dp=1 --set paralle
 resumed "$WORK/pp1-to-pp2" "transformer PP=1 checkpoint resumed as PP=2"
 
 # Exact resume under PP=2 with dropout (each stage's generator state in its shard): steps 1-10, then
-# 11-20, against 20 uninterrupted steps.
+# 11-20, against 20 uninterrupted steps. The halves recompute their blocks in backward (selective, then full
+# activation checkpointing: each stage's blocks, two micro-batches in flight, the memory's gradient summed
+# over the decoder stage's recomputed blocks), which changes no loss.
 dropout=(--set model.dropout=0.1 --set train.max_steps=20 --set parallel.dp=1 --set parallel.microbatches=2)
 pp_train 2 "$WORK/dropout-reference" 2 "${dropout[@]}"
-pp_train 2 "$WORK/dropout-resumed" 2 "${dropout[@]}" --set train.max_steps=10
-pp_train 2 "$WORK/dropout-resumed" 2 "${dropout[@]}"
+pp_train 2 "$WORK/dropout-resumed" 2 "${dropout[@]}" --set train.max_steps=10 --set train.activation_checkpointing=selective
+pp_train 2 "$WORK/dropout-resumed" 2 "${dropout[@]}" --set train.activation_checkpointing=full
 grep -q "resumed from .*/checkpoints/10" "$WORK/dropout-resumed.log" || fail "PP=2 with dropout did not resume"
-same_losses "$WORK/dropout-reference" "$WORK/dropout-resumed" "transformer PP=2 (dropout 0.1) resumed at step 10"
+same_losses "$WORK/dropout-reference" "$WORK/dropout-resumed" \
+  "transformer PP=2 (dropout 0.1) resumed at step 10, recomputed (selective, then full)"
 
 # One process evaluates and translates from the PP=2 run (its stages joined): what the single run gives.
 same_eval_and_translation "$WORK/pp2-gpipe" "PP=2"

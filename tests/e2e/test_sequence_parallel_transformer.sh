@@ -7,7 +7,8 @@
 # TP=2 (post-norm, sinusoidal, tied), DP=2 x TP=2 (pre-norm, learned positions, GELU, untied head) and
 # TP=2 x PP=2 under GPipe and 1F1B; on the Bible pairs (token-based batches) TP=2 and TP=2 x PP=2. A TP=2+SP checkpoint
 # resumes as one process, and a single-process one as TP=2+SP, on the single 20-step curve; TP=2+SP with
-# dropout 0.1 resumes bit for bit; `loom eval` and `loom translate` of the SP checkpoint give the single
+# dropout 0.1 resumes bit for bit, its halves recomputing the blocks in backward (activation checkpointing
+# full, then selective); `loom eval` and `loom translate` of the SP checkpoint give the single
 # run's loss and translations.
 source "$(dirname "$0")/common.sh"
 : "${BIBLE_MT_DATA:?set BIBLE_MT_DATA to prepared English-Spanish data}"
@@ -52,13 +53,16 @@ grep -q "resumed from .*/checkpoints/10" "$WORK/single-to-sp.log" || fail "one p
 same_curve "$WORK/single20" "$WORK/single-to-sp" "transformer single checkpoint resumed as TP=2+SP" 20
 
 # Exact resume under TP=2+SP with dropout (sequence shards drop from each rank's TP stream, saved in its
-# shard): steps 1-10, then 11-20, against 20 uninterrupted steps.
+# shard): steps 1-10, then 11-20, against 20 uninterrupted steps. The halves recompute their blocks in
+# backward (full, then selective activation checkpointing), which replays every dropout mask (the TP
+# stream's too) and so changes no loss.
 dropout=(--set model.dropout=0.1 --set train.max_steps=20 --set parallel.dp=1)
 sp_train 2 "$WORK/dropout-reference" "${dropout[@]}"
-sp_train 2 "$WORK/dropout-resumed" "${dropout[@]}" --set train.max_steps=10
-sp_train 2 "$WORK/dropout-resumed" "${dropout[@]}"
+sp_train 2 "$WORK/dropout-resumed" "${dropout[@]}" --set train.max_steps=10 --set train.activation_checkpointing=full
+sp_train 2 "$WORK/dropout-resumed" "${dropout[@]}" --set train.activation_checkpointing=selective
 grep -q "resumed from .*/checkpoints/10" "$WORK/dropout-resumed.log" || fail "TP=2+SP with dropout did not resume"
-same_losses "$WORK/dropout-reference" "$WORK/dropout-resumed" "transformer TP=2+SP (dropout 0.1) resumed at step 10"
+same_losses "$WORK/dropout-reference" "$WORK/dropout-resumed" \
+  "transformer TP=2+SP (dropout 0.1) resumed at step 10, recomputed (full, then selective)"
 # The sequence shards really are dropped on their own: the same run without SP (residual dropout alike on
 # both ranks, from the default generator) follows another curve.
 mpi_train 2 "$WORK/dropout-no-sp" "${dropout[@]}" --set parallel.tp=2 || fail "TP=2 without SP, dropout, failed"

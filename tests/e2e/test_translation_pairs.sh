@@ -2,7 +2,8 @@
 # Translation on the English-Spanish Bible pairs (the bible_mt_data fixture, vocabulary 2000) with a tiny
 # encoder-decoder, fp32 and no dropout: token-based batches (train.batch_tokens: the pairs per step vary)
 # shared out over DP=2 ranks, over 2 micro-batches, or over both with batches of 1-2 pairs (slices left
-# empty), give the single-process losses within 1e-5; a run
+# empty), give the single-process losses within 1e-5; a mixture of two pair files counts its tokens by
+# source and resumes bit for bit; a run
 # killed after a checkpoint resumes to the uninterrupted losses bit for bit; `loom eval --split test`
 # reports the corpus BLEU that sacrebleu (PyPI) computes from the translations it writes and the raw
 # test.es; `loom translate` gives the same translations from text on stdin.
@@ -35,6 +36,27 @@ tiny_train "$WORK/small" "${small[@]}" > "$WORK/small.log" 2>&1 || fail "single-
 "${MPIRUN[@]}" -np 2 "$LOOM" train $(train_args "$WORK/small-dp2") --set parallel.dp=2 --set train.micro_batch_size=2 \
   "${small[@]}" > "$WORK/small-dp2.log" 2>&1 || { cat "$WORK/small-dp2.log"; fail "DP=2 run, small batches"; }
 same_losses_within "$WORK/small" "$WORK/small-dp2" "DP=2 x 2 micro-batches, 1-2 pairs per step" 1e-5
+
+# A mixture of two pair files (data.train: train.bin at weight 3, test.bin at 1): each step's batch comes
+# from one of them, metrics.jsonl counts tokens_by_source (summing to the run's tokens), and the run resumed
+# from its step-5 checkpoint writes the uninterrupted losses bit for bit.
+mix=(--set "data.train=[{path: $D/train.bin, weight: 3}, {path: $D/test.bin, weight: 1}]" --set train.eval_every=0)
+tiny_train "$WORK/mix" "${mix[@]}" > "$WORK/mix.log" 2>&1 || { tail "$WORK/mix.log"; fail "mixture of pair files"; }
+cp -r "$WORK/mix" "$WORK/mix-resumed" && rm -r "$WORK/mix-resumed/checkpoints/10"
+tiny_train "$WORK/mix-resumed" "${mix[@]}" > "$WORK/mix-resumed.log" 2>&1 || fail "mixture of pair files, resumed"
+grep -q "resumed from .*/checkpoints/5" "$WORK/mix-resumed.log" || fail "the mixture run did not resume from step 5"
+python3 - "$WORK/mix" "$WORK/mix-resumed" "$D" <<'PY' || fail "mixture of pair files: tokens_by_source or resume"
+import json, sys
+runs = [[r for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"] for d in sys.argv[1:3]]
+last = runs[0][-1]
+by_source = last["tokens_by_source"]
+assert sorted(by_source) == sorted(f"{sys.argv[3]}/{f}.bin" for f in ("train", "test")), by_source
+assert all(v > 0 for v in by_source.values()) and sum(by_source.values()) == last["tokens"], (by_source, last["tokens"])
+uninterrupted = {r["step"]: r["loss"] for r in runs[0]}
+resumed = {r["step"]: r["loss"] for r in runs[1]}  # steps 6-10 written again after the resume
+assert sorted(resumed) == list(range(1, 11)) and resumed == uninterrupted, (uninterrupted, resumed)
+print(f"mixture of pair files: tokens_by_source {by_source} of {last['tokens']}; resumed at step 5 bit for bit")
+PY
 
 sigkill_resume "$WORK/killed" 5
 [ "$killed_at" -lt 10 ] || fail "SIGKILL came too late to test anything (the run had finished)"

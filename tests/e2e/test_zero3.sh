@@ -14,8 +14,9 @@
 # at DP=4 the measured peak in tensors of ZeRO 0 to 3 is within 10% of `loom info`'s estimate. Pipeline stages (each stage sharding its
 # own units): DP=2 x PP=2 1F1B (also without resharding) and GPipe, DP=2 x TP=2 x PP=2 (8 ranks), DP=2 x PP=3
 # (a middle stage without ends), an untied head at DP=2, and resuming at step 10 out
-# of PP=2 into one process and out of DP=2 into DP=2 x PP=2; the encoder-decoder at DP=2 and, pre-norm,
-# DP=2 x PP=2 (10 steps against its single run).
+# of PP=2 into one process and out of DP=2 into DP=2 x PP=2; the encoder-decoder at DP=2 (also with full
+# activation checkpointing: the same losses bit for bit) and, pre-norm, DP=2 x PP=2 (10 steps against its
+# single run).
 source "$(dirname "$0")/common.sh"
 common=(--set model.dropout=0 --set model.n_layers=3 --set train.max_steps=20 --set schedule.total_steps=20
         --set train.micro_batch_size=0)
@@ -183,6 +184,12 @@ mpi_train 2 "$WORK/mt-dp2" --set parallel.dp=2 --set parallel.zero=3 || fail "tr
 grep -q "layout dp=2 cp=1 tp=1 pp=1, 9 gradient buckets" "$WORK/mt-dp2.log" \
   || fail "the encoder-decoder's ZeRO-3 did not bucket by unit (the ends' embedding; 4 blocks x matrices, vectors)"
 same_losses_and_grad_norms "$WORK/mt-single" "$WORK/mt-dp2" "transformer ZeRO-3 DP=2"
+# Full activation checkpointing: each encoder and decoder block recomputed inside its gathered unit (the
+# gathers stay outside the recompute), the memory's gradient summed over the recomputed decoder blocks:
+# the same losses bit for bit.
+mpi_train 2 "$WORK/mt-dp2-recompute" --set parallel.dp=2 --set parallel.zero=3 --set train.activation_checkpointing=full ||
+  fail "transformer ZeRO-3 DP=2 with activation checkpointing failed"
+same_losses "$WORK/mt-dp2" "$WORK/mt-dp2-recompute" "transformer ZeRO-3 DP=2, full activation checkpointing"
 pre_norm=(--set model.norm_position=pre)
 tiny_train "$WORK/mt-pre-single" "${pre_norm[@]}" >"$WORK/mt-pre-single.log" 2>&1 || fail "pre-norm transformer single run"
 mpi_train 4 "$WORK/mt-dp2pp2" "${pre_norm[@]}" --set parallel.dp=2 --set parallel.pp=2 --set 'parallel.pp_layers=[3,1]' \

@@ -120,6 +120,13 @@ TEST_CASE("config: context parallelism refuses what ring attention cannot run, n
         "equal chunks, two per context-parallel rank)");
   CHECK_THAT(config_error("model:\n  arch: transformer\n", {"parallel.cp=2"}),
              Catch::Contains("--set parallel.cp=2: parallel.cp: 2: context parallelism is built for model.arch=gpt"));
+  // What the encoder-decoder still refuses says why and what to do.
+  CHECK_THAT(config_error("model:\n  arch: transformer\n", {"data.document_mask=true"}),
+             Catch::Contains("data.document_mask: packs documents into model.arch=gpt windows") &&
+                 Catch::Contains("set it false"));
+  CHECK_THAT(config_error("model:\n  arch: transformer\n  init_from: x.safetensors\n"),
+             Catch::Contains("x.yaml:3: model.init_from: importing weights is built for model.arch=gpt only") &&
+                 Catch::Contains("leave it empty"));
   // With sequence parallelism each TP rank keeps 1/tp of a CP rank's positions: 128 / 4 = 32 over 2.
   CHECK(config_error("", {"parallel.cp=4", "parallel.tp=2", "parallel.sequence_parallel=true"}).empty());
   CHECK(config_error("data:\n  seq_len: 24\nmodel:\n  n_heads: 8\n",

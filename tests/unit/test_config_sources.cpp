@@ -66,7 +66,7 @@ TEST_CASE("config sources: bad sources are refused naming file:line and the key"
              Catch::Contains("data.train: sources 0 and 1 are both a: list it once"));
   CHECK_THAT(config_error("model:\n  arch: transformer\n  d_model: 32\n  n_heads: 2\n"
                           "data:\n  train: [{path: a}, {path: b}]\n  synthetic: reverse\n"),
-             Catch::Contains("model.arch=transformer trains on one pair file, not a mixture"));
+             Catch::Contains("x.yaml:6: data.train: data.synthetic makes its own pairs: a mixture of data.train files would not be read"));
   CHECK_THAT(config_error("", {"data.train=[{path: a, weight: -1}]"}),
              Catch::Contains("--set data.train=[{path: a, weight: -1}]: data.train: source 0 (a) has weight -1"));
 }

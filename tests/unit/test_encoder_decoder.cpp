@@ -1,10 +1,12 @@
 // The encoder-decoder (model.arch: transformer): parameter counts against built models, logits against
-// torch.nn.Transformer with the same weights and padding on both sides (tests/golden/transformer_forward.py),
+// torch.nn.Transformer with the same weights and padding on both sides (tests/golden/transformer_forward.py;
+// RoPE, ALiBi and a sliding window against its explicit float64 forward),
 // padding that changes nothing, incremental (cached) decoding against the full decoder, the
 // translation loss against per-pair losses, and batches padded to a multiple (data.pad_to_multiple,
 // sequence parallelism) that score as the unpadded ones.
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include "core/error.h"
 #include "data/pairs/seq2seq_source.h"
@@ -31,6 +33,10 @@ const std::vector<Variant>& variants() {
        {"model.norm_position=pre", "model.position=learned", "model.activation=gelu", "model.tie_embeddings=false",
         "model.scale_embeddings=false"}},
       {"post-norm-no-bias-3-encoder-layers", {"model.bias=false", "model.n_encoder_layers=3"}},
+      // Positions in the self-attention instead of the embeddings: RoPE with a sliding window of 4 (the
+      // encoder's keeps |i - j| < 4), and ALiBi (the encoder's by |i - j|).
+      {"pre-norm-rope-window-4", {"model.norm_position=pre", "model.position=rope", "model.attention_window=4"}},
+      {"post-norm-alibi", {"model.position=alibi"}},
   };
   return all;
 }
@@ -103,7 +109,8 @@ TEST_CASE("encoder-decoder: logits equal torch.nn.Transformer with padding on bo
                      {"n_encoder_layers", c.n_encoder_layers}, {"d_ff", c.ffn_dim()}, {"norm_position", loom::enum_name(c.norm_position)},
                      {"norm_eps", c.norm_eps}, {"activation", loom::enum_name(c.activation)}, {"bias", c.bias},
                      {"position", loom::enum_name(c.position)}, {"scale_embeddings", c.scale_embeddings},
-                     {"tie_embeddings", c.tie_embeddings}};
+                     {"tie_embeddings", c.tie_embeddings}, {"rope_theta", c.rope_theta},
+                     {"attention_window", c.attention_window}};
     for (const auto& p : model->named_parameters()) one["params"][p.key()] = loom::test::tensor_json(p.value());
     one["source"] = loom::test::tensor_json(source);
     one["source_lengths"] = src_len;
@@ -297,10 +304,13 @@ TEST_CASE("pair batch padding multiple: lcm with tp under sequence parallelism, 
 
 TEST_CASE("encoder-decoder memory estimate: sequence parallelism keeps 1/tp of what TP keeps whole",
           "[models][seq2seq][estimates]") {
-  // 6 + 6 layers, fp32 with dropout, tp 4, micro-batch 8 of 128 positions (source and target alike). Kept
-  // whole under TP, per block: the norm and projection inputs 16sbh and the residual dropout masks 2sbh;
-  // a decoder block's cross-attention adds its norm's input 4sbh and a dropout mask sbh; the head the
-  // final norm's input 4sbh. Sequence parallelism keeps 1/4 of them: 3/4 of (12 * 18 + 6 * 5 + 4) sbh less.
+  // 6 + 6 pre-norm layers, fp32 with dropout, tp 4, micro-batch 8 of 128 positions (source and target
+  // alike). Kept whole under TP, per block: the norm and projection inputs 16sbh and the residual dropout
+  // masks 2sbh; a decoder block's cross-attention adds its norm's input and output 8sbh and a dropout mask
+  // sbh; the head the final norm's input 4sbh, the encoder its final norm's input 4sbh. Sequence parallelism
+  // keeps 1/4 of them: 3/4 of (12 * 18 + 6 * 9 + 4 + 4) sbh less; but then each cross-attention's k/v
+  // projection takes a gathered copy of the memory (6 x 4sbh / 4) where TP alone reads the memory itself,
+  // kept once (4sbh): 2sbh more.
   std::vector<std::string> sets = {"model.arch=transformer", "model.vocab_size=1000", "model.d_model=512",
                                    "model.n_layers=6",        "model.n_heads=8",        "model.max_seq_len=256",
                                    "data.seq_len=128",        "model.dropout=0.1",      "precision.dtype=fp32",
@@ -309,6 +319,42 @@ TEST_CASE("encoder-decoder memory estimate: sequence parallelism keeps 1/tp of w
   sets.push_back("parallel.sequence_parallel=true");
   const auto with_sp = loom::estimate_memory(loom::parse_config("", "test", sets));
   const double sbh = 128.0 * 8 * 512;
-  CHECK(static_cast<double>(tp_only.activations - with_sp.activations) == Approx(250 * sbh * 3 / 4).margin(2));
+  CHECK(static_cast<double>(tp_only.activations - with_sp.activations) == Approx((278 * 3 / 4.0 - 2) * sbh).margin(2));
   CHECK(with_sp.weights == tp_only.weights);
+}
+
+TEST_CASE("encoder-decoder memory estimate: activation checkpointing keeps each block's input, recomputes one sub-layer",
+          "[models][seq2seq][estimates]") {
+  // 6 + 6 pre-norm layers, fp32 without dropout (SDPA's flash kernel keeps each query's log-sum-exp, 4asb),
+  // vocabulary 1000, micro-batch 8 of 128 positions (source and target alike). Per block: the attention half
+  // keeps its norm's input and output 8sbh, q k v and the projection input 16sbh and 4asb; the MLP half
+  // its norm's input and output 8sbh and ReLU's output 16sbh; a decoder block's cross-attention what an
+  // attention half keeps (its k/v projection's input is the memory itself, kept once, 4sbh). Beside the
+  // blocks: the encoder's final norm input 4sbh, the decoder's 4sbh, the head's input 4sbh, the loss's
+  // log-probs 4sbV, and the loss backward's 8sbV more at the start of backward.
+  const double s = 128, b = 8, h = 512, a = 8, V = 1000, L = 6;
+  const double sbh = s * b * h, scores = 4 * a * s * b;
+  const double attention = 24 * sbh + scores, mlp = 24 * sbh, cross = 24 * sbh + scores;
+  const double beside = 4 * sbh /* memory */ + 4 * sbh + 4 * sbh + 4 * sbh + 4 * s * b * V;
+  const double loss_backward = 8 * s * b * V;
+  const std::map<std::string, double> expected{
+      {"none", L * (attention + mlp) + L * (attention + mlp + cross) + beside + loss_backward},
+      // each block's input; after the loss's backward, one sub-layer recomputed at a time (the largest:
+      // the cross-attention, 24sbh + 4asb)
+      {"full", 2 * L * 4 * sbh + beside + std::max(loss_backward, cross)},
+      // the attention half (and cross-attention) and the MLP half's input kept; one MLP half (less that
+      // input) recomputed
+      {"selective", L * (attention + 4 * sbh) + L * (attention + 4 * sbh + cross) + beside +
+                        std::max(loss_backward, mlp - 4 * sbh)},
+  };
+  for (const auto& [mode, bytes] : expected) {
+    INFO("activation checkpointing " << mode);
+    const auto config = loom::parse_config(
+        "", "test",
+        {"model.arch=transformer", "model.vocab_size=1000", "model.d_model=512", "model.n_layers=6",
+         "model.n_heads=8", "model.d_ff=2048", "model.max_seq_len=256", "data.seq_len=128", "model.dropout=0",
+         "model.norm_position=pre", "model.activation=relu", "precision.dtype=fp32", "train.batch_size=8",
+         "train.activation_checkpointing=" + mode});
+    CHECK(static_cast<double>(loom::estimate_memory(config).activations) == Approx(bytes).epsilon(1e-9));
+  }
 }

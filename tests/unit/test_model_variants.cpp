@@ -320,8 +320,9 @@ TEST_CASE("variants: logits equal Hugging Face GPT2LMHeadModel and LlamaForCausa
 TEST_CASE("variants: memory estimate follows Korthikanti et al. for GPT-2", "[models][variants][memory]") {
   // GPT-2 small with dropout in bf16: per layer sbh(10 + 24/t + 5as/(ht)) bytes (their equation 2) and
   // 4sbh more for the two norm inputs, fp32 under autocast; plus the head: the final norm's fp32 input
-  // 4sbh, the LM head's bf16 input 2sbh and logits with fp32 log-probs 6sbV; under TP the vocabulary-parallel
-  // loss's fp32 shifted logits and exp, and in backward their fp32 gradient and its bf16 copy: 14sbV/t.
+  // 4sbh, the LM head's bf16 input 2sbh; on one rank the loss's log-probs 4sbV and, at its backward's peak,
+  // their gradient and the logits' 8sbV more; under TP the vocabulary-parallel loss's fp32 shifted logits and
+  // exp, and in backward their fp32 gradient and its bf16 copy: 14sbV/t.
   for (int64_t tp : {1, 2, 4}) {
     INFO("tp " << tp);
     auto config = loom::load_config((loom::test::source_dir() / "configs" / "gpt2-124m.yaml").string(),
@@ -329,7 +330,7 @@ TEST_CASE("variants: memory estimate follows Korthikanti et al. for GPT-2", "[mo
                                      "train.loss_chunk_tokens=0", "parallel.tp=" + std::to_string(tp)});
     const double s = 1024, b = 4, h = 768, a = 12, V = 50257, L = 12, t = static_cast<double>(tp);
     const double layer = s * b * h * (10 + 4 + 24 / t + 5 * a * s / (h * t));
-    const double head = (4 + 2) * s * b * h + (tp > 1 ? 14 : 6) * s * b * V / t;
+    const double head = (4 + 2) * s * b * h + (tp == 1 ? 12 * s * b * V : 14 * s * b * V / t);
     const auto memory = loom::estimate_memory(config);
     CHECK(static_cast<double>(memory.activations) == Approx(L * layer + head).epsilon(1e-9));
     const int64_t params = (124439808 + tp - 1) / tp;
@@ -344,7 +345,8 @@ TEST_CASE("variants: memory estimate follows Korthikanti et al. for GPT-2", "[mo
                                  "train.loss_chunk_tokens=0"});
   const double s = 1024, b = 2, h = 768, a = 12;
   const double layer = 4 * (16 * s * b * h + a * s * b);
-  const double head = 8 * s * b * h + 8 * s * b * 50257;  // the final norm's and the LM head's inputs
+  // the final norm's and the LM head's inputs, the log-probs and the loss backward's gradients
+  const double head = 8 * s * b * h + 12 * s * b * 50257;
   CHECK(static_cast<double>(loom::estimate_memory(fp32).activations) == Approx(12 * layer + head).epsilon(1e-9));
   CHECK(loom::estimate_memory(fp32).weights == 4 * 124439808);
 }

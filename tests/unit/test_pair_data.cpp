@@ -1,5 +1,6 @@
 // Pair files (round trip, refusals) and the token-budget PairSampler: determinism, the budget, the
-// epoch guarantee, DP slices and the Seq2SeqBatch layout.
+// epoch guarantee, DP slices and the Seq2SeqBatch layout; a weighted mixture of pair files (one file per
+// step, each file's batches its own sampler's in order).
 #include <algorithm>
 #include <numeric>
 #include <set>
@@ -10,6 +11,7 @@
 #include "data/corpus/token_corpus.h"
 #include "data/pairs/pair_file.h"
 #include "data/pairs/pair_sampler.h"
+#include "data/pairs/pair_source.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -24,9 +26,9 @@ constexpr int64_t kVocab = 300;
 // `n` pairs of pseudo-random lengths (source 1..40, target about 1.2x it) and ids in [3, kVocab):
 // many pairs share their lengths, as verses do.
 fs::path make_pairs(const std::string& name, int64_t n, std::vector<std::vector<int32_t>>* sources_out = nullptr,
-                    std::vector<std::vector<int32_t>>* targets_out = nullptr) {
+                    std::vector<std::vector<int32_t>>* targets_out = nullptr, uint64_t salt = 0) {
   std::vector<std::vector<int32_t>> sources, targets;
-  uint64_t x = 0x2545F4914F6CDD1Dull;
+  uint64_t x = 0x2545F4914F6CDD1Dull ^ salt;
   auto next = [&] { return x ^= x << 13, x ^= x >> 7, x ^= x << 17; };
   for (int64_t i = 0; i < n; ++i) {
     const int64_t s = 1 + static_cast<int64_t>(next() % 40), t = std::max<int64_t>(1, s + static_cast<int64_t>(next() % 9) - 2);
@@ -247,4 +249,55 @@ TEST_CASE("micro_batches: DP ranks then micro-batches, near-equal consecutive sl
       CHECK(s.first == (rank * 2 + m) * 8);
       CHECK(s.count == 8);
     }
+}
+
+TEST_CASE("pair mixture: each step's batch comes from one file by weight, each file's batches in its own order",
+          "[data][pairs]") {
+  const PairSamplerOptions options{500, 1, 7};
+  const auto path_a = make_pairs("mix-a", 300, nullptr, nullptr, 1), path_b = make_pairs("mix-b", 200, nullptr, nullptr, 2);
+  auto mixture = [&] {
+    std::vector<loom::TrainPairs> train;
+    train.push_back({"a", 3.0, std::make_unique<PairFile>(path_a)});
+    train.push_back({"b", 1.0, std::make_unique<PairFile>(path_b)});
+    return loom::PairFileSource(std::move(train), nullptr, options, 64);
+  };
+  const auto source = mixture();
+  CHECK(source.source_names() == std::vector<std::string>{"a", "b"});
+  const PairFile a(path_a), b(path_b);
+  const PairSampler samplers[] = {PairSampler(a, options), PairSampler(b, options)};
+  // The k-th step that draws a file is that file's sampler step k: the same pairs, so every file keeps its
+  // sampler's epoch guarantee; the step's tokens count for its file only.
+  const int64_t steps = 400;
+  std::vector<int64_t> uses(2, 0);
+  std::vector<std::pair<size_t, int64_t>> drawn;
+  for (int64_t step = 0; step < steps; ++step) {
+    const auto [file, at] = source.file_step(step);
+    drawn.emplace_back(file, at);
+    INFO("step " << step);
+    REQUIRE(file < 2);
+    CHECK(at == uses[file]++);
+    const auto& sampler = samplers[file];
+    const int64_t n = static_cast<int64_t>(sampler.train_pairs(at).size());
+    CHECK(source.train_batch_size(step) == n);
+    const auto got = source.train_batch(step, 0, n), expected = sampler.train_batch(at, 0, n);
+    CHECK(torch::equal(got.source, expected.source));
+    CHECK(torch::equal(got.target_labels, expected.target_labels));
+    const auto tokens = source.source_tokens(step);
+    CHECK(tokens[file] == expected.tokens());
+    CHECK(tokens[1 - file] == 0);
+  }
+  // Weights 3 : 1 over 400 steps: the Weyl draws take file a's share to within a few steps of 300.
+  INFO("file a drew " << uses[0] << " of " << steps << " steps");
+  CHECK(std::abs(uses[0] - 300) <= 4);
+  // A pure function of the step: a fresh source asked for a late step first (a resumed run), then an early
+  // one, draws as the one that went through every step.
+  const auto fresh = mixture();
+  for (const int64_t step : {350, 399, 10, 0, 200}) CHECK(fresh.file_step(step) == drawn[step]);
+  // One file: its sampler's steps as they are, no names, no per-source counts.
+  std::vector<loom::TrainPairs> one;
+  one.push_back({"a", 1.0, std::make_unique<PairFile>(path_a)});
+  const loom::PairFileSource single(std::move(one), nullptr, options, 64);
+  CHECK(single.file_step(123) == std::make_pair(size_t{0}, int64_t{123}));
+  CHECK(single.source_names().empty());
+  CHECK(single.source_tokens(5).empty());
 }
