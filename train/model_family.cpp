@@ -23,7 +23,7 @@ const std::vector<ModelFamily>& model_families() {
          LOOM_CHECK(cp.size() == 1, "the encoder-decoder is not context-parallel (parallel.cp)");
          return std::static_pointer_cast<torch::nn::Module>(EncoderDecoder(config.model, tp, stage).ptr());
        },
-       [](Config& config, TaskData data, const ModelSource& model, std::unique_ptr<LmBatches> lm_batches) {
+       [](const Config& config, TaskData data, const ModelSource& model, std::unique_ptr<LmBatches> lm_batches) {
          LOOM_CHECK(lm_batches == nullptr, "synthetic LM batches feed a gpt model only");
          return make_translation_task(config, data, model);
        }},
