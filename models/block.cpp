@@ -55,7 +55,11 @@ torch::Tensor BlockImpl::forward_uncheckpointed(const torch::Tensor& x, KVCache*
   if (cross_attention_) {
     TORCH_CHECK(inputs.memory.defined(), "a block with cross-attention needs the encoder output");
     h = sublayer(h, ln_cross_, [&](const torch::Tensor& in) {
-      return cross_attention_->forward(in, inputs.memory_cache, {inputs.memory, inputs.memory_padding});
+      AttentionInputs cross;
+      cross.memory = inputs.memory;
+      cross.key_padding = inputs.memory_padding;
+      cross.memory_keys = inputs.memory_keys;
+      return cross_attention_->forward(in, nullptr, cross);
     });
   }
   if (post_norm_) return sublayer(h, ln2_, [&](const torch::Tensor& in) { return mlp_module_->forward(in); });
