@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "data/corpus/data_files.h"
 #include "train/evaluate.h"
 #include "train/inference.h"
 #include "train/runtime.h"
@@ -83,6 +84,7 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
   // One process evaluates every slice with the whole model: the same sequences as any training layout.
   config.parallel.dp = config.parallel.tp = config.parallel.pp = config.parallel.cp = 1;
   config.parallel.pp_layers.clear();
+  config.model.vocab_size = planned_vocab_size(config);  // a config file's 0: the tokenizer's or the data's
   auto task = make_task(config, device, TaskData::kEvaluation, loaded ? loaded->model : nullptr);
   if (!loaded) {
     if (config.model.init_from.empty()) {

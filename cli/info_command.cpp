@@ -13,10 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/corpus/data_files.h"
-#include "models/estimates.h"
-#include "parallel/mesh.h"
-#include "parallel/pipeline_schedule.h"
+#include "train/run_plan.h"
 
 namespace loom::cli {
 namespace {
@@ -60,17 +57,14 @@ std::string describe_variant(const ModelConfig& m) {
 
 int info_command(const Argv& argv, const ProcessGroup&) {
   const auto args = parse_args(argv, {}, {"json"}, 1, "loom info CONFIG [--set key.path=value ...] [--json]");
-  Config config = load_config(args.positional[0], args.sets);
-  config.model.vocab_size = planned_vocab_size(config);
+  const RunPlan plan(load_config(args.positional[0], args.sets), 0);  // dp -1: whatever the world leaves
+  const Config& config = plan.config();
   const ModelConfig& m = config.model;
-  const int64_t parameters = count_parameters(m);
-  const double flops = training_flops_per_token(m, config.data.seq_len);
+  const int64_t parameters = plan.parameters();
+  const double flops = plan.flops_per_token();
   const auto& p = config.parallel;
   // Per pipeline stage; the headline figures are the busiest stage's.
-  std::vector<MemoryEstimate> stages;
-  for (int64_t s = 0; s < p.pp; ++s) stages.push_back(estimate_memory(config, s));
-  const MemoryEstimate memory = *std::max_element(
-      stages.begin(), stages.end(), [](const MemoryEstimate& a, const MemoryEstimate& b) { return a.total() < b.total(); });
+  const MemoryEstimate& memory = plan.stage(plan.busiest_stage()).memory;
   auto memory_json = [](const MemoryEstimate& e) {
     return nlohmann::json{{"weights", e.weights},
                           {"gradients", e.gradients},
@@ -82,14 +76,14 @@ int info_command(const Argv& argv, const ProcessGroup&) {
   };
   // The busiest stage's: the one with the most parameters moves the most.
   CommunicationEstimate communication;
-  for (int64_t s = 0; s < p.pp; ++s) {
-    const auto c = estimate_communication(config, s);
+  for (const StagePlan& stage : plan.stages()) {
+    const auto& c = stage.communication;
     if (c.all_reduced + c.reduce_scattered + c.all_gathered >
         communication.all_reduced + communication.reduce_scattered + communication.all_gathered)
       communication = c;
   }
-  const int64_t micro_batch = config.micro_batch_size(std::max<int64_t>(1, p.dp));
-  const MeshShape layout(p);  // as asked for: dp -1 is whatever the world leaves
+  const int64_t micro_batch = plan.micro_batch_size();
+  const MeshShape& layout = plan.layout();
   if (args.flag("json")) {
     nlohmann::json layout_json = nlohmann::json::object();
     for (const auto& [axis, size] : layout.named_sizes()) layout_json[axis] = size;
@@ -109,11 +103,10 @@ int info_command(const Argv& argv, const ProcessGroup&) {
     out["layout"]["zero"] = p.zero;
     if (p.pp > 1) {
       out["layout"]["pp_schedule"] = enum_name(p.pp_schedule);
-      out["layout"]["microbatches"] = config.accumulation_steps(std::max<int64_t>(1, p.dp));
+      out["layout"]["microbatches"] = plan.accumulation_steps();
       for (int64_t s = 0; s < p.pp; ++s)
-        out["stages"].push_back({{"stage", s},
-                                 {"parameters", count_stage_parameters(config, s)},
-                                 {"memory", memory_json(stages[static_cast<size_t>(s)])}});
+        out["stages"].push_back(
+            {{"stage", s}, {"parameters", plan.stage(s).parameters}, {"memory", memory_json(plan.stage(s).memory)}});
     }
     std::cout << out.dump() << std::endl;
     return 0;
@@ -141,7 +134,7 @@ int info_command(const Argv& argv, const ProcessGroup&) {
                                                   {"total", memory.total()}};
   for (const auto& [name, bytes] : rows)
     std::printf("  %-14s %10s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());
-  if (const int64_t dp = std::max<int64_t>(1, p.dp); dp * p.cp > 1) {
+  if (const int64_t dp = plan.dp(); dp * p.cp > 1) {
     const int64_t shard_dp = p.zero_shard_dp(dp);
     // Hybrid sharding: the reduce-scatters and all-gathers within the shard group, the all-reduce over replicas.
     const std::string groups = shard_dp == dp ? ""
@@ -158,15 +151,15 @@ int info_command(const Argv& argv, const ProcessGroup&) {
   if (p.pp > 1) {
     std::printf("pipeline       %ld stages, %s, %ld micro-batches per step (the rows above: the busiest stage)\n",
                 static_cast<long>(p.pp), enum_name(p.pp_schedule),
-                static_cast<long>(config.accumulation_steps(std::max<int64_t>(1, p.dp))));
+                static_cast<long>(plan.accumulation_steps()));
     for (int64_t s = 0; s < p.pp; ++s) {
-      const auto& e = stages[static_cast<size_t>(s)];
-      const auto blocks = stage_block_counts(config, s);
+      const auto& e = plan.stage(s).memory;
+      const auto& blocks = plan.stage(s).blocks;
       const std::string held = m.encoder_decoder() ? std::to_string(blocks.encoder) + " encoder + " +
                                                          std::to_string(blocks.decoder) + " decoder blocks"
                                                    : std::to_string(blocks.decoder) + " blocks";
       std::printf("  stage %-6ld %10s  %s, %s parameters, activations %s\n", static_cast<long>(s),
-                  gib(e.total()).c_str(), held.c_str(), grouped(count_stage_parameters(config, s)).c_str(),
+                  gib(e.total()).c_str(), held.c_str(), grouped(plan.stage(s).parameters).c_str(),
                   gib(e.activations).c_str());
     }
   }

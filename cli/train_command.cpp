@@ -14,7 +14,7 @@ int train_command(const Argv& argv, const ProcessGroup& processes) {
   // One writer per run.dir, checked before any rank reads or writes it; held until training ends.
   const RunDirLock lock(config.run.dir, *processes.world(config.parallel.timeout_s));
   install_stop_signal_handlers();
-  Trainer trainer(std::move(config), processes);
+  Trainer trainer(RunPlan(std::move(config), processes.info().world_size), processes);
   const auto state = trainer.run();
   spdlog::info("done: step {}, {} tokens, run dir {}", state.step, state.tokens, trainer.config().run.dir);
   return 0;

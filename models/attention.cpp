@@ -96,7 +96,7 @@ std::optional<torch::Tensor> AttentionImpl::scores_mask(int64_t first, int64_t T
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::cross_qkv(const torch::Tensor& x,
                                                                                  const torch::Tensor& memory,
-                                                                                 KVCache* cache) const {
+                                                                                 MemoryKeys* keys) const {
   // Under TP, x and the memory enter the TP region as the fused projection's input would.
   const auto xs = qkv_->region_input(x);
   const int64_t B = xs.size(0), T = xs.size(1);
@@ -105,32 +105,23 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::cross_qkv
   const auto& b = qkv_->bias;  // undefined without biases
   auto rows = [&](const torch::Tensor& t, int64_t from, int64_t n) { return t.defined() ? t.narrow(0, from, n) : t; };
   auto q = torch::linear(xs, rows(w, 0, H * D), rows(b, 0, H * D)).view({B, T, H, D}).transpose(1, 2);
-  if (cache != nullptr && cache->length() > 0) return {q, cache->k, cache->v};  // the encoder's, computed once
+  if (keys != nullptr && keys->filled()) return {q, keys->k, keys->v};  // the encoder's, computed once
   const auto ms = qkv_->region_input(memory);
   const int64_t S = ms.size(1);
   // (B, S, 2 K D) -> k and v (B, K, S, D)
   const auto kv = torch::linear(ms, rows(w, H * D, 2 * K * D), rows(b, H * D, 2 * K * D)).chunk(2, -1);
   auto k = kv[0].view({ms.size(0), S, K, D}).transpose(1, 2);
   auto v = kv[1].view({ms.size(0), S, K, D}).transpose(1, 2);
-  if (cache != nullptr) {
-    cache->k = k;
-    cache->v = v;
-    cache->seen = S;
+  if (keys != nullptr) {
+    keys->k = k;
+    keys->v = v;
   }
   return {q, k, v};
 }
 
-torch::Tensor AttentionImpl::ring_attention_of(torch::Tensor q, torch::Tensor k, const torch::Tensor& v,
+torch::Tensor AttentionImpl::ring_attention_of(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                                const torch::Tensor& document_positions) const {
-  const int64_t L = q.size(2);
-  const auto global = options_.cp.positions(L, q.device());  // (L)
-  if (options_.position == PositionKind::kRope) {
-    // Packed documents turn by the position in the document, the rest by the global position.
-    const auto turns = document_positions.defined() ? document_positions.to(q.device()) : global.unsqueeze(0);
-    const auto [cos, sin] = rope_cos_sin_at(turns, head_dim_, options_.rope, q.options());
-    q = apply_rope(q, cos, sin);
-    k = apply_rope(k, cos, sin);
-  }
+  const auto global = options_.cp.positions(q.size(2), q.device());  // (L)
   RingAttentionOptions ring;
   ring.group = options_.cp.split_group();
   ring.causal = options_.causal;
@@ -138,7 +129,7 @@ torch::Tensor AttentionImpl::ring_attention_of(torch::Tensor q, torch::Tensor k,
   ring.alibi_slopes = alibi_slopes_;
   ring.waited_s = options_.cp.ring_waited_s();
   ring.dropout = is_training() ? options_.dropout : 0.0;
-  if (ring.dropout > 0) {  // one seed per call, from this rank's heads' stream under TP (as SDPA's draws below)
+  if (ring.dropout > 0) {  // one seed per call, from this rank's heads' stream under TP (as SDPA's draws)
     std::optional<TensorParallelRng::Fork> own_stream;
     if (options_.tp.rng() != nullptr) own_stream.emplace(*options_.tp.rng(), q.device());
     ring.dropout_seed = draw_attention_dropout_seed(q.device());
@@ -149,6 +140,32 @@ torch::Tensor AttentionImpl::ring_attention_of(torch::Tensor q, torch::Tensor k,
   return ring_attention(q, k, v, ring, key_starts);  // (B, H, L, D)
 }
 
+torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    int64_t first, const AttentionInputs& inputs) const {
+  if (options_.cp.split_group() != nullptr) return ring_attention_of(q, k, v, inputs.positions);
+  const int64_t T = q.size(2), S = k.size(2);
+  const bool cross = inputs.memory.defined();
+  std::optional<torch::Tensor> mask;
+  bool is_causal = false;  // every memory position is visible to cross-attention
+  if (!cross) mask = scores_mask(first, T, first + T - S, S, q, &is_causal);
+  if (inputs.key_padding.defined()) mask = with_key_padding(mask, &is_causal, inputs.key_padding, T, S);
+
+  const double dropout = is_training() ? options_.dropout : 0.0;
+  // Plain causal self-attention (no cache offset, padding, window or bias: is_causal without a mask) on
+  // CPU goes through the query-blocked kernel where that is faster (see blocked_attention.cpp); packed
+  // documents too, as each query's first key. SDPA takes them as a (B, 1, T, T) mask.
+  const bool blocked = is_causal && !mask && dropout == 0.0 && kv_heads_ == heads_ && blocked_attention_is_faster(q, k, v);
+  if (inputs.positions.defined() && !blocked && !cross)
+    mask = with_documents(mask, &is_causal, inputs.positions.to(q.device()));
+  std::optional<TensorParallelRng::Fork> own_stream;  // this rank's heads: its own dropout masks
+  if (dropout > 0 && options_.tp.rng() != nullptr) own_stream.emplace(*options_.tp.rng(), q.device());
+  const torch::Tensor key_starts =
+      blocked && inputs.positions.defined() ? document_starts(inputs.positions) : torch::Tensor();
+  return blocked ? blocked_causal_attention(q, k, v, 64, false, key_starts)
+                 : at::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal, std::nullopt,
+                                                    /*enable_gqa=*/kv_heads_ != heads_);  // (B, H, T, D)
+}
+
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, const AttentionInputs& inputs) {
   // Under sequence parallelism x holds T / tp positions; the projections gather them, so T here is
   // every position.
@@ -156,62 +173,33 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
   const int64_t T = options_.tp.sequence_parallel() ? x.size(1) * options_.tp.size() : x.size(1);
   const int64_t H = heads_, K = kv_heads_, D = head_dim_;
   torch::Tensor q, k, v;
-  std::optional<torch::Tensor> mask;
-  bool is_causal = false;
+  int64_t first = 0;  // absolute position of x's first token
   if (inputs.memory.defined()) {
-    std::tie(q, k, v) = cross_qkv(x, inputs.memory, cache);  // every memory position is visible
+    std::tie(q, k, v) = cross_qkv(x, inputs.memory, inputs.memory_keys);
   } else {
     // (B, T, (H + 2K) D) -> q (B, H, T, D), k and v (B, K, T, D)
     std::tie(q, k, v) = qkv_heads(qkv_->forward(x), H, K, D);
-
-    const int64_t first = cache != nullptr ? cache->seen : 0;  // absolute position of x's first token
+    first = cache != nullptr ? cache->seen() : 0;
     const bool packed = inputs.positions.defined();
     if (packed) {
       TORCH_CHECK(cache == nullptr && options_.causal, "packed documents are for causal training, without a cache");
       check_document_positions(inputs.positions, B, T);
     }
-    if (options_.cp.split_group() != nullptr) {
-      TORCH_CHECK(cache == nullptr, "a context-parallel model does not generate: load it whole");
-      return out_->forward(ring_attention_of(q, k, v, inputs.positions).transpose(1, 2).reshape({B, T, H * D}));
-    }
+    const bool ring = options_.cp.split_group() != nullptr;
+    TORCH_CHECK(!ring || cache == nullptr, "a context-parallel model does not generate: load it whole");
     if (options_.position == PositionKind::kRope) {
-      const auto [cos, sin] = packed ? rope_cos_sin_at(inputs.positions, D, options_.rope, q.options())
-                                     : rope_cos_sin(first, T, D, options_.rope, q.options());
+      // Each query and key turns by its position: in its document (packed), its global one (context
+      // parallelism), or the ones after what the cache has seen.
+      const auto [cos, sin] =
+          packed ? rope_cos_sin_at(inputs.positions.to(q.device()), D, options_.rope, q.options())
+          : ring ? rope_cos_sin_at(options_.cp.positions(T, q.device()).unsqueeze(0), D, options_.rope, q.options())
+                 : rope_cos_sin(first, T, D, options_.rope, q.options());
       q = apply_rope(q, cos, sin);
       k = apply_rope(k, cos, sin);
     }
-    if (cache != nullptr) {
-      if (cache->length() > 0) {
-        k = torch::cat({cache->k, k}, 2);
-        v = torch::cat({cache->v, v}, 2);
-      }
-      // A sliding window never looks further back than window - 1 positions: keep the last `window`.
-      const int64_t keep = options_.window > 0 ? std::min(k.size(2), options_.window) : k.size(2);
-      cache->k = k.narrow(2, k.size(2) - keep, keep);
-      cache->v = v.narrow(2, v.size(2) - keep, keep);
-      cache->seen = first + T;
-    }
-    const int64_t S = k.size(2);
-    mask = scores_mask(first, T, first + T - S, S, q, &is_causal);
+    if (cache != nullptr) std::tie(k, v) = cache->append(k, v);
   }
-  if (inputs.key_padding.defined()) mask = with_key_padding(mask, &is_causal, inputs.key_padding, T, k.size(2));
-
-  const double dropout = is_training() ? options_.dropout : 0.0;
-  // Plain causal self-attention (no cache offset, padding, window or bias: is_causal without a mask) on
-  // CPU goes through the query-blocked kernel where that is faster (see blocked_attention.cpp); packed
-  // documents too, as each query's first key. SDPA takes them as a (B, 1, T, T) mask.
-  const bool blocked = is_causal && !mask && dropout == 0.0 && K == H && blocked_attention_is_faster(q, k, v);
-  if (inputs.positions.defined() && !blocked && !inputs.memory.defined())
-    mask = with_documents(mask, &is_causal, inputs.positions.to(q.device()));
-  std::optional<TensorParallelRng::Fork> own_stream;  // this rank's heads: its own dropout masks
-  if (dropout > 0 && options_.tp.rng() != nullptr) own_stream.emplace(*options_.tp.rng(), q.device());
-  const torch::Tensor key_starts =
-      blocked && inputs.positions.defined() ? document_starts(inputs.positions) : torch::Tensor();
-  auto y = blocked ? blocked_causal_attention(q, k, v, 64, false, key_starts)
-                   : at::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal, std::nullopt,
-                                                      /*enable_gqa=*/K != H);  // (B, H, T, D)
-  own_stream.reset();
-  return out_->forward(y.transpose(1, 2).reshape({B, T, H * D}));
+  return out_->forward(attend(q, k, v, first, inputs).transpose(1, 2).reshape({B, T, H * D}));
 }
 
 }  // namespace loom

@@ -19,20 +19,12 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "models/kv_cache.h"
 #include "models/parallel_linear.h"
 #include "models/positions.h"
 #include "parallel/context_parallel_layout.h"
 
 namespace loom {
-
-// Keys and values of the positions kept so far, per layer: (B, K, S, D) each; empty before the first call.
-// `seen` counts every position fed; with a sliding window the oldest are dropped, so length() <= seen.
-struct KVCache {
-  torch::Tensor k;
-  torch::Tensor v;
-  int64_t seen = 0;
-  int64_t length() const { return k.defined() ? k.size(2) : 0; }
-};
 
 // What one call attends to besides x's own positions; both empty for plain self-attention.
 struct AttentionInputs {
@@ -42,6 +34,8 @@ struct AttentionInputs {
   // position of the sequence even under sequence parallelism. Self-attention without a cache then sees only
   // its own document and RoPE turns by these positions. Undefined: one document, positions from the cache.
   torch::Tensor positions;
+  // Cross-attention while decoding incrementally: the memory's keys and values, computed by the first call.
+  MemoryKeys* memory_keys = nullptr;
 };
 
 struct AttentionOptions {
@@ -70,9 +64,9 @@ class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const AttentionOptions& options);
 
-  // x: (B, T, C) -> (B, T, C). With a cache, x holds the positions after the ones seen and the cache grows
-  // (keeping at most `window` positions). For cross-attention (inputs.memory defined) the cache holds the
-  // memory's keys and values: filled by the first call, reused as they are by the later ones.
+  // x: (B, T, C) -> (B, T, C). With a cache (self-attention), x holds the positions after the ones the cache
+  // has seen, and the cache keeps their keys and values (models/kv_cache.h). Cross-attention (inputs.memory
+  // defined) attends to every memory position.
   torch::Tensor forward(const torch::Tensor& x, KVCache* cache = nullptr, const AttentionInputs& inputs = {});
 
   int64_t n_heads() const { return heads_; }
@@ -85,13 +79,20 @@ class AttentionImpl : public torch::nn::Module {
   // bool (T, S) mask or, with ALiBi, a float (H, T, S) bias with -inf where masked.
   std::optional<torch::Tensor> scores_mask(int64_t first, int64_t T, int64_t key_first, int64_t S,
                                            const torch::Tensor& q, bool* is_causal) const;
+  // The one place a kernel is picked, for queries (B, H, T, D) at positions [first, first + T) against keys
+  // and values (B, K, S, D) ending with them (cross-attention: the memory's): ring attention over the CP
+  // group; loom's blocked CPU kernel for plain causal attention where it is faster; else SDPA with a mask of
+  // what each query may not see (window, ALiBi's bias, key padding, packed documents). -> (B, H, T, D)
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t first,
+                       const AttentionInputs& inputs) const;
   // Context parallelism: this rank's queries (B, H, L, D) against every rank's keys and values (B, K, L, D),
-  // RoPE turned by global positions (or, packed, by document_positions (B, L)); (B, H, L, D).
-  torch::Tensor ring_attention_of(torch::Tensor q, torch::Tensor k, const torch::Tensor& v,
+  // already turned by RoPE (packed documents: positions in the document, document_positions (B, L)).
+  torch::Tensor ring_attention_of(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                   const torch::Tensor& document_positions) const;
-  // q (B, H, T, D) from x, and the memory's k and v (B, K, S, D) from the k and v rows of the fused weight.
+  // q (B, H, T, D) from x, and the memory's k and v (B, K, S, D) from the k and v rows of the fused weight
+  // (or, decoding, from `keys` once they are filled).
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> cross_qkv(const torch::Tensor& x, const torch::Tensor& memory,
-                                                                    KVCache* cache) const;
+                                                                    MemoryKeys* keys) const;
 
   AttentionOptions options_;
   int64_t heads_, kv_heads_, head_dim_;

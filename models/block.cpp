@@ -55,7 +55,7 @@ torch::Tensor BlockImpl::sublayer(const torch::Tensor& x, Norm& norm, F&& f) {
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs) {
-  const bool recompute = is_training() && cache == nullptr && inputs.memory_cache == nullptr;
+  const bool recompute = is_training() && cache == nullptr && inputs.memory_keys == nullptr;
   if (recompute && checkpointing_ == ActivationCheckpointing::kFull)
     return recompute_in_backward(sublayers_, x, tp_rng_, side_of(inputs));
   auto h = self_attention_half(x, cache, inputs);
@@ -77,7 +77,11 @@ torch::Tensor BlockImpl::self_attention_half(const torch::Tensor& x, KVCache* ca
 torch::Tensor BlockImpl::cross_attention_half(const torch::Tensor& h, const BlockInputs& inputs) {
   TORCH_CHECK(inputs.memory.defined(), "a block with cross-attention needs the encoder output");
   return sublayer(h, ln_cross_, [&](const torch::Tensor& in) {
-    return cross_attention_->forward(in, inputs.memory_cache, {inputs.memory, inputs.memory_padding});
+    AttentionInputs cross;
+    cross.memory = inputs.memory;
+    cross.key_padding = inputs.memory_padding;
+    cross.memory_keys = inputs.memory_keys;
+    return cross_attention_->forward(in, nullptr, cross);
   });
 }
 

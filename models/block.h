@@ -38,7 +38,7 @@ struct BlockInputs {
   torch::Tensor padding;            // (B, T) bool, true at x's padded positions: masked as self-attention keys
   torch::Tensor memory;             // (B, S, C) encoder output, for the cross-attention
   torch::Tensor memory_padding;     // (B, S) bool, true at padded source positions
-  KVCache* memory_cache = nullptr;  // the cross-attention's keys and values of the memory, computed once
+  MemoryKeys* memory_keys = nullptr;  // decoding: the cross-attention's keys and values of the memory, computed once
 };
 
 class BlockImpl : public torch::nn::Module {

@@ -14,13 +14,8 @@ torch::Tensor padding_mask(const torch::Tensor& lengths, int64_t S) {
 void DecoderState::select(const torch::Tensor& rows) {
   memory = memory.index_select(0, rows);
   source_padding = source_padding.index_select(0, rows);
-  for (auto* caches : {&self, &cross}) {
-    for (auto& cache : *caches) {
-      if (cache.length() == 0) continue;
-      cache.k = cache.k.index_select(0, rows);
-      cache.v = cache.v.index_select(0, rows);
-    }
-  }
+  self.select(rows);
+  for (auto& keys : cross) keys.select(rows);
 }
 
 EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorParallelism& tp, const ModelStage& stage)
@@ -134,7 +129,7 @@ torch::Tensor EncoderDecoderImpl::run_encoder_blocks(torch::Tensor x, const Bloc
 
 torch::Tensor EncoderDecoderImpl::run_decoder_blocks(torch::Tensor y, BlockInputs inputs, DecoderState* state) {
   for (int64_t i = 0; i < n_decoder_blocks(); ++i) {
-    inputs.memory_cache = state != nullptr ? &state->cross[i] : nullptr;
+    inputs.memory_keys = state != nullptr ? &state->cross[i] : nullptr;
     y = run_unit(units_, static_cast<size_t>(1 + n_encoder_blocks() + i),
                  [&] { return decoder_[i]->forward(y, state != nullptr ? &state->self[i] : nullptr, inputs); });
   }
@@ -175,12 +170,13 @@ torch::Tensor EncoderDecoderImpl::forward(const torch::Tensor& source, const tor
   return decode(target_inputs, encode(source, padding), padding);
 }
 
-DecoderState EncoderDecoderImpl::start_decoding(const torch::Tensor& source, const torch::Tensor& source_lengths) {
+DecoderState EncoderDecoderImpl::start_decoding(const torch::Tensor& source, const torch::Tensor& source_lengths,
+                                                const KVCaches::Factory& make_cache) {
   TORCH_CHECK(units_ == nullptr, "a ZeRO-3 model does not decode incrementally: load it whole");
   DecoderState state;
   state.source_padding = padding_mask(source_lengths, source.size(1));
   state.memory = encode(source, state.source_padding);
-  state.self.resize(decoder_.size());
+  state.self = make_cache ? KVCaches(n_decoder_blocks(), make_cache) : contiguous_kv_caches(n_decoder_blocks());
   state.cross.resize(decoder_.size());
   return state;
 }

@@ -59,9 +59,9 @@ torch::Tensor padding_mask(const torch::Tensor& lengths, int64_t S);
 struct DecoderState {
   torch::Tensor memory;          // (B, S, C)
   torch::Tensor source_padding;  // (B, S) bool
-  std::vector<KVCache> self;
-  std::vector<KVCache> cross;
-  int64_t seen() const { return self.empty() ? 0 : self[0].seen; }
+  KVCaches self;                 // one per decoder block (models/kv_cache.h)
+  std::vector<MemoryKeys> cross;
+  int64_t seen() const { return self.seen(); }
   void select(const torch::Tensor& rows);  // keeps batch rows `rows` (int64), in that order (beam reordering)
 };
 
@@ -82,7 +82,9 @@ class EncoderDecoderImpl : public torch::nn::Module {
 
   // Incremental decoding: encode once, then feed the target a step at a time (tokens (B, t) continue
   // the positions the state has seen) -> logits (B, t, V) of the new positions.
-  DecoderState start_decoding(const torch::Tensor& source, const torch::Tensor& source_lengths);
+  // The self-attention caches are make_cache's (one per decoder block; contiguous by default).
+  DecoderState start_decoding(const torch::Tensor& source, const torch::Tensor& source_lengths,
+                              const KVCaches::Factory& make_cache = {});
   torch::Tensor decode_step(const torch::Tensor& tokens, DecoderState& state);
 
   // A pipeline stage's forward (source_padding (B, S) bool on every stage): the first stage embeds source

@@ -41,7 +41,7 @@ void generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t max_new_to
   // values, then the last max_seq_len tokens afresh each step.
   std::vector<int64_t> window = prompt;
   bool cached = options.use_cache;
-  std::vector<KVCache> caches;
+  KVCaches caches;
   size_t fed = 0;  // tokens of `window` already in the caches
   auto as_tensor = [&](size_t from) {
     const std::vector<int64_t> ids(window.begin() + static_cast<std::ptrdiff_t>(from), window.end());
@@ -50,11 +50,11 @@ void generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t max_new_to
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     if (cached && window.size() > context) {
       cached = false;
-      caches.clear();
+      caches = KVCaches();
     }
     torch::Tensor logits;
     if (cached) {
-      if (caches.empty()) caches.resize(model->n_blocks());
+      if (caches.size() == 0) caches = model->new_caches();
       logits = model->forward(as_tensor(fed), &caches);
       fed = window.size();
     } else {

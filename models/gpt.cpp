@@ -115,12 +115,12 @@ torch::Tensor GptImpl::forward_stage(const torch::Tensor& tokens, const torch::T
   return stage_.last ? head(x) : x;
 }
 
-torch::Tensor GptImpl::run_blocks(torch::Tensor x, std::vector<KVCache>* caches, const BlockInputs& inputs) {
+torch::Tensor GptImpl::run_blocks(torch::Tensor x, KVCaches* caches, const BlockInputs& inputs) {
   for (int64_t i = 0; i < n_blocks(); ++i) {
     // The gathers sit here, outside the block's own activation checkpointing: a recompute runs while its
     // block is gathered for backward.
     x = run_unit(units_, static_cast<size_t>(i) + 1,
-                 [&] { return blocks_[i]->forward(x, caches != nullptr ? &(*caches)[i] : nullptr, inputs); });
+                 [&] { return blocks_[i]->forward(x, caches != nullptr ? &(*caches)[static_cast<size_t>(i)] : nullptr, inputs); });
   }
   return x;
 }
@@ -135,7 +135,7 @@ std::vector<int64_t> GptImpl::hidden_shape(int64_t B, int64_t T) const {
   return {B, tp_.sequence_parallel() ? T / tp_.size() : T, config_.d_model};
 }
 
-torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches,
+torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, KVCaches* caches,
                              const torch::Tensor& positions) {
   TORCH_CHECK(stage_.whole(), "forward() runs the whole model; a pipeline stage runs forward_stage()");
   TORCH_CHECK(caches == nullptr || static_cast<int64_t>(caches->size()) == n_blocks(), "one KV cache per block");
@@ -143,7 +143,7 @@ torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, std::vector<KVCache>* 
   // A prompt is one document: generation never packs.
   TORCH_CHECK(caches == nullptr || !positions.defined(), "packed documents' positions take no KV cache");
   TORCH_CHECK(caches == nullptr || units_ == nullptr, "a ZeRO-3 model does not generate: load it whole");
-  const int64_t past = caches != nullptr ? (*caches)[0].seen : 0;
+  const int64_t past = caches != nullptr ? caches->seen() : 0;
   auto x = run_embeddings(units_, [&] { return embed(tokens, past, positions); });
   BlockInputs inputs;
   inputs.positions = positions;
@@ -158,7 +158,7 @@ torch::Tensor GptImpl::final_hidden(const torch::Tensor& tokens, const torch::Te
                   [&](const torch::Tensor& h) { return final_norm_->forward(h); });
 }
 
-torch::Tensor GptImpl::forward(const torch::Tensor& tokens, std::vector<KVCache>* caches,
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens, KVCaches* caches,
                                const torch::Tensor& positions) {
   return head(trunk(tokens, caches, positions));
 }

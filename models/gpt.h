@@ -37,11 +37,11 @@ class GptImpl : public torch::nn::Module {
   explicit GptImpl(const ModelConfig& config, const TensorParallelism& tp = {}, const ModelStage& stage = {},
                    const ContextParallelism& cp = {});
 
-  // tokens: (B, T) int64 -> logits (B, T, V), or (B, T, V_r) of this rank's columns under TP. With caches (one per block), tokens continue the positions
-  // the caches have seen. The whole model only. positions (packed documents, data.document_mask; no caches):
+  // tokens: (B, T) int64 -> logits (B, T, V), or (B, T, V_r) of this rank's columns under TP. With caches (one
+  // per block: new_caches(), models/kv_cache.h), tokens continue the positions the caches have seen. The whole model only. positions (packed documents, data.document_mask; no caches):
   // (B, T) int64, each token's position in its document, which it attends to alone (models/document_mask.h);
   // undefined: each row one document.
-  torch::Tensor forward(const torch::Tensor& tokens, std::vector<KVCache>* caches = nullptr,
+  torch::Tensor forward(const torch::Tensor& tokens, KVCaches* caches = nullptr,
                         const torch::Tensor& positions = {});
   // A pipeline stage's forward: the first stage embeds tokens (B, T), the others take the previous stage's
   // hidden of hidden_shape(); the last returns logits as forward() does, the others their hidden. Every
@@ -69,6 +69,8 @@ class GptImpl : public torch::nn::Module {
   // The tensor-parallel group the model was built with (null: none); the loss over its logits needs it.
   Communicator* tp_group() const { return tp_.group(); }
   int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
+  // One contiguous KV cache per block, keeping what the attention window needs (models/kv_cache.h).
+  KVCaches new_caches() const { return contiguous_kv_caches(n_blocks(), config_.attention_window); }
   const ModelStage& stage() const { return stage_; }
   // How its sequences are split (context parallelism): the task hands it this rank's part of each batch.
   const ContextParallelism& context_parallelism() const { return cp_; }
@@ -83,9 +85,9 @@ class GptImpl : public torch::nn::Module {
 
  private:
   // embed -> blocks: (B, T, C)
-  torch::Tensor trunk(const torch::Tensor& tokens, std::vector<KVCache>* caches, const torch::Tensor& positions);
+  torch::Tensor trunk(const torch::Tensor& tokens, KVCaches* caches, const torch::Tensor& positions);
   // x through this stage's blocks, each one unit (caches: one per block, or null)
-  torch::Tensor run_blocks(torch::Tensor x, std::vector<KVCache>* caches, const BlockInputs& inputs);
+  torch::Tensor run_blocks(torch::Tensor x, KVCaches* caches, const BlockInputs& inputs);
 
   ModelConfig config_;
   TensorParallelism tp_;

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs everything loom needs on a fresh Debian 12 machine and builds it (Release, ccache, shared PCH).
+# Installs what loom needs on a fresh Debian 12 machine and builds it (Release, ccache, shared PCH).
 # Idempotent: what is already installed or built is skipped. Needs root (or sudo) for apt-get.
+#   scripts/setup.sh            what the main job needs: the packages below, the torch wheel, build/loom
+#   scripts/setup.sh --tests    also the Python references the tests take golden values from, GPT-2's rank
+#                               file, and the tests (build/tests/loom_tests)
 #   Debian: compiler, CMake, ccache, OpenMPI, yaml-cpp, spdlog, Catch2, nlohmann-json, sentencepiece,
 #           PCRE2 and ICU (the byte-level BPE tokenizers), diatheke + the Bible modules (KJV, WEB,
 #           Reina-Valera 1909); for `loom prepare`: zlib and libzstd (compressed corpora), simdjson (JSONL)
-#   PyPI:   the pinned torch wheel (its LibTorch is what loom links; tests also use it for golden values),
-#           transformers and safetensors (golden logits of Hugging Face's GPT-2 and LLaMA),
+#   PyPI:   the pinned torch wheel (its LibTorch is what loom links; tests also use it for golden values);
+#           with --tests: transformers and safetensors (golden logits of Hugging Face's GPT-2 and LLaMA),
 #           sacrebleu (the reference `loom bleu` is tested against), tokenizers and tiktoken (the references
 #           of loom's tokenizers), sentencepiece (with tokenizers, the references scripts/bench_prepare.sh
 #           measures `loom prepare` against), and GPT-2's rank file gpt2.tiktoken, taken once from the
@@ -25,6 +28,12 @@ GPT2_TIKTOKEN_SHA256=306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838
 LOOM_CACHE=${LOOM_CACHE:-$HOME/.cache/loom}
 PYTHON=${PYTHON:-python3}
 BUILD_DIR=${BUILD_DIR:-build}
+tests=false
+case "${1:-}" in
+  --tests) tests=true ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
+esac
 packages=(build-essential cmake ccache pkg-config python3 python3-pip git
           libopenmpi-dev openmpi-bin libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
           libsentencepiece-dev sentencepiece libpcre2-dev libicu-dev diatheke sword-text-kjv sword-text-web
@@ -43,46 +52,57 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if ! "$PYTHON" -c "
-import sys, torch, transformers, safetensors
-sys.exit((torch.__version__.split('+')[0], transformers.__version__, safetensors.__version__)
-         != ('$TORCH_VERSION', '$TRANSFORMERS_VERSION', '$SAFETENSORS_VERSION'))" 2>/dev/null; then
-  echo "setup: installing torch==$TORCH_VERSION, transformers, safetensors from PyPI (several GB, once per machine)"
+import sys, torch
+sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  echo "setup: installing torch==$TORCH_VERSION from PyPI (several GB, once per machine)"
   # Debian's own python3 refuses system-wide pip installs unless told; other pythons ignore the flag.
-  "$PYTHON" -m pip install --quiet --break-system-packages "torch==$TORCH_VERSION" numpy \
-    "transformers==$TRANSFORMERS_VERSION" "safetensors==$SAFETENSORS_VERSION"
+  "$PYTHON" -m pip install --quiet --break-system-packages "torch==$TORCH_VERSION" numpy
 fi
 
-if ! "$PYTHON" -c "
+# What the tests take golden values from (not the main job's).
+install_test_references() {
+  if ! "$PYTHON" -c "
+import sys, transformers, safetensors
+sys.exit((transformers.__version__, safetensors.__version__) != ('$TRANSFORMERS_VERSION', '$SAFETENSORS_VERSION'))" \
+      2>/dev/null; then
+    echo "setup: installing transformers==$TRANSFORMERS_VERSION, safetensors==$SAFETENSORS_VERSION from PyPI"
+    "$PYTHON" -m pip install --quiet --break-system-packages "transformers==$TRANSFORMERS_VERSION" \
+      "safetensors==$SAFETENSORS_VERSION"
+  fi
+
+  if ! "$PYTHON" -c "
 import sys, sacrebleu
 sys.exit(sacrebleu.__version__ != '$SACREBLEU_VERSION')" 2>/dev/null; then
-  echo "setup: installing sacrebleu==$SACREBLEU_VERSION from PyPI"
-  "$PYTHON" -m pip install --quiet --break-system-packages "sacrebleu==$SACREBLEU_VERSION"
-fi
+    echo "setup: installing sacrebleu==$SACREBLEU_VERSION from PyPI"
+    "$PYTHON" -m pip install --quiet --break-system-packages "sacrebleu==$SACREBLEU_VERSION"
+  fi
 
-if ! "$PYTHON" -c "
+  if ! "$PYTHON" -c "
 import sys, tokenizers, tiktoken, sentencepiece
 sys.exit((tokenizers.__version__, tiktoken.__version__, sentencepiece.__version__)
          != ('$TOKENIZERS_VERSION', '$TIKTOKEN_VERSION', '$SENTENCEPIECE_VERSION'))" 2>/dev/null; then
-  echo "setup: installing tokenizers==$TOKENIZERS_VERSION, tiktoken==$TIKTOKEN_VERSION," \
-    "sentencepiece==$SENTENCEPIECE_VERSION from PyPI"
-  "$PYTHON" -m pip install --quiet --break-system-packages "tokenizers==$TOKENIZERS_VERSION" \
-    "tiktoken==$TIKTOKEN_VERSION" "sentencepiece==$SENTENCEPIECE_VERSION"
-fi
+    echo "setup: installing tokenizers==$TOKENIZERS_VERSION, tiktoken==$TIKTOKEN_VERSION," \
+      "sentencepiece==$SENTENCEPIECE_VERSION from PyPI"
+    "$PYTHON" -m pip install --quiet --break-system-packages "tokenizers==$TOKENIZERS_VERSION" \
+      "tiktoken==$TIKTOKEN_VERSION" "sentencepiece==$SENTENCEPIECE_VERSION"
+  fi
 
-# GPT-2's ranks: the file only, from the source package that ships it (tiktoken cannot download here).
-gpt2_ranks="$LOOM_CACHE/gpt2.tiktoken"
-if ! echo "$GPT2_TIKTOKEN_SHA256  $gpt2_ranks" | sha256sum --check --status 2>/dev/null; then
-  echo "setup: fetching gpt2.tiktoken from openai-whisper==$WHISPER_VERSION (source package, PyPI) into $LOOM_CACHE"
-  mkdir -p "$LOOM_CACHE"
-  download=$(mktemp -d)
-  "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: "openai-whisper==$WHISPER_VERSION" -d "$download"
-  tar -xzf "$download"/openai_whisper-*.tar.gz -C "$download" --wildcards '*/whisper/assets/gpt2.tiktoken'
-  mv "$download"/openai_whisper-*/whisper/assets/gpt2.tiktoken "$gpt2_ranks.tmp"
-  rm -rf "$download"
-  echo "$GPT2_TIKTOKEN_SHA256  $gpt2_ranks.tmp" | sha256sum --check --status \
-    || { echo "setup: gpt2.tiktoken has the wrong checksum" >&2; exit 1; }
-  mv "$gpt2_ranks.tmp" "$gpt2_ranks"
-fi
+  # GPT-2's ranks: the file only, from the source package that ships it (tiktoken cannot download here).
+  gpt2_ranks="$LOOM_CACHE/gpt2.tiktoken"
+  if ! echo "$GPT2_TIKTOKEN_SHA256  $gpt2_ranks" | sha256sum --check --status 2>/dev/null; then
+    echo "setup: fetching gpt2.tiktoken from openai-whisper==$WHISPER_VERSION (source package, PyPI) into $LOOM_CACHE"
+    mkdir -p "$LOOM_CACHE"
+    download=$(mktemp -d)
+    "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: "openai-whisper==$WHISPER_VERSION" -d "$download"
+    tar -xzf "$download"/openai_whisper-*.tar.gz -C "$download" --wildcards '*/whisper/assets/gpt2.tiktoken'
+    mv "$download"/openai_whisper-*/whisper/assets/gpt2.tiktoken "$gpt2_ranks.tmp"
+    rm -rf "$download"
+    echo "$GPT2_TIKTOKEN_SHA256  $gpt2_ranks.tmp" | sha256sum --check --status \
+      || { echo "setup: gpt2.tiktoken has the wrong checksum" >&2; exit 1; }
+    mv "$gpt2_ranks.tmp" "$gpt2_ranks"
+  fi
+}
+$tests && install_test_references
 
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_BASEDIR=$PWD  # relative paths: clones in other directories share the cache
@@ -90,5 +110,11 @@ export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
 mkdir -p "$BUILD_DIR"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON >"$BUILD_DIR/configure.log" 2>&1 \
   || { cat "$BUILD_DIR/configure.log"; exit 1; }
-cmake --build "$BUILD_DIR" -j"$(nproc)"
-echo "setup: built $BUILD_DIR/loom"
+# The main job needs the loom binary only; the unit tests are most of the build.
+if $tests; then
+  cmake --build "$BUILD_DIR" -j"$(nproc)"
+  echo "setup: built $BUILD_DIR/loom and the tests"
+else
+  cmake --build "$BUILD_DIR" -j"$(nproc)" --target loom
+  echo "setup: built $BUILD_DIR/loom"
+fi

@@ -11,7 +11,6 @@
 #include "core/cpu_allocator.h"
 #include "core/error.h"
 #include "data/corpus/lm_batches.h"
-#include "models/estimates.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/op_time.h"
 #include "train/trainer.h"
@@ -77,17 +76,15 @@ double resident_mb() {
 }
 
 // Every rank's measured peaks (above its base; in tensors) and estimate, gathered by a sum over the world.
-std::vector<RankMemory> rank_memory(const Config& config, const Mesh& mesh, double base_mb, double peak_mb,
+std::vector<RankMemory> rank_memory(const RunPlan& plan, const Mesh& mesh, double base_mb, double peak_mb,
                                     double tensors_mb) {
   const int64_t world = mesh.world().size(), rank = mesh.world().rank();
-  Config planned = config;
-  planned.parallel.dp = mesh.dp();
   const MeshCoords c = mesh.coords();
   auto rows = torch::zeros({world, 8}, torch::kDouble);
   rows[rank] = torch::tensor({static_cast<double>(mesh.coord(kDpAxes)), static_cast<double>(c[MeshAxis::kCp]),
                               static_cast<double>(c[MeshAxis::kTp]), static_cast<double>(c[MeshAxis::kPp]), base_mb,
                               peak_mb - base_mb, tensors_mb,
-                              static_cast<double>(estimate_memory(planned, c[MeshAxis::kPp]).total()) / (1024.0 * 1024.0)},
+                              static_cast<double>(plan.stage(c[MeshAxis::kPp]).memory.total()) / (1024.0 * 1024.0)},
                              torch::kDouble);
   mesh.world().all_reduce(rows);
   std::vector<RankMemory> out;
@@ -165,7 +162,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
                                                     config.model.vocab_size);
   }
   const double base_mb = resident_mb();  // CUDA: the allocator's counts hold only the model's tensors
-  Trainer trainer(config, processes, std::move(lm_batches));
+  Trainer trainer(RunPlan(config, processes.info().world_size), processes, std::move(lm_batches));
   trainer.synchronize_phases(true);
   const torch::Device device = trainer.device();
 
@@ -173,11 +170,11 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   r.device = device.str();
   r.precision = config.precision;
   r.threads = torch::get_num_threads();
-  r.parameters = count_parameters(config.model);
+  r.parameters = trainer.plan().parameters();
   r.steps = options.steps;
   r.warmup = options.warmup;
   r.tokens_per_step = config.train.batch_size * config.data.seq_len;
-  r.flops_per_token = training_flops_per_token(config.model, config.data.seq_len);
+  r.flops_per_token = trainer.plan().flops_per_token();
   // A GPU's clocks rise over its first products (an 8192^3 bf16 one takes about 1.4 ms on an H200): more of them.
   r.gemm_peak_gflops = measure_gemm_gflops(device, config.precision.dtype, device.is_cuda() ? 8192 : 2048,
                                            device.is_cuda() ? 20 : 5);
@@ -209,7 +206,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   if (const CachingCpuAllocator* allocator = caching_cpu_allocator(); allocator != nullptr && !device.is_cuda())
     r.peak_allocated_mb = static_cast<double>(allocator->stats().peak_allocated) / (1024.0 * 1024.0);
   const double tensors_mb = device.is_cuda() ? r.peak_memory_mb : r.peak_allocated_mb;
-  r.ranks = rank_memory(config, trainer.mesh(), device.is_cuda() ? 0.0 : base_mb, r.peak_memory_mb, tensors_mb);
+  r.ranks = rank_memory(trainer.plan(), trainer.mesh(), device.is_cuda() ? 0.0 : base_mb, r.peak_memory_mb, tensors_mb);
   const double total_s = std::accumulate(step_s.begin(), step_s.end(), 0.0);
   const auto n = static_cast<double>(options.steps);
   r.tokens_per_s = static_cast<double>(r.tokens_per_step) * n / total_s;

@@ -28,7 +28,7 @@ struct RankMemory {
   double base_mb = 0;      // CPU: resident set before the model was built (libtorch, MPI); CUDA: 0
   double peak_mb = 0;      // the peak above base_mb: the model, its training state and a step's working set
   double tensors_mb = -1;  // bytes in tensors at the peak (CUDA, or CPU with the caching allocator; -1: not counted)
-  double estimate_mb = 0;  // models/estimates.h's estimate_memory(config, pp stage).total(): bytes in tensors
+  double estimate_mb = 0;  // the run plan's estimate for its pp stage (train/run_plan.h): bytes in tensors
 };
 
 struct BenchResult {

@@ -98,7 +98,7 @@ std::vector<std::vector<int64_t>> LmTask::stage_output_shapes(const TaskBatch& b
 
 void LmTask::load_weights(const fs::path& file) { load_weights_file(*model_, file); }
 
-std::unique_ptr<LmTask> make_lm_task(Config& config, TaskData data, const ModelSource& model,
+std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const ModelSource& model,
                                      std::unique_ptr<LmBatches> train_batches) {
   if (train_batches && config.data.document_mask)
     throw ConfigError(config.where("data.document_mask") + ": data.document_mask: synthetic tokens (loom bench) have no "
@@ -120,13 +120,13 @@ std::unique_ptr<LmTask> make_lm_task(Config& config, TaskData data, const ModelS
   read_documents(config, corpora);
   if (!corpora.empty()) {
     check_tokenizer(config, {corpora.begin(), corpora.end()});
-    for (const TokenCorpus* c : corpora) resolve_vocab(config, c->vocab_size(), c->name());
+    for (const TokenCorpus* c : corpora) check_vocab(config, c->vocab_size(), c->name());
   }
   if (!sources.empty())
     train_batches = std::make_unique<LmMixture>(
         std::move(sources), LmSampler(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
         config.train.batch_size);
-  TaskModel built = model(config);
+  TaskModel built = model();
   Gpt gpt(std::dynamic_pointer_cast<GptImpl>(built.module));
   LOOM_CHECK(gpt, "make_lm_task: the model is not a gpt");
   return std::make_unique<LmTask>(gpt, std::move(train_batches), std::move(valid), config, std::move(built.tp_rng));

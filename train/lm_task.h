@@ -48,10 +48,9 @@ class LmTask : public Task {
 
 // The gpt family's task (train/model_family.h): opens data.train (each source: a token file or a prepared
 // directory's train split) and data.valid (a token file or a prepared directory's valid split) as `data`
-// asks, checks them against tokenizer.model, fills model.vocab_size from the training (else validation)
-// data when it is 0, then takes a Gpt from `model`. train_batches, when given, replace data.train (`loom
+// asks, checks them against tokenizer.model and model.vocab_size, then takes a Gpt from `model`. train_batches, when given, replace data.train (`loom
 // bench`'s synthetic tokens; model.vocab_size must then be set).
-std::unique_ptr<LmTask> make_lm_task(Config& config, TaskData data, const ModelSource& model,
+std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const ModelSource& model,
                                      std::unique_ptr<LmBatches> train_batches = nullptr);
 
 }  // namespace loom

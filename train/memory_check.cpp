@@ -1,15 +1,11 @@
 #include "train/memory_check.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "core/error.h"
-#include "models/estimates.h"
-#include "parallel/mesh.h"
 
 #ifdef LOOM_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -17,11 +13,6 @@
 #endif
 
 namespace loom {
-namespace {
-
-std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
-
-}  // namespace
 
 std::optional<int64_t> parse_mem_available(const std::string& meminfo) {
   std::istringstream lines(meminfo);
@@ -54,35 +45,10 @@ std::optional<int64_t> available_memory(torch::Device device, int64_t local_rank
   return *bytes / std::max<int64_t>(1, local_ranks);
 }
 
-std::optional<std::string> memory_shortfall(const Config& config, int64_t available) {
-  const MemoryEstimate memory = estimate_memory(config);
-  const int64_t model = memory.weights + memory.gradients + memory.optimizer + memory.gathered;
-  const auto& p = config.parallel;
-  const std::string layout = MeshShape(p).describe(" x ", " ") + (p.zero >= 1 ? " with ZeRO-" + std::to_string(p.zero) : "");  // as loom info names it
-  if (model > available)
-    return fmt::format(
-        "the model does not fit: each rank needs {} for weights, gradients and AdamW state (plus about {} of "
-        "activations; `loom info` shows the estimate) at {}, but {} is available to it. Train a smaller model "
-        "(model.d_model, model.n_layers), or spread it over more ranks (parallel.tp, parallel.pp, parallel.zero: 1, "
-        "2 or 3 with more dp ranks)",
-        gib(model), gib(memory.activations), layout, gib(available));
-  if (memory.total() > available)
-    return fmt::format(
-        "the batch does not fit: besides the model's {}, each rank needs about {} for the activations of "
-        "train.micro_batch_size={} sequences of data.seq_len={} tokens (`loom info` shows the estimate) at {}, but {} "
-        "is available to it. Lower train.micro_batch_size (gradient accumulation keeps train.batch_size), set "
-        "train.activation_checkpointing, or split each sequence over more ranks (parallel.cp)",
-        gib(model), gib(memory.activations + memory.pipeline_sends), config.micro_batch_size(p.dp), config.data.seq_len,
-        layout, gib(available));
-  return std::nullopt;
-}
-
-void check_memory_fits(const Config& config, int64_t dp, torch::Device device, int64_t local_ranks) {
+void check_memory_fits(const RunPlan& plan, int64_t stage, torch::Device device, int64_t local_ranks) {
   const auto available = available_memory(device, local_ranks);
   if (!available) return;
-  Config planned = config;
-  planned.parallel.dp = dp;
-  if (auto problem = memory_shortfall(planned, *available)) throw Error(*problem);
+  if (auto problem = plan.memory_shortfall(stage, *available)) throw Error(*problem);
 }
 
 }  // namespace loom

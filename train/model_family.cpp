@@ -25,7 +25,7 @@ const std::vector<ModelFamily>& model_families() {
          model->set_activation_checkpointing(config.train.activation_checkpointing);
          return std::static_pointer_cast<torch::nn::Module>(model.ptr());
        },
-       [](Config& config, TaskData data, const ModelSource& model, std::unique_ptr<LmBatches> lm_batches) {
+       [](const Config& config, TaskData data, const ModelSource& model, std::unique_ptr<LmBatches> lm_batches) {
          LOOM_CHECK(lm_batches == nullptr, "synthetic LM batches feed a gpt model only");
          return make_translation_task(config, data, model);
        }},

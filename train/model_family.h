@@ -21,9 +21,9 @@ struct ModelFamily {
   std::function<std::shared_ptr<torch::nn::Module>(const Config& config, const TensorParallelism& tp,
                                                    const ModelStage& stage, const ContextParallelism& cp)>
       build;
-  // The task: opens the data `data` asks for, resolves model.vocab_size from it, then takes its model from
-  // `model`. lm_batches: replaces data.train for a family trained on LM windows; others refuse them.
-  std::function<std::unique_ptr<Task>(Config& config, TaskData data, const ModelSource& model,
+  // The task: opens the data `data` asks for, checks that model.vocab_size covers it, then takes its model
+  // from `model`. lm_batches: replaces data.train for a family trained on LM windows; others refuse them.
+  std::function<std::unique_ptr<Task>(const Config& config, TaskData data, const ModelSource& model,
                                       std::unique_ptr<LmBatches> lm_batches)>
       make_task;
 };

@@ -22,11 +22,13 @@ void seed_dropout(const Config& config, int64_t pp_stage, int64_t cp_rank) {
                      TensorParallelRng::kContextSeedStride * static_cast<uint64_t>(cp_rank));
 }
 
-std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
+std::unique_ptr<Task> make_task(const Config& config, torch::Device device, TaskData data,
                                 std::shared_ptr<torch::nn::Module> trained, Communicator* tp,
                                 std::unique_ptr<LmBatches> lm_batches, int64_t pp_stage, const ContextParallelism& cp) {
+  LOOM_CHECK(config.model.vocab_size > 0, "make_task: model.vocab_size is not resolved (train/run_plan.h)");
   const ModelFamily& family = model_family(config.model.arch);
-  const ModelSource model = [&](const Config& resolved) {
+  const ModelSource model = [&] {
+    const Config& resolved = config;
     TaskModel out;
     if (trained) {
       out.module = trained;

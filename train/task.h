@@ -130,18 +130,18 @@ struct TaskModel {
   std::shared_ptr<torch::nn::Module> module;
   std::unique_ptr<TensorParallelRng> tp_rng;
 };
-// Where a task's model comes from, asked once the task has opened its data and resolved model.vocab_size
-// from it (the config passed is that resolved one).
-using ModelSource = std::function<TaskModel(const Config& resolved)>;
+// Where a task's model comes from, asked once the task has opened its data and checked that
+// model.vocab_size covers it.
+using ModelSource = std::function<TaskModel()>;
 
-// The task of config.model.arch with its data opened and config.model.vocab_size resolved from it. Its
-// model is `trained` (a loaded one), or else built afresh on `device` the one way for every family: from
+// The task of config.model.arch with its data opened (model.vocab_size resolved before: train/run_plan.h,
+// planned_vocab_size; the data must fit it). Its model is `trained` (a loaded one), or else built afresh on `device` the one way for every family: from
 // torch::manual_seed(run.seed), so every rank draws the whole model's weights alike, split over the TP group
 // `tp` (null: whole; with parallel.sequence_parallel) with its own dropout stream, as pipeline stage
 // `pp_stage` of parallel.pp, its sequences split over `cp`'s group (none: whole; the task then cuts each
 // batch to this rank's part); its dropout then draws from the seed of its stage and CP rank (seed_dropout).
 // lm_batches replaces data.train for a family trained on LM windows (`loom bench`).
-std::unique_ptr<Task> make_task(Config& config, torch::Device device, TaskData data,
+std::unique_ptr<Task> make_task(const Config& config, torch::Device device, TaskData data,
                                 std::shared_ptr<torch::nn::Module> trained = nullptr, Communicator* tp = nullptr,
                                 std::unique_ptr<LmBatches> lm_batches = nullptr, int64_t pp_stage = 0,
                                 const ContextParallelism& cp = {});

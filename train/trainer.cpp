@@ -51,8 +51,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<LmBatches> train_batches)
-    : config_(std::move(config)),
+Trainer::Trainer(RunPlan plan, const ProcessGroup& processes, std::unique_ptr<LmBatches> train_batches)
+    : plan_(std::move(plan)),
+      config_(plan_.config()),
       device_(runtime_device(config_.runtime, processes.info().local_rank)),
       mesh_(config_, processes.world(config_.parallel.timeout_s), device_),
       context_parallelism_(&mesh_.device_group(MeshAxis::kCp)),
@@ -60,11 +61,9 @@ Trainer::Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<L
       loss_scaler_(config_.precision),
       nonfinite_guard_(config_.train.max_bad_steps),
       throughput_(config_.train.log_every) {
-  validate_batch_split(config_, mesh_.dp());
   if (processes.distributed()) set_log_tag("rank " + std::to_string(mesh_.rank()) + " " + mesh_.coords_name());
   const int64_t threads = configure_cpu(config_.runtime, processes.info().local_size);
-  check_memory_fits(config_, mesh_.dp(), device_, processes.info().local_size);  // before the model is built
-  // Resolves model.vocab_size from the data.
+  check_memory_fits(plan_, mesh_.coord(MeshAxis::kPp), device_, processes.info().local_size);  // before building
   task_ = make_task(config_, device_, TaskData::kTraining, nullptr, &mesh_.device_group(MeshAxis::kTp),
                     std::move(train_batches), mesh_.coord(MeshAxis::kPp), context_parallelism_);
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint

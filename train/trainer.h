@@ -23,6 +23,7 @@
 #include "train/metrics.h"
 #include "train/nonfinite_guard.h"
 #include "train/pipeline_runner.h"
+#include "train/run_plan.h"
 #include "train/step_phases.h"
 #include "train/task.h"
 #include "train/throughput.h"
@@ -40,9 +41,10 @@ struct StepResult {
 
 class Trainer {
  public:
-  // train_batches: where training batches come from; null reads data.train (`loom bench` passes
-  // synthetic ones and leaves data.train empty).
-  Trainer(Config config, const ProcessGroup& processes, std::unique_ptr<LmBatches> train_batches = nullptr);
+  // The run `plan` resolved for this job's world (train/run_plan.h); refused before anything is built when a
+  // rank's stage cannot fit. train_batches: where training batches come from; null reads data.train (`loom
+  // bench` passes synthetic ones and leaves data.train empty).
+  Trainer(RunPlan plan, const ProcessGroup& processes, std::unique_ptr<LmBatches> train_batches = nullptr);
   TrainState run();
 
   // One optimizer step at the scheduled learning rate: what run() repeats between its bookkeeping.
@@ -57,6 +59,7 @@ class Trainer {
   double evaluate();  // mean validation loss over train.eval_batches batches of train.batch_size sequences
   Task& task() { return *task_; }
   const Config& config() const { return config_; }
+  const RunPlan& plan() const { return plan_; }
   const Mesh& mesh() const { return mesh_; }
   torch::Device device() const { return device_; }
 
@@ -84,7 +87,8 @@ class Trainer {
   CheckpointParts checkpoint_parts();
   bool is_leader() const { return mesh_.rank() == 0; }
 
-  Config config_;
+  const RunPlan plan_;
+  const Config& config_;  // plan_'s
   torch::Device device_;
   Mesh mesh_;  // every process group: the world, dp, tp, pp, cp
   ContextParallelism context_parallelism_;  // the model's sequence split over the cp group; its ring's waits

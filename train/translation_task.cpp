@@ -75,10 +75,10 @@ std::optional<OutputScores> TranslationTask::score_outputs(const Config& config)
   return out;
 }
 
-std::unique_ptr<TranslationTask> make_translation_task(Config& config, TaskData data_use, const ModelSource& model) {
+std::unique_ptr<TranslationTask> make_translation_task(const Config& config, TaskData data_use, const ModelSource& model) {
   auto data = make_seq2seq_source(config, data_use == TaskData::kTraining);
-  resolve_vocab(config, data->vocab_size(), "the training pairs");
-  TaskModel built = model(config);
+  check_vocab(config, data->vocab_size(), "the training pairs");
+  TaskModel built = model();
   EncoderDecoder encoder_decoder(std::dynamic_pointer_cast<EncoderDecoderImpl>(built.module));
   LOOM_CHECK(encoder_decoder, "make_translation_task: the model is not an encoder-decoder");
   const std::string name = config.data.synthetic == SyntheticTask::kNone

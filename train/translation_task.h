@@ -50,8 +50,7 @@ class TranslationTask : public Task {
 };
 
 // The transformer family's task (train/model_family.h): opens the config's pair source (training data only
-// for TaskData::kTraining), fills model.vocab_size from it when it is 0, then takes an EncoderDecoder from
-// `model`.
-std::unique_ptr<TranslationTask> make_translation_task(Config& config, TaskData data, const ModelSource& model);
+// for TaskData::kTraining), checks that model.vocab_size covers it, then takes an EncoderDecoder from `model`.
+std::unique_ptr<TranslationTask> make_translation_task(const Config& config, TaskData data, const ModelSource& model);
 
 }  // namespace loom

@@ -61,8 +61,7 @@ void check_tokenizer(const Config& config, const TokenFile& data, const TokenFil
                   " (checksum mismatch): re-run the data preparation or point tokenizer.model at the right model");
 }
 
-void resolve_vocab(Config& config, int64_t data_vocab, const std::string& data_name) {
-  if (config.model.vocab_size == 0) config.model.vocab_size = data_vocab;
+void check_vocab(const Config& config, int64_t data_vocab, const std::string& data_name) {
   if (config.model.vocab_size < data_vocab)
     throw ConfigError(config.where("model.vocab_size") + ": model.vocab_size: " +
                       std::to_string(config.model.vocab_size) + " is smaller than the vocabulary of " + data_name +
@@ -71,11 +70,14 @@ void resolve_vocab(Config& config, int64_t data_vocab, const std::string& data_n
 
 int64_t planned_vocab_size(const Config& config) {
   if (config.model.vocab_size > 0) return config.model.vocab_size;
+  if (config.data.synthetic != SyntheticTask::kNone) return config.data.synthetic_vocab;
   const auto& tokenizer = config.tokenizer.model;
   if (!tokenizer.empty() && std::filesystem::exists(tokenizer)) return load_tokenizer(config.tokenizer)->vocab_size();
   // A mixture's sources share one tokenizer (check_tokenizer): the first one's vocabulary is the run's.
   const std::string train = config.data.train.empty() ? std::string() : config.data.train.front().path;
   if (!train.empty() && std::filesystem::exists(train)) return TokenCorpus(train, "train").vocab_size();
+  const std::string& valid = config.data.valid;  // evaluating without the training data
+  if (!valid.empty() && std::filesystem::exists(valid)) return TokenCorpus(valid, "valid").vocab_size();
   std::string why;
   if (!tokenizer.empty()) why = " tokenizer.model=" + tokenizer + " does not exist yet";
   if (!train.empty()) why += std::string(why.empty() ? "" : " and") + " data.train=" + train + " does not exist yet";

@@ -32,12 +32,13 @@ void check_tokenizer(const Config& config, const std::vector<const TokenCorpus*>
 // one, unless both files were made with the same tokenizer.
 void check_tokenizer(const Config& config, const TokenFile& data, const TokenFile* other = nullptr);
 
-// Fills model.vocab_size from the data's vocabulary when it is 0, and checks the data fits the model;
-// `data_name` names the data in the message.
-void resolve_vocab(Config& config, int64_t data_vocab, const std::string& data_name);
+// Throws unless model.vocab_size (resolved: planned_vocab_size) covers the data's vocabulary; `data_name`
+// names the data in the message.
+void check_vocab(const Config& config, int64_t data_vocab, const std::string& data_name);
 
-// The vocabulary a run of this config will have, found without training (for `loom info`): model.vocab_size,
-// else the size of tokenizer.model, else data.train's. A ConfigError naming the keys when none is known.
+// The vocabulary a run of this config has, found before anything is built (train/run_plan.h):
+// model.vocab_size, else data.synthetic_vocab for a synthetic task, else the size of tokenizer.model, else
+// data.train's, else data.valid's. A ConfigError naming the keys when none is known.
 int64_t planned_vocab_size(const Config& config);
 
 }  // namespace loom

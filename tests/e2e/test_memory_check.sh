@@ -3,7 +3,10 @@
 # exits 1 within seconds, naming the per-rank estimate of weights + gradients + AdamW state (the very
 # numbers `loom info` prints) and the memory available (/proc/meminfo MemAvailable, shared by the node's
 # ranks), instead of being OOM-killed. The same under mpirun with ZeRO-1 over 2 ranks. A small model with a
-# micro-batch whose activations cannot fit is refused too, naming the keys that shrink it.
+# micro-batch whose activations cannot fit is refused too, naming the keys that shrink it. The check reads the
+# run plan (train/run_plan.h), resolved before anything is built: a vocabulary that only the tokenizer file
+# gives (model.vocab_size 0) is counted, and under a pipeline every rank checks its own stage (here the last,
+# the largest).
 source "$(dirname "$0")/common.sh"
 huge=(--set model.d_model=16384 --set model.n_layers=48 --set model.vocab_size=1024)
 check_refusal() {  # check_refusal LOG INFO_JSON RANKS
@@ -55,4 +58,43 @@ set -e
 [ $code -eq 1 ] && grep -q "the batch does not fit: .* train.micro_batch_size=1048576 sequences of data.seq_len=32 tokens" \
   "$WORK/batch.log" || fail "a micro-batch too big: exit $code, $(tail -3 "$WORK/batch.log")"
 [ $((SECONDS - start)) -lt 60 ] || fail "the refusal took $((SECONDS - start)) s"
+# model.vocab_size 0 resolved from tokenizer.model: GPT-2's ranks with a special token at id 1098000 make a
+# 1.1M-token vocabulary whose tied embedding (36 GB with its gradient and AdamW state) does not fit, while the
+# blocks alone would: refused in seconds, the total counting the embedding (loom info's), nothing built.
+ranks=${LOOM_CACHE:-$HOME/.cache/loom}/gpt2.tiktoken
+special='{"<|endoftext|>": 50256, "<|far|>": 1098000}'
+head -50 "$KJV_DATA/train.txt" > "$WORK/verses.txt"
+"$LOOM" tokenize --tokenizer "$ranks" --pattern gpt2 --special-tokens "$special" --out "$WORK/verses.bin" "$WORK/verses.txt" \
+  >/dev/null 2>&1 || fail "loom tokenize with the 1.1M-token tokenizer"
+wide=(--set model.vocab_size=0 --set tokenizer.model="$ranks" --set tokenizer.pattern=gpt2 "--set" "tokenizer.special_tokens=$special"
+      --set data.train="$WORK/verses.bin" --set data.valid="$WORK/verses.bin" --set model.d_model=2048 --set model.n_heads=16)
+start=$SECONDS
+set +e
+"$LOOM" train "$SRC/tests/e2e/tiny.yaml" --set run.dir="$WORK/wide" "${wide[@]}" > "$WORK/wide.log" 2>&1
+code=$?
+set -e
+[ $code -eq 1 ] || fail "a tokenizer-sized vocabulary: exit code $code, expected 1: $(tail -3 "$WORK/wide.log")"
+[ $((SECONDS - start)) -lt 60 ] || fail "the refusal took $((SECONDS - start)) s"
+"$LOOM" info "$SRC/tests/e2e/tiny.yaml" "${wide[@]}" --json > "$WORK/wide.json"
+python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['parameters'] > 1_098_000 * 2048" "$WORK/wide.json" \
+  || fail "loom info does not count the tokenizer's vocabulary"
+check_refusal "$WORK/wide.log" "$WORK/wide.json" 1 || fail "tokenizer-sized vocabulary refusal"
+grep -q "Train a smaller model" "$WORK/wide.log" || fail "the remedy is not named"
+
+# A pipeline whose last stage is the largest (1 block, then 7 of 201M parameters): its ranks are refused,
+# naming the stage, though the first stage fits; the job ends with that message.
+start=$SECONDS
+set +e
+# shellcheck disable=SC2046
+timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$LOOM" train $(tiny_args "$WORK/stages") \
+  --set model.d_model=4096 --set model.n_heads=8 --set model.n_layers=8 --set parallel.pp=2 \
+  --set "parallel.pp_layers=[1, 7]" --set model.vocab_size=1024 > "$WORK/stages.log" 2>&1
+code=$?
+set -e
+[ $code -ne 0 ] && [ $code -ne 124 ] || fail "pipeline: exit code $code: $(tail -3 "$WORK/stages.log")"
+[ $((SECONDS - start)) -lt 60 ] || fail "the pipeline refusal took $((SECONDS - start)) s"
+grep -q "the model does not fit: .* at dp 1 x cp 1 x tp 1 x pp 2 on pipeline stage 1, but" "$WORK/stages.log" ||
+  fail "the last stage is not the one refused: $(grep -m3 -i 'error\|fit' "$WORK/stages.log")"
+! grep -q "pipeline stage 0, but" "$WORK/stages.log" || fail "the first stage, which fits, was refused"
+[ ! -e "$WORK/stages/checkpoints" ] || fail "a checkpoint directory appeared"
 echo PASS

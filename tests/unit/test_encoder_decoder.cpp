@@ -14,6 +14,7 @@
 #include "models/encoder_decoder.h"
 #include "models/estimates.h"
 #include "test_util.h"
+#include "train/run_plan.h"
 #include "train/translation_task.h"
 
 using loom::test::max_abs_diff;
@@ -176,7 +177,7 @@ TEST_CASE("encoder-decoder: incremental decoding equals the full decoder", "[mod
     steps.push_back(model->decode_step(target.narrow(1, 0, 3), state));  // a prefix of 3, then one at a time
     for (int64_t t = 3; t < 9; ++t) steps.push_back(model->decode_step(target.narrow(1, t, 1), state));
     CHECK(state.seen() == 9);
-    CHECK(state.cross[0].length() == 6);  // the encoder's keys, computed once
+    CHECK(state.cross[0].k.size(2) == 6);  // the encoder's keys, computed once
     CHECK_THAT(torch::cat(steps, 1), loom::test::same_forward_as(full));
     // Reordering the state reorders the rows it continues.
     state.select(torch::tensor({1, 1, 0}, torch::kLong));
@@ -196,8 +197,9 @@ TEST_CASE("translation task: the loss is the token-weighted mean of per-pair los
                                                  "model.n_heads=4", "model.max_seq_len=16", "data.seq_len=16",
                                                  "model.dropout=0", "data.synthetic=reverse", "data.synthetic_vocab=40",
                                                  "data.synthetic_max_len=10"});
-  auto task = loom::make_task(config, torch::kCPU, loom::TaskData::kTraining);
-  CHECK(config.model.vocab_size == 40);  // from the data
+  const loom::RunPlan plan(config, 0);
+  CHECK(plan.config().model.vocab_size == 40);  // from the data
+  auto task = loom::make_task(plan.config(), torch::kCPU, loom::TaskData::kTraining);
   task->model().eval();
   torch::NoGradGuard no_grad;
   const auto& data = dynamic_cast<const loom::SyntheticPairs&>(dynamic_cast<loom::TranslationTask&>(*task).data());
@@ -224,7 +226,7 @@ TEST_CASE("pipeline stages: stage s > 0 draws its dropout from run.seed + 100 s,
                                                    "data.seq_len=16", "model.dropout=0.1", "data.synthetic=reverse",
                                                    "data.synthetic_vocab=40", "data.synthetic_max_len=10", "run.seed=5",
                                                    "parallel.pp=" + std::to_string(pp)});
-    loom::make_task(config, torch::kCPU, loom::TaskData::kTraining, nullptr, nullptr, nullptr, stage);
+    loom::make_task(loom::RunPlan(config, 0).config(), torch::kCPU, loom::TaskData::kTraining, nullptr, nullptr, nullptr, stage);
     return torch::rand({16});
   };
   const auto whole = draw_after_build(1, 0), stage0 = draw_after_build(2, 0), stage1 = draw_after_build(2, 1);
@@ -258,11 +260,11 @@ TEST_CASE("pair batches padded to a multiple: lengths rounded up, the loss uncha
                                          "model.dropout=0",        "data.synthetic=reverse", "data.synthetic_vocab=40",
                                          "data.synthetic_max_len=10"};
   auto config = loom::parse_config("", "test", sets);
-  auto plain = loom::make_task(config, torch::kCPU, loom::TaskData::kTraining);
+  auto plain = loom::make_task(loom::RunPlan(config, 0).config(), torch::kCPU, loom::TaskData::kTraining);
   auto sets8 = sets;
   sets8.push_back("data.pad_to_multiple=8");
   auto config8 = loom::parse_config("", "test", sets8);
-  auto task8 = loom::make_task(config8, torch::kCPU, loom::TaskData::kTraining,
+  auto task8 = loom::make_task(loom::RunPlan(config8, 0).config(), torch::kCPU, loom::TaskData::kTraining,
                                dynamic_cast<loom::TranslationTask&>(*plain).encoder_decoder().ptr());
   plain->model().eval();
   torch::NoGradGuard no_grad;

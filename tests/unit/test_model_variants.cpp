@@ -205,22 +205,23 @@ TEST_CASE("variants: KV-cached forward equals the full forward", "[models][varia
     const int64_t K = config.kv_heads(), D = config.head_dim(), W = config.attention_window;
 
     // One token at a time: the cache holds n_kv_heads heads and, with a window, at most W positions.
-    std::vector<loom::KVCache> caches(config.n_layers);
+    auto caches = model->new_caches();
     std::vector<torch::Tensor> steps;
     for (int64_t t = 0; t < 14; ++t) steps.push_back(model->forward(tokens.index({Slice(), Slice(t, t + 1)}), &caches));
     CHECK_THAT(torch::cat(steps, 1), loom::test::same_forward_as(full));
     const int64_t kept = W > 0 ? W : 14;
-    CHECK(caches[1].k.sizes() == std::vector<int64_t>({2, K, kept, D}));
-    CHECK(caches[1].v.sizes() == std::vector<int64_t>({2, K, kept, D}));
-    CHECK(caches[0].seen == 14);
+    const auto& second = dynamic_cast<const loom::ContiguousKVCache&>(caches[1]);
+    CHECK(second.keys().sizes() == std::vector<int64_t>({2, K, kept, D}));
+    CHECK(second.values().sizes() == std::vector<int64_t>({2, K, kept, D}));
+    CHECK(caches[0].seen() == 14);
 
     // Chunks after a prefix (some longer than the window): new positions see the cache and each other.
-    std::vector<loom::KVCache> chunked(config.n_layers);
+    auto chunked = model->new_caches();
     std::vector<torch::Tensor> parts;
     const std::vector<std::pair<int64_t, int64_t>> chunks = {{0, 6}, {6, 7}, {7, 13}, {13, 14}};
     for (auto [from, to] : chunks) {
       parts.push_back(model->forward(tokens.index({Slice(), Slice(from, to)}), &chunked));
-      CHECK(chunked[0].length() == (W > 0 ? std::min(W, to) : to));
+      CHECK(dynamic_cast<const loom::ContiguousKVCache&>(chunked[0]).length() == (W > 0 ? std::min(W, to) : to));
     }
     CHECK_THAT(torch::cat(parts, 1), loom::test::same_forward_as(full));
   }

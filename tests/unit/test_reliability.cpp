@@ -157,13 +157,16 @@ TEST_CASE("memory check: MemAvailable, the estimate, and the refusal", "[reliabi
   const int64_t params = loom::count_parameters(config.model);
   const int64_t activations = loom::estimate_memory(config).activations;
   REQUIRE(activations > 0);
-  CHECK_FALSE(loom::memory_shortfall(config, 16 * params + activations).has_value());  // 4 weights + 4 gradients + 8 AdamW
-  const auto refused = loom::memory_shortfall(config, 16 * params - 1);
+  const auto shortfall = [](const loom::Config& c, int64_t available) {
+    return loom::RunPlan(c, 0).memory_shortfall(0, available);
+  };
+  CHECK_FALSE(shortfall(config, 16 * params + activations).has_value());  // 4 weights + 4 gradients + 8 AdamW
+  const auto refused = shortfall(config, 16 * params - 1);
   REQUIRE(refused.has_value());
   CHECK_THAT(*refused, Catch::StartsWith("the model does not fit: each rank needs"));
   CHECK_THAT(*refused, Catch::Contains("at dp 1 x cp 1 x tp 1 x pp 1, but"));
   // The model fits, a micro-batch's activations on top do not: the message names the keys that shrink them.
-  const auto batch = loom::memory_shortfall(config, 16 * params + activations - 1);
+  const auto batch = shortfall(config, 16 * params + activations - 1);
   REQUIRE(batch.has_value());
   CHECK_THAT(*batch, Catch::StartsWith("the batch does not fit:") && Catch::Contains("train.micro_batch_size=32 ") &&
                          Catch::Contains("data.seq_len=128 "));
@@ -174,8 +177,8 @@ TEST_CASE("memory check: MemAvailable, the estimate, and the refusal", "[reliabi
   config.parallel.zero = 1;
   const int64_t quarter = loom::estimate_memory(config).activations;
   CHECK(quarter < activations);
-  CHECK_FALSE(loom::memory_shortfall(config, 11 * params + 16 + quarter).has_value());
-  CHECK(loom::memory_shortfall(config, 11 * params - 1).has_value());
+  CHECK_FALSE(shortfall(config, 11 * params + 16 + quarter).has_value());
+  CHECK(shortfall(config, 11 * params - 1).has_value());
 
   // The machine's own figure is what /proc/meminfo says, shared by the ranks of the node.
   const auto alone = loom::available_memory(torch::kCPU, 1);
@@ -183,6 +186,40 @@ TEST_CASE("memory check: MemAvailable, the estimate, and the refusal", "[reliabi
   REQUIRE((alone && shared));
   CHECK(*alone > 0);
   CHECK(std::abs(static_cast<double>(*shared) * 4 - static_cast<double>(*alone)) < 0.05 * static_cast<double>(*alone));
+}
+
+TEST_CASE("run plan: the vocabulary resolved before anything is built; every pipeline stage checked", "[reliability]") {
+  // A synthetic task's vocabulary is its own; a plan counts it in the parameters and memory.
+  const auto synthetic = loom::parse_config("", "test", {"model.arch=transformer", "data.synthetic=reverse",
+                                                        "data.synthetic_vocab=40"});
+  REQUIRE(synthetic.model.vocab_size == 0);
+  const loom::RunPlan reverse(synthetic, 0);
+  CHECK(reverse.config().model.vocab_size == 40);
+  auto with_vocab = synthetic;
+  with_vocab.model.vocab_size = 40;
+  CHECK(reverse.parameters() == loom::count_parameters(with_vocab.model));
+
+  // 1 block on the first stage, 7 on the last: the last stage is the busiest, and a rank of it is refused with
+  // what a rank of the first stage fits in.
+  const auto piped = loom::parse_config("", "test", {"model.vocab_size=1024", "model.n_layers=8", "parallel.pp=2",
+                                                     "parallel.pp_layers=[1, 7]", "train.batch_size=8"});
+  const loom::RunPlan plan(piped, 2);
+  REQUIRE(plan.stages().size() == 2);
+  CHECK(plan.busiest_stage() == 1);
+  CHECK(plan.stage(0).blocks.decoder == 1);
+  CHECK(plan.stage(1).blocks.decoder == 7);
+  const int64_t first = plan.stage(0).memory.total();
+  CHECK(plan.stage(1).memory.total() > first);
+  CHECK_FALSE(plan.memory_shortfall(0, first).has_value());
+  const auto refused = plan.memory_shortfall(1, first);
+  REQUIRE(refused.has_value());
+  CHECK_THAT(*refused, Catch::Contains("at dp 1 x cp 1 x tp 1 x pp 2 on pipeline stage 1, but"));
+  // The world fills parallel.dp = -1 and is checked against the layout.
+  auto any_dp = piped;
+  any_dp.parallel.dp = -1;
+  CHECK(loom::RunPlan(any_dp, 8).dp() == 4);
+  CHECK(loom::RunPlan(any_dp, 0).dp() == 1);  // no job: -1 reads as 1
+  CHECK_THROWS_AS(loom::RunPlan(piped, 3), loom::ConfigError);
 }
 
 TEST_CASE("memory check: the long-context preset fits a quarter of 24 GiB per rank at cp 4", "[reliability]") {
@@ -194,7 +231,7 @@ TEST_CASE("memory check: the long-context preset fits a quarter of 24 GiB per ra
   const int64_t gib = int64_t{1} << 30;
   const auto cp4 = loom::load_config(path, {"model.vocab_size=1024"});
   REQUIRE(cp4.parallel.cp == 4);
-  CHECK_FALSE(loom::memory_shortfall(cp4, 24 * gib / 4).has_value());
+  CHECK_FALSE(loom::RunPlan(cp4, 0).memory_shortfall(0, 24 * gib / 4).has_value());
   const auto cp1 = loom::load_config(path, {"model.vocab_size=1024", "parallel.cp=1"});
   const auto one = loom::estimate_memory(cp1).activations, quarter = loom::estimate_memory(cp4).activations;
   CHECK(quarter > one / 4);

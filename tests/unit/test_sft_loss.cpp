@@ -8,6 +8,7 @@
 #include "data/prepare/shard_writer.h"
 #include "models/gpt.h"
 #include "test_util.h"
+#include "train/run_plan.h"
 #include "train/task.h"
 
 namespace fs = std::filesystem;
@@ -53,7 +54,7 @@ TEST_CASE("SFT loss: the mean over response tokens equals F.cross_entropy(ignore
                                    {"data.train=" + dir.string(), "model.d_model=16", "model.n_layers=1",
                                     "model.n_heads=2", "model.max_seq_len=32", "data.seq_len=24", "model.dropout=0",
                                     "train.batch_size=4", std::string("data.document_mask=") + (packed ? "true" : "false")});
-  auto task = loom::make_task(config, torch::kCPU, loom::TaskData::kTraining);
+  auto task = loom::make_task(loom::RunPlan(config, 0).config(), torch::kCPU, loom::TaskData::kTraining);
   auto& model = dynamic_cast<loom::GptImpl&>(task->model());
   const auto batch = task->train_batch(3, 0, 4);
   const auto& b = batch.as<loom::LmBatch>();
