@@ -10,7 +10,7 @@ namespace loom {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kArchive = "weights";
+constexpr const char* kWeightsArchive = "weights";
 constexpr const char* kFormat2Archive = "model";  // format 2: the whole model, as Module::save writes it
 
 // A tensor of a format-2 model archive by its full name ("blocks.3.attention.qkv.weight"): the archive nests
@@ -35,7 +35,7 @@ template <typename Visit>
 bool for_each_piece(torch::serialize::InputArchive& shard, const std::string& source,
                     const std::map<std::string, bool>& names, Visit&& visit) {
   torch::serialize::InputArchive archive;
-  if (shard.try_read(kArchive, archive)) {
+  if (shard.try_read(kWeightsArchive, archive)) {
     for_each_numbered(archive, "pieces", "piece", [&](torch::serialize::InputArchive& stored) {
       c10::IValue name, offset, shape;
       stored.read("name", name);
@@ -155,7 +155,7 @@ void write_weights(torch::serialize::OutputArchive& shard, const WeightLayout& l
     }
   }
   out.write("pieces", c10::IValue(count));
-  shard.write(kArchive, out);
+  shard.write(kWeightsArchive, out);
 }
 
 std::map<std::string, torch::Tensor> read_whole_weights(const std::vector<fs::path>& files,

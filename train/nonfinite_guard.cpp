@@ -11,13 +11,13 @@
 namespace loom {
 namespace {
 
-constexpr int64_t kMessageBytes = 512;
+constexpr int64_t kGuardMessageBytes = 512;
 
 // Sends `text` from rank `root` to every rank of the group.
 std::string broadcast_text(Communicator& group, const std::string& text, int root) {
-  auto bytes = torch::zeros({kMessageBytes}, torch::kUInt8);
+  auto bytes = torch::zeros({kGuardMessageBytes}, torch::kUInt8);
   if (group.rank() == root)
-    std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), std::min<size_t>(text.size(), kMessageBytes - 1));
+    std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), std::min<size_t>(text.size(), kGuardMessageBytes - 1));
   group.broadcast(bytes, root);
   return reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
 }

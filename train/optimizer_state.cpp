@@ -10,7 +10,7 @@ namespace loom {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kArchive = "optimizer_state";
+constexpr const char* kOptimizerArchive = "optimizer_state";
 
 std::unordered_map<const void*, std::string> parameter_names(torch::nn::Module& model) {
   std::unordered_map<const void*, std::string> names;
@@ -56,7 +56,7 @@ void write_optimizer_state(torch::serialize::OutputArchive& archive, const Optim
     }
   }
   out.write("slices", c10::IValue(count));
-  archive.write(kArchive, out);
+  archive.write(kOptimizerArchive, out);
 }
 
 std::map<std::string, ParameterMoments> unread_moments(const std::map<std::string, int64_t>& numels, torch::Dtype dtype) {
@@ -80,7 +80,7 @@ std::map<std::string, ParameterMoments> unread_moments(const OptimizerLayout& la
 void add_parameter_moments(torch::serialize::InputArchive& shard, const std::string& source,
                            std::map<std::string, ParameterMoments>& moments) {
   torch::serialize::InputArchive archive;
-  if (!shard.try_read(kArchive, archive)) throw Error(source + " holds no optimizer state");
+  if (!shard.try_read(kOptimizerArchive, archive)) throw Error(source + " holds no optimizer state");
   for_each_numbered(archive, "slices", "slice", [&](torch::serialize::InputArchive& piece) {
     c10::IValue name, offset, step;
     piece.read("parameter", name);

@@ -14,7 +14,7 @@
 namespace loom {
 namespace {
 
-constexpr int64_t kMessageBytes = 1024;  // what rank 0 tells the others: empty when the lock is taken
+constexpr int64_t kLockMessageBytes = 1024;  // what rank 0 tells the others: empty when the lock is taken
 
 std::string now_utc() {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -66,9 +66,9 @@ std::string take_lock(const std::filesystem::path& run_dir, int& fd) {
 }  // namespace
 
 RunDirLock::RunDirLock(const std::filesystem::path& run_dir, Communicator& world) {
-  auto message = torch::zeros({kMessageBytes}, torch::kByte);
+  auto message = torch::zeros({kLockMessageBytes}, torch::kByte);
   if (world.rank() == 0) {
-    const std::string why = take_lock(run_dir, fd_).substr(0, kMessageBytes - 1);
+    const std::string why = take_lock(run_dir, fd_).substr(0, kLockMessageBytes - 1);
     std::memcpy(message.data_ptr(), why.data(), why.size());
   }
   world.broadcast(message, 0);

@@ -8,8 +8,8 @@
 
 namespace loom {
 namespace {
-constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'D', 'O', 'C', '\0'};
-constexpr uint32_t kVersion = 1;
+constexpr char kIndexMagic[8] = {'L', 'O', 'O', 'M', 'D', 'O', 'C', '\0'};
+constexpr uint32_t kIndexVersion = 1;
 }  // namespace
 
 DocumentIndexWriter::DocumentIndexWriter(const std::filesystem::path& path) : file_(path) {
@@ -25,8 +25,8 @@ void DocumentIndexWriter::add(uint64_t offset) {
 
 void DocumentIndexWriter::finish(uint64_t tokens, uint32_t shard_data_crc) {
   DocumentIndexHeader header{};
-  std::memcpy(header.magic, kMagic, sizeof kMagic);
-  header.version = kVersion;
+  std::memcpy(header.magic, kIndexMagic, sizeof kIndexMagic);
+  header.version = kIndexVersion;
   header.documents = documents_;
   header.tokens = tokens;
   header.shard_data_crc = shard_data_crc;
@@ -42,9 +42,9 @@ DocumentIndex::DocumentIndex(const std::filesystem::path& path, const TokenFile&
   if (bytes.size() < sizeof(DocumentIndexHeader)) fail("not a loom document index (too short)");
   DocumentIndexHeader header{};
   std::memcpy(&header, bytes.data(), sizeof header);
-  if (std::memcmp(header.magic, kMagic, sizeof kMagic) != 0) fail("not a loom document index (bad magic)");
-  if (header.version != kVersion) fail("document index version " + std::to_string(header.version) + ", not " +
-                                       std::to_string(kVersion));
+  if (std::memcmp(header.magic, kIndexMagic, sizeof kIndexMagic) != 0) fail("not a loom document index (bad magic)");
+  if (header.version != kIndexVersion) fail("document index version " + std::to_string(header.version) + ", not " +
+                                       std::to_string(kIndexVersion));
   // Reserved bytes are zero (a later version that uses them bumps `version`): anything else is damage.
   const auto* reserved = reinterpret_cast<const unsigned char*>(header.reserved);
   if (header.reserved0 != 0 || std::any_of(reserved, reserved + sizeof header.reserved, [](unsigned char b) { return b; }))

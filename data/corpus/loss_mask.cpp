@@ -7,8 +7,8 @@
 
 namespace loom {
 namespace {
-constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'M', 'S', 'K', '\0'};
-constexpr uint32_t kVersion = 1;
+constexpr char kMaskMagic[8] = {'L', 'O', 'O', 'M', 'M', 'S', 'K', '\0'};
+constexpr uint32_t kMaskVersion = 1;
 }  // namespace
 
 LossMaskWriter::LossMaskWriter(const std::filesystem::path& path) : file_(path) {
@@ -29,8 +29,8 @@ void LossMaskWriter::add(const uint8_t* mask, size_t count) {
 void LossMaskWriter::finish(uint64_t tokens, uint32_t shard_data_crc) {
   LOOM_CHECK(tokens == tokens_, "loss mask of ", tokens_, " bytes for a shard of ", tokens, " tokens");
   LossMaskHeader header{};
-  std::memcpy(header.magic, kMagic, sizeof kMagic);
-  header.version = kVersion;
+  std::memcpy(header.magic, kMaskMagic, sizeof kMaskMagic);
+  header.version = kMaskVersion;
   header.tokens = tokens;
   header.counted = counted_;
   header.shard_data_crc = shard_data_crc;
@@ -47,9 +47,9 @@ LossMask::LossMask(const std::filesystem::path& path, const TokenFile& shard) : 
   if (file_->size() < sizeof(LossMaskHeader)) fail("not a loom loss mask (too short)");
   LossMaskHeader header{};
   std::memcpy(&header, file_->data(), sizeof header);
-  if (std::memcmp(header.magic, kMagic, sizeof kMagic) != 0) fail("not a loom loss mask (bad magic)");
-  if (header.version != kVersion)
-    fail("loss mask version " + std::to_string(header.version) + ", not " + std::to_string(kVersion));
+  if (std::memcmp(header.magic, kMaskMagic, sizeof kMaskMagic) != 0) fail("not a loom loss mask (bad magic)");
+  if (header.version != kMaskVersion)
+    fail("loss mask version " + std::to_string(header.version) + ", not " + std::to_string(kMaskVersion));
   const auto* reserved = header.reserved;
   if (header.reserved0 != 0 || std::any_of(reserved, reserved + sizeof header.reserved, [](uint8_t b) { return b; }))
     fail("corrupt: reserved header bytes are not zero");

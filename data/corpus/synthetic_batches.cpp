@@ -7,7 +7,7 @@ namespace loom {
 namespace {
 
 // The SplitMix64 stream: hash of the state, then advance it.
-uint64_t next(uint64_t& state) {
+uint64_t next_random(uint64_t& state) {
   const uint64_t value = splitmix64(state);
   state += kSplitMixIncrement;
   return value;
@@ -25,9 +25,9 @@ LmBatch SyntheticBatches::train_batch(int64_t step, int64_t first, int64_t count
   auto* out = windows.data_ptr<int64_t>();
   for (int64_t i = 0; i < count; ++i) {
     uint64_t state = seed_ ^ (static_cast<uint64_t>(step) << 32) ^ static_cast<uint64_t>(first + i) * 0xD1B54A32D192ED03ull;
-    next(state);
+    next_random(state);
     for (int64_t t = 0; t <= seq_len_; ++t)
-      out[i * (seq_len_ + 1) + t] = static_cast<int64_t>(next(state) % static_cast<uint64_t>(vocab_size_));
+      out[i * (seq_len_ + 1) + t] = static_cast<int64_t>(next_random(state) % static_cast<uint64_t>(vocab_size_));
   }
   using torch::indexing::Slice;
   LmBatch batch;

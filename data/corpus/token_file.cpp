@@ -13,8 +13,8 @@
 
 namespace loom {
 namespace {
-constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'T', 'O', 'K', '\0'};
-constexpr uint32_t kVersion = 1;
+constexpr char kTokenFileMagic[8] = {'L', 'O', 'O', 'M', 'T', 'O', 'K', '\0'};
+constexpr uint32_t kTokenFileVersion = 1;
 }  // namespace
 
 const char* layout_name(TokenLayout layout) {
@@ -47,10 +47,10 @@ TokenFile::TokenFile(const std::filesystem::path& path) : path_(path) {
     map_ = nullptr;
     throw Error(name + ": " + why);
   };
-  if (std::memcmp(header_.magic, kMagic, sizeof kMagic) != 0) fail("not a loom token file (bad magic)");
-  if (header_.version != kVersion)
+  if (std::memcmp(header_.magic, kTokenFileMagic, sizeof kTokenFileMagic) != 0) fail("not a loom token file (bad magic)");
+  if (header_.version != kTokenFileVersion)
     fail("token file version " + std::to_string(header_.version) + ", this loom reads version " +
-         std::to_string(kVersion) + ": re-create it with loom tokenize");
+         std::to_string(kTokenFileVersion) + ": re-create it with loom tokenize");
   if (header_.layout > static_cast<uint32_t>(TokenLayout::kPairs))
     fail("unknown layout " + std::to_string(header_.layout) + ": re-create it with loom tokenize");
   if (header_.token_bytes != 2 && header_.token_bytes != 4)
@@ -103,8 +103,8 @@ uint32_t token_bytes_for(int64_t vocab_size) { return vocab_size <= 65536 ? 2 : 
 TokenFileHeader make_token_file_header(uint64_t count, int64_t vocab_size, uint32_t tokenizer_crc, uint32_t data_crc,
                                        TokenLayout layout) {
   TokenFileHeader header{};
-  std::memcpy(header.magic, kMagic, sizeof kMagic);
-  header.version = kVersion;
+  std::memcpy(header.magic, kTokenFileMagic, sizeof kTokenFileMagic);
+  header.version = kTokenFileVersion;
   header.token_bytes = token_bytes_for(vocab_size);
   header.count = count;
   header.vocab_size = static_cast<uint64_t>(vocab_size);

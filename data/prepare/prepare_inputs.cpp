@@ -6,14 +6,11 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace loom {
 namespace fs = std::filesystem;
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 const char* kExtensions = ".txt, .jsonl, .txt.gz, .jsonl.gz, .txt.zst, .jsonl.zst";
 

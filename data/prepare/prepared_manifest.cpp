@@ -9,7 +9,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kFormat = "loom-prepared";
-constexpr int kVersion = 1;
+constexpr int kManifestVersion = 1;
 
 nlohmann::json shard_json(const ShardInfo& s) {
   nlohmann::json j = {{"tokens_file", s.tokens_file}, {"index_file", s.index_file}, {"tokens", s.tokens},
@@ -38,7 +38,7 @@ nlohmann::json manifest_json(const PreparedManifest& m) {
   }
   const auto& t = m.tokenizer;
   return {{"format", kFormat},
-          {"version", kVersion},
+          {"version", kManifestVersion},
           {"inputs", inputs},
           {"tokenizer",
            {{"path", t.path}, {"checksum", t.checksum}, {"vocab_size", t.vocab_size}, {"eos_id", t.eos_id},
@@ -65,9 +65,9 @@ PreparedManifest read_prepared_manifest(const fs::path& dir) {
   PreparedManifest m;
   try {
     if (j.value("format", "") != kFormat) throw Error(name + ": not a loom prepare manifest (no format " + kFormat + ")");
-    if (j.value("version", 0) != kVersion)
+    if (j.value("version", 0) != kManifestVersion)
       throw Error(name + ": manifest version " + j.at("version").dump() + ", this loom reads " +
-                  std::to_string(kVersion) + ": run loom prepare again");
+                  std::to_string(kManifestVersion) + ": run loom prepare again");
     for (const auto& i : j.at("inputs"))
       m.inputs.push_back({i.at("path").get<std::string>(), i.at("format").get<std::string>(),
                           i.at("compression").get<std::string>(), i.at("bytes").get<uint64_t>(),

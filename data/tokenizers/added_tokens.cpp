@@ -18,8 +18,6 @@ bool is_word_char(char32_t c) {
          type == U_DECIMAL_DIGIT_NUMBER || type == U_CONNECTOR_PUNCTUATION;
 }
 
-bool is_space(char32_t c) { return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_WHITE_SPACE); }
-
 // The code point that ends at `end` (text[..end] is valid UTF-8), and where it starts.
 char32_t previous_char(std::string_view text, size_t end, size_t& start) {
   start = end - 1;
@@ -68,14 +66,14 @@ bool AddedTokenMatcher::stands_alone(std::string_view text, size_t start, size_t
 
 size_t AddedTokenMatcher::whitespace_before(std::string_view text, size_t start) {
   size_t at;
-  while (start > 0 && is_space(previous_char(text, start, at))) start = at;
+  while (start > 0 && utf8::is_white_space(previous_char(text, start, at))) start = at;
   return start;
 }
 
 size_t AddedTokenMatcher::whitespace_after(std::string_view text, size_t end) {
   while (end < text.size()) {
     size_t i = end;
-    if (!is_space(utf8::next(text, i))) break;
+    if (!utf8::is_white_space(utf8::next(text, i))) break;
     end = i;
   }
   return end;

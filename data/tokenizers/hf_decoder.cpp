@@ -34,11 +34,11 @@ int byte_token(const std::string& t) {
   return v;
 }
 
-void add_steps(const nlohmann::json& spec, const std::string& where, std::vector<std::unique_ptr<HfDecoder::Step>>& steps) {
+void add_decoder_steps(const nlohmann::json& spec, const std::string& where, std::vector<std::unique_ptr<HfDecoder::Step>>& steps) {
   using Step = HfDecoder::Step;
   const std::string type = spec.value("type", "");
   if (type == "Sequence") {
-    for (const auto& s : spec.at("decoders")) add_steps(s, where, steps);
+    for (const auto& s : spec.at("decoders")) add_decoder_steps(s, where, steps);
     return;
   }
   auto step = std::make_unique<Step>();
@@ -132,7 +132,7 @@ void HfDecoder::Step::apply(std::vector<std::string>& tokens) const {
 
 HfDecoder::HfDecoder(const nlohmann::json& spec, const std::string& where) {
   none_ = spec.is_null();
-  if (!none_) add_steps(spec, where, steps_);
+  if (!none_) add_decoder_steps(spec, where, steps_);
 }
 
 HfDecoder::~HfDecoder() = default;

@@ -61,8 +61,6 @@ void append_lowercase(std::string& out, char32_t c) {
   }
 }
 
-bool is_space(char32_t c) { return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_WHITE_SPACE); }
-
 }  // namespace
 
 std::string HfNormalizer::Step::apply(std::string_view text) const {
@@ -78,14 +76,14 @@ std::string HfNormalizer::Step::apply(std::string_view text) const {
       size_t begin = 0, end = text.size();
       while (left && begin < end) {
         size_t i = begin;
-        if (!is_space(utf8::next(text, i))) break;
+        if (!utf8::is_white_space(utf8::next(text, i))) break;
         begin = i;
       }
       while (right && end > begin) {
         size_t start = end - 1;
         while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
         size_t i = start;
-        if (!is_space(utf8::next(text, i))) break;
+        if (!utf8::is_white_space(utf8::next(text, i))) break;
         end = start;
       }
       return std::string(text.substr(begin, end - begin));
@@ -139,7 +137,7 @@ std::string replace_all(const SplitRegex& regex, std::string_view text, std::str
 
 namespace {
 
-void add_steps(const nlohmann::json& spec, const std::string& where,
+void add_normalizer_steps(const nlohmann::json& spec, const std::string& where,
                std::vector<std::unique_ptr<HfNormalizer::Step>>& steps) {
   if (spec.is_null()) return;
   const std::string type = spec.value("type", "");
@@ -147,7 +145,7 @@ void add_steps(const nlohmann::json& spec, const std::string& where,
   auto step = std::make_unique<Step>();
   UErrorCode status = U_ZERO_ERROR;
   if (type == "Sequence") {
-    for (const auto& s : spec.at("normalizers")) add_steps(s, where, steps);
+    for (const auto& s : spec.at("normalizers")) add_normalizer_steps(s, where, steps);
     return;
   } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
     step->kind = Step::kUnicode;
@@ -184,7 +182,7 @@ void add_steps(const nlohmann::json& spec, const std::string& where,
 
 }  // namespace
 
-HfNormalizer::HfNormalizer(const nlohmann::json& spec, const std::string& where) { add_steps(spec, where, steps_); }
+HfNormalizer::HfNormalizer(const nlohmann::json& spec, const std::string& where) { add_normalizer_steps(spec, where, steps_); }
 HfNormalizer::~HfNormalizer() = default;
 
 std::string HfNormalizer::apply(std::string_view text) const {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/strings.h"
+
 namespace loom {
 namespace {
 
@@ -10,10 +12,6 @@ const std::string kReplacement = "\xEF\xBF\xBD";
 // Tokens held back at most before their text is shown as it decodes, and shown tokens kept as context at
 // most while none is an anchor: bounds the work per token.
 constexpr size_t kMaxHeld = 32;
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 }  // namespace
 

@@ -1,5 +1,7 @@
 #include "data/tokenizers/utf8.h"
 
+#include <unicode/uchar.h>
+
 #include <cstdint>
 
 namespace loom::utf8 {
@@ -116,6 +118,10 @@ void append(std::string& out, char32_t cp) {
     out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
     out += static_cast<char>(0x80 | (cp & 0x3F));
   }
+}
+
+bool is_white_space(char32_t code_point) {
+  return u_hasBinaryProperty(static_cast<UChar32>(code_point), UCHAR_WHITE_SPACE);
 }
 
 }  // namespace loom::utf8

@@ -24,4 +24,7 @@ char32_t next(std::string_view s, size_t& i);
 
 void append(std::string& out, char32_t code_point);
 
+// Unicode's White_Space property (ICU's), as Rust's char::is_whitespace.
+bool is_white_space(char32_t code_point);
+
 }  // namespace loom::utf8

@@ -29,11 +29,19 @@ expect_config_error "unknown option --sett" train "$SRC/tests/e2e/tiny.yaml" --s
 expect_config_error "parallel.dp \* cp \* tp \* pp = 2 \* 1 \* 1 \* 1 = 2 but the job has 1 process" \
   train $(tiny_args "$WORK/r") --set parallel.dp=2
 
-# A missing data file is a config error (exit 2) naming the key and the file.
-set +e
-out=$("$LOOM" train "$SRC/tests/e2e/tiny.yaml" --set run.dir="$WORK/r" --set data.train="$WORK/none.bin" 2>&1); code=$?
-set -e
-[ $code -eq 2 ] && grep -q "data.train: $WORK/none.bin does not exist" <<<"$out" || fail "missing data: $code '$out'"
+# A missing data file is a config error (exit 2) naming the key and the file: when the vocabulary is to come from
+# it (no tokenizer.model, model.vocab_size 0), before anything is built; otherwise when the task opens it.
+missing_data() {  # missing_data PATTERN [--set ...]
+  local pattern=$1; shift
+  set +e
+  out=$("$LOOM" train "$SRC/tests/e2e/tiny.yaml" --set run.dir="$WORK/r" --set data.train="$WORK/none.bin" "$@" 2>&1)
+  code=$?
+  set -e
+  [ $code -eq 2 ] && grep -qF -- "$pattern" <<<"$out" || fail "missing data: $code '$out'"
+  echo "ok: $pattern"
+}
+missing_data "model.vocab_size: 0 takes the tokenizer's size, but data.train=$WORK/none.bin does not exist yet"
+missing_data "data.train: $WORK/none.bin does not exist" --set model.vocab_size=100
 
 # Token files made by another tokenizer are refused.
 spm_train --input="$KJV_DATA/valid.txt" --model_prefix="$WORK/other" --model_type=bpe --vocab_size=300 \

@@ -74,8 +74,9 @@ expected = {tuple(sp.encode(t)) + (sp.eos_id(),) for t in texts}
 ordered = [tuple(sp.encode(t)) + (sp.eos_id(),) for t in texts]
 got = [tuple(d) for d in train + valid]
 assert all(d in expected for d in got)
-assert [d for d in ordered if d in set(map(tuple, valid))] == [tuple(d) for d in valid]
-assert [d for d in ordered if d in set(map(tuple, train))] == [tuple(d) for d in train]
+valid_set, train_set = set(map(tuple, valid)), set(map(tuple, train))
+assert [d for d in ordered if d in valid_set] == [tuple(d) for d in valid]
+assert [d for d in ordered if d in train_set] == [tuple(d) for d in train]
 assert 0.03 < len(valid) / 8000 < 0.07, len(valid)
 assert m["splits"]["train"]["tokens"] == sum(map(len, train)) and len(m["splits"]["train"]["shards"]) >= 2
 print(f"prepared: {len(train)} train + {len(valid)} valid documents, {m['splits']['train']['tokens']} train tokens, "

@@ -11,13 +11,13 @@
 
 namespace {
 
-struct Result {
+struct AttentionResult {
   torch::Tensor out, dq, dk, dv;
 };
 
 // Output and input gradients of `attend` at q, k, v (B, H, T, D) against upstream gradient g.
 template <typename Attend>
-Result run(const Attend& attend, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+AttentionResult run_attention(const Attend& attend, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
            const torch::Tensor& g) {
   const auto r = loom::test::output_and_gradients([&](const auto& in) { return attend(in[0], in[1], in[2]); },
                                                   {q, k, v}, g);
@@ -34,7 +34,7 @@ double rel(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a.to(torch::kDouble) - bd).norm() / bd.norm()).item<double>();
 }
 
-std::vector<double> errors(const Result& r, const Result& ref) {
+std::vector<double> errors(const AttentionResult& r, const AttentionResult& ref) {
   return {rel(r.out, ref.out), rel(r.dq, ref.dq), rel(r.dk, ref.dk), rel(r.dv, ref.dv)};
 }
 
@@ -56,9 +56,9 @@ TEST_CASE("blocked attention: fp32 output and gradients equal SDPA's", "[models]
     for (const bool portable : {false, true}) {
       CAPTURE(s.T, s.D, s.block, portable);
       const auto in = inputs(2, 3, s.T, s.D, torch::kFloat);
-      const auto ref = run(sdpa, in[0], in[1], in[2], in[3]);
+      const auto ref = run_attention(sdpa, in[0], in[1], in[2], in[3]);
       auto blocked = [&](auto q, auto k, auto v) { return loom::blocked_causal_attention(q, k, v, s.block, portable); };
-      const auto got = run(blocked, in[0], in[1], in[2], in[3]);
+      const auto got = run_attention(blocked, in[0], in[1], in[2], in[3]);
       for (double e : errors(got, ref)) CHECK(e < 1e-5);
     }
   }
@@ -72,11 +72,11 @@ TEST_CASE("blocked attention: bf16 is as close to fp32 as SDPA in bf16 is", "[mo
       const auto in = inputs(2, 4, T, D, torch::kBFloat16);
       std::vector<torch::Tensor> wide;  // the same bf16 values in double: the reference
       for (const auto& t : in) wide.push_back(t.to(torch::kDouble));
-      const auto ref = run(sdpa, wide[0], wide[1], wide[2], wide[3]);
-      const auto theirs = errors(run(sdpa, in[0], in[1], in[2], in[3]), ref);
+      const auto ref = run_attention(sdpa, wide[0], wide[1], wide[2], wide[3]);
+      const auto theirs = errors(run_attention(sdpa, in[0], in[1], in[2], in[3]), ref);
       for (const bool portable : {false, true}) {
         auto blocked = [&](auto q, auto k, auto v) { return loom::blocked_causal_attention(q, k, v, 64, portable); };
-        const auto ours = errors(run(blocked, in[0], in[1], in[2], in[3]), ref);
+        const auto ours = errors(run_attention(blocked, in[0], in[1], in[2], in[3]), ref);
         for (size_t i = 0; i < ours.size(); ++i) {
           CAPTURE(portable, i, ours[i], theirs[i]);
           CHECK(ours[i] < 2e-2);
@@ -131,7 +131,7 @@ TEST_CASE("blocked attention: fwd+bwd time against SDPA at the bench-gpt layer",
       std::vector<double> ours, theirs;
       auto time = [&](auto attend) {
         const auto start = std::chrono::steady_clock::now();
-        run(attend, in[0], in[1], in[2], in[3]);
+        run_attention(attend, in[0], in[1], in[2], in[3]);
         return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       };
       for (int round = 0; round < 7; ++round) {

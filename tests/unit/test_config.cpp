@@ -9,26 +9,17 @@
 #include "core/config_fields.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/strings.h"
 #include "core/system.h"
 #include "test_util.h"
 
 using loom::Config;
 using loom::ConfigError;
 using loom::parse_config;
+using loom::starts_with;
+using loom::test::config_error;
 
 namespace {
-
-// The message of the ConfigError that parse_config throws, or "" if it does not throw.
-std::string config_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_config(yaml, "x.yaml", overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 std::vector<std::string> all_keys() {
   Config c;

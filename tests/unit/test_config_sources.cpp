@@ -4,18 +4,7 @@
 #include "core/error.h"
 #include "test_util.h"
 
-namespace {
-
-std::string config_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  try {
-    loom::parse_config(yaml, "x.yaml", overrides);
-  } catch (const loom::ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
+using loom::test::config_error;
 
 TEST_CASE("config sources: data.train is a path or a list of weighted sources", "[config]") {
   using loom::DataSource;

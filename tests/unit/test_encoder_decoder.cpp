@@ -19,16 +19,18 @@
 
 using loom::test::max_abs_diff;
 using torch::indexing::Slice;
+using loom::test::numel_sum;
+using loom::test::perturb;
 
 namespace {
 
-struct Variant {
+struct EncoderDecoderVariant {
   std::string name;
   std::vector<std::string> sets;
 };
 
-const std::vector<Variant>& variants() {
-  static const std::vector<Variant> all = {
+const std::vector<EncoderDecoderVariant>& encoder_decoder_variants() {
+  static const std::vector<EncoderDecoderVariant> all = {
       {"paper-post-norm", {}},
       {"pre-norm-learned-gelu-untied",
        {"model.norm_position=pre", "model.position=learned", "model.activation=gelu", "model.tie_embeddings=false",
@@ -44,7 +46,7 @@ const std::vector<Variant>& variants() {
 
 // vocab 40, d_model 32, 2 + 2 layers, 4 heads, d_ff 48, context 16, no dropout; the paper's variant
 // (post-norm, sinusoidal, ReLU, tied, scaled embeddings) unless the variant says otherwise.
-loom::ModelConfig small(const Variant& variant) {
+loom::ModelConfig small_encoder_decoder(const EncoderDecoderVariant& variant) {
   std::vector<std::string> sets = {"model.arch=transformer", "model.vocab_size=40", "model.d_model=32",
                                    "model.n_layers=2",       "model.n_heads=4",     "model.d_ff=48",
                                    "model.max_seq_len=16",   "model.dropout=0",     "data.seq_len=16",
@@ -52,17 +54,6 @@ loom::ModelConfig small(const Variant& variant) {
                                    "model.scale_embeddings=true"};
   sets.insert(sets.end(), variant.sets.begin(), variant.sets.end());
   return loom::parse_config("", variant.name, sets).model;
-}
-
-int64_t numel_sum(torch::nn::Module& model) {
-  int64_t n = 0;
-  for (const auto& p : model.parameters()) n += p.numel();
-  return n;
-}
-
-void perturb(torch::nn::Module& model) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : model.parameters()) p.add_(torch::randn_like(p) * 0.2);
 }
 
 // A batch with padding on both sides: lengths (B), tokens in [3, 40) and 0 after each length.
@@ -75,9 +66,9 @@ torch::Tensor padded_tokens(const std::vector<int64_t>& lengths, int64_t width) 
 }  // namespace
 
 TEST_CASE("encoder-decoder: count_parameters equals the built model's parameters", "[models][seq2seq]") {
-  for (const auto& variant : variants()) {
+  for (const auto& variant : encoder_decoder_variants()) {
     INFO(variant.name);
-    const auto config = small(variant);
+    const auto config = small_encoder_decoder(variant);
     loom::EncoderDecoder model(config);
     CHECK(loom::count_parameters(config) == numel_sum(*model));
     const auto named = model->named_parameters();
@@ -96,8 +87,8 @@ TEST_CASE("encoder-decoder: logits equal torch.nn.Transformer with padding on bo
   nlohmann::json cases = nlohmann::json::array();
   std::vector<torch::Tensor> ours, target_lengths;
   torch::manual_seed(31);
-  for (const auto& variant : variants()) {
-    loom::EncoderDecoder model(small(variant));
+  for (const auto& variant : encoder_decoder_variants()) {
+    loom::EncoderDecoder model(small_encoder_decoder(variant));
     perturb(*model);
     model->eval();
     const std::vector<int64_t> src_len = {9, 4, 1}, tgt_len = {3, 7, 5};
@@ -125,9 +116,9 @@ TEST_CASE("encoder-decoder: logits equal torch.nn.Transformer with padding on bo
   const auto path = loom::test::scratch_dir("seq2seq-golden") / "spec.json";
   std::ofstream(path) << nlohmann::json{{"cases", cases}}.dump();
   const auto golden = loom::test::python_golden("transformer_forward.py", path.string());
-  REQUIRE(golden["logits"].size() == variants().size());
-  for (size_t i = 0; i < variants().size(); ++i) {
-    INFO(variants()[i].name);
+  REQUIRE(golden["logits"].size() == encoder_decoder_variants().size());
+  for (size_t i = 0; i < encoder_decoder_variants().size(); ++i) {
+    INFO(encoder_decoder_variants()[i].name);
     const auto expected = loom::test::json_tensor(golden["logits"][i], torch::kDouble);
     REQUIRE(ours[i].sizes() == expected.sizes());
     // Compare the real target positions (a padded position's output is never used).
@@ -140,7 +131,7 @@ TEST_CASE("encoder-decoder: logits equal torch.nn.Transformer with padding on bo
 
 TEST_CASE("encoder-decoder: padding and what it holds do not change the logits", "[models][seq2seq]") {
   torch::manual_seed(32);
-  loom::EncoderDecoder model(small(variants()[1]));
+  loom::EncoderDecoder model(small_encoder_decoder(encoder_decoder_variants()[1]));
   perturb(*model);
   model->eval();
   torch::NoGradGuard no_grad;
@@ -162,9 +153,9 @@ TEST_CASE("encoder-decoder: padding and what it holds do not change the logits",
 
 TEST_CASE("encoder-decoder: incremental decoding equals the full decoder", "[models][seq2seq][cache]") {
   torch::manual_seed(33);
-  for (const auto& variant : variants()) {
+  for (const auto& variant : encoder_decoder_variants()) {
     INFO(variant.name);
-    loom::EncoderDecoder model(small(variant));
+    loom::EncoderDecoder model(small_encoder_decoder(variant));
     perturb(*model);
     model->eval();
     torch::NoGradGuard no_grad;

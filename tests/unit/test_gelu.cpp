@@ -16,13 +16,13 @@
 
 namespace {
 
-struct Result {
+struct GeluResult {
   torch::Tensor y, dx;
 };
 
 // Value and input gradient of `gelu` at x against upstream gradient g.
 template <typename Gelu>
-Result run(const Gelu& gelu, const torch::Tensor& x, const torch::Tensor& g) {
+GeluResult run_gelu(const Gelu& gelu, const torch::Tensor& x, const torch::Tensor& g) {
   auto xx = x.detach().clone().requires_grad_();
   auto y = gelu(xx);
   y.backward(g);
@@ -58,8 +58,8 @@ bool from_loom_kernel(const torch::Tensor& y) {
 bool runs_loom_kernel(bool portable) { return portable || loom::cpu_has_avx512(); }
 
 // Where gelu_tanh(x, portable) is ATen's GELU: its values and gradients are ATen's, bit for bit.
-void check_is_aten(const Result& ours, const torch::Tensor& x, const torch::Tensor& g) {
-  const auto theirs = run(aten_gelu, x, g);
+void check_is_aten(const GeluResult& ours, const torch::Tensor& x, const torch::Tensor& g) {
+  const auto theirs = run_gelu(aten_gelu, x, g);
   CHECK(torch::equal(ours.y, theirs.y));
   CHECK(torch::equal(ours.dx, theirs.dx));
 }
@@ -70,15 +70,15 @@ TEST_CASE("gelu_tanh: fp32 values and gradients equal the tanh GELU in fp64", "[
   torch::manual_seed(0);
   const auto x = sweep();
   const auto g = torch::randn_like(x);
-  const auto ref = run(reference_gelu, x.to(torch::kDouble), g.to(torch::kDouble));
+  const auto ref = run_gelu(reference_gelu, x.to(torch::kDouble), g.to(torch::kDouble));
   // The reference is ATen's tanh GELU where that one does not cancel.
   const auto x64 = x.to(torch::kDouble), fine = x64.gt(-5.0);
-  const auto aten64 = run(aten_gelu, x64, g.to(torch::kDouble));
+  const auto aten64 = run_gelu(aten_gelu, x64, g.to(torch::kDouble));
   CHECK(max_rel(ref.y.masked_select(fine), aten64.y.masked_select(fine), 1e-6) < 1e-8);
   CHECK(max_rel(ref.dx.masked_select(fine), aten64.dx.masked_select(fine), 1e-6) < 1e-8);
   for (const bool portable : {false, true}) {
     CAPTURE(portable);
-    const auto ours = run([&](const torch::Tensor& t) { return loom::gelu_tanh(t, portable); }, x, g);
+    const auto ours = run_gelu([&](const torch::Tensor& t) { return loom::gelu_tanh(t, portable); }, x, g);
     auto probe = loom::gelu_tanh(x.clone().requires_grad_(), portable);
     CHECK(from_loom_kernel(probe) == runs_loom_kernel(portable));
     if (!runs_loom_kernel(portable)) {
@@ -97,11 +97,11 @@ TEST_CASE("gelu_tanh: bf16 values and gradients are fp32 results rounded once", 
   torch::manual_seed(1);
   const auto x = sweep().to(torch::kBFloat16);
   const auto g = torch::randn(x.sizes()).to(torch::kBFloat16);
-  const auto ref = run(reference_gelu, x.to(torch::kDouble), g.to(torch::kDouble));
-  const auto theirs = run(aten_gelu, x, g);
+  const auto ref = run_gelu(reference_gelu, x.to(torch::kDouble), g.to(torch::kDouble));
+  const auto theirs = run_gelu(aten_gelu, x, g);
   for (const bool portable : {false, true}) {
     CAPTURE(portable);
-    const auto ours = run([&](const torch::Tensor& t) { return loom::gelu_tanh(t, portable); }, x, g);
+    const auto ours = run_gelu([&](const torch::Tensor& t) { return loom::gelu_tanh(t, portable); }, x, g);
     CHECK(ours.y.scalar_type() == torch::kBFloat16);
     CHECK(ours.dx.scalar_type() == torch::kBFloat16);
     if (!runs_loom_kernel(portable)) {
@@ -131,7 +131,7 @@ TEST_CASE("gelu_tanh: edge values and strided input", "[models][gelu]") {
   const auto ours = loom::gelu_tanh(x), theirs = torch::gelu(x, "tanh");
   CHECK(torch::allclose(ours, theirs, 0.0, 0.0, /*equal_nan=*/true));
   const auto g = torch::ones_like(x);
-  const auto dx = run([](const torch::Tensor& t) { return loom::gelu_tanh(t); }, x, g).dx;
+  const auto dx = run_gelu([](const torch::Tensor& t) { return loom::gelu_tanh(t); }, x, g).dx;
   // gelu'(0) = 0.5; gelu'(+-100) = 1 and 0; the non-finite inputs give NaN or their limits, as ATen.
   CHECK(dx[0].item<float>() == 0.5f);
   CHECK(dx[2].item<float>() == 1.0f);
@@ -171,7 +171,7 @@ TEST_CASE("gelu_tanh: fwd+bwd time against ATen at the bench-gpt MLP", "[.bench]
     std::vector<double> ours, theirs;
     auto time = [&](auto gelu) {
       const auto start = std::chrono::steady_clock::now();
-      run(gelu, x, g);
+      run_gelu(gelu, x, g);
       return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     };
     for (int round = 0; round < 9; ++round) {

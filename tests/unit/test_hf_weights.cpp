@@ -11,6 +11,8 @@
 #include "models/safetensors.h"
 #include "test_util.h"
 
+using loom::test::perturb;
+
 namespace {
 
 using loom::test::message_of;
@@ -26,11 +28,6 @@ loom::ModelConfig small(const std::vector<std::string>& sets) {
 
 const std::vector<std::string> kLlama = {"model.norm=rmsnorm", "model.position=rope", "model.activation=swiglu",
                                          "model.bias=false", "model.tie_embeddings=false", "model.n_kv_heads=2"};
-
-void perturb(loom::Gpt& model) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.2);
-}
 
 bool same_parameters(loom::Gpt& a, loom::Gpt& b) {
   const auto pa = a->named_parameters(), pb = b->named_parameters();
@@ -154,7 +151,7 @@ TEST_CASE("hf weights: export then import is bitwise for every family", "[safete
     const auto config = small(sets);
     torch::manual_seed(1);
     loom::Gpt source(config);
-    perturb(source);
+    perturb(*source);
     const auto path = dir / (name + ".safetensors");
     loom::write_safetensors(path, loom::export_weights(*source));
     torch::manual_seed(2);
@@ -304,7 +301,7 @@ TEST_CASE("hf weights: loom's export loads in transformers' from_pretrained with
     INFO(family << " " << i);
     const auto config = small(sets);
     loom::Gpt model(config);
-    perturb(model);
+    perturb(*model);
     model->eval();
     const auto tokens = torch::randint(0, config.vocab_size, {2, 16}, torch::kLong);
     const auto dir = loom::test::scratch_dir("hf-export-" + std::to_string(i)) / "export";

@@ -44,7 +44,7 @@ const loom::Tokenizer& sentencepiece() {
 
 // A byte-level BPE tokenizer.json (GPT-2 style): the 256 byte tokens, then each word and " word" merged byte
 // by byte from the left, so its multi-byte characters pass through tokens that end inside a character.
-const loom::Tokenizer& byte_level() {
+const loom::Tokenizer& byte_level_tokenizer() {
   static const std::unique_ptr<loom::Tokenizer> made = [] {
     const auto dir = loom::test::scratch_dir("incremental-decoder-byte-level");
     nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
@@ -90,7 +90,7 @@ bool valid_utf8(const std::string& s) {
 TEST_CASE("incremental decoder: a real encoding streams whole characters that add up to the decode", "[data]") {
   const bool spm = GENERATE(true, false);
   INFO((spm ? "sentencepiece" : "byte-level BPE"));
-  const auto& tok = spm ? sentencepiece() : byte_level();
+  const auto& tok = spm ? sentencepiece() : byte_level_tokenizer();
   const std::string text = "the earth was 日本語 café 🙂👍🏽 and über light";
   const auto context = tok.encode("and the");
   const auto ids = tok.encode(text);
@@ -114,7 +114,7 @@ TEST_CASE("incremental decoder: a real encoding streams whole characters that ad
 TEST_CASE("incremental decoder: random ids add up to the decode of the whole sequence", "[data]") {
   const bool spm = GENERATE(true, false);
   INFO((spm ? "sentencepiece" : "byte-level BPE"));
-  const auto& tok = spm ? sentencepiece() : byte_level();
+  const auto& tok = spm ? sentencepiece() : byte_level_tokenizer();
   std::mt19937 random(5);
   const int64_t vocab = tok.vocab_size() + 8;  // 8 padded rows: ids the tokenizer does not have
   for (int sample = 0; sample < 2000; ++sample) {

@@ -10,6 +10,8 @@
 #include "models/kv_cache.h"
 #include "test_util.h"
 
+using loom::test::perturb;
+
 namespace {
 
 // Keeps each call's keys and values as a chunk of their own and stitches every chunk together on each call:
@@ -40,11 +42,6 @@ class ChunkListCache final : public loom::KVCache {
 };
 
 std::unique_ptr<loom::KVCache> chunk_list() { return std::make_unique<ChunkListCache>(); }
-
-void perturb(torch::nn::Module& model) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : model.parameters()) p.add_(torch::randn_like(p) * 0.2);
-}
 
 }  // namespace
 

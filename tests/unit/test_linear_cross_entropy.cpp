@@ -16,13 +16,13 @@ using loom::test::max_abs_diff;
 
 namespace {
 
-struct Result {
+struct LossResult {
   double loss = 0;
   torch::Tensor grad_hidden, grad_weight;
 };
 
 // chunk 0: the plain path.
-Result run(const torch::Tensor& hidden0, const torch::Tensor& weight0, const torch::Tensor& targets, int64_t chunk,
+LossResult run_loss(const torch::Tensor& hidden0, const torch::Tensor& weight0, const torch::Tensor& targets, int64_t chunk,
            double smoothing, bool bf16, loom::SoftmaxSteps steps = loom::SoftmaxSteps::kAuto) {
   auto hidden = hidden0.clone().requires_grad_(true);
   auto weight = weight0.clone().requires_grad_(true);
@@ -55,12 +55,12 @@ TEST_CASE("linear_cross_entropy: same loss and gradients as cross_entropy of the
   targets[17] = loom::kIgnoreIndex;
   for (const bool bf16 : {false, true})
     for (const double smoothing : {0.0, 0.1}) {
-      const Result plain = run(hidden, weight, targets, 0, smoothing, bf16);
+      const LossResult plain = run_loss(hidden, weight, targets, 0, smoothing, bf16);
       for (const int64_t chunk : {1, 5, 23, 64})
         for (const auto steps : {loom::SoftmaxSteps::kAuto, loom::SoftmaxSteps::kAten,
                                  loom::SoftmaxSteps::kPortableKernels}) {
         INFO("bf16 " << bf16 << " smoothing " << smoothing << " chunk " << chunk << " steps " << int(steps));
-        const Result fused = run(hidden, weight, targets, chunk, smoothing, bf16, steps);
+        const LossResult fused = run_loss(hidden, weight, targets, chunk, smoothing, bf16, steps);
         // fp32: summation order only. bf16: the products round to bf16 (the plain path's logit gradient is
         // divided by the token count before its rounding, the fused one after).
         const double tolerance = bf16 ? 1e-2 : 1e-5;

@@ -30,7 +30,7 @@ fs::path prepared_dir(const std::string& name, const std::vector<int64_t>& sizes
     const std::string file = loom::ShardWriter::shard_name("train", k, "bin");
     loom::write_token_file(dir / file, tokens, vocab, 77);
     const loom::TokenFile written(dir / file);
-    m.splits[0].shards.push_back({file, "unused.idx", sizes[k], 1, written.data_crc()});
+    m.splits[0].shards.push_back({file, "unused.idx", sizes[k], 1, written.data_crc(), "", 0});
     m.splits[0].tokens += sizes[k];
   }
   loom::write_prepared_manifest(dir, m);

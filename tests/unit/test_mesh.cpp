@@ -6,14 +6,14 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/strings.h"
 #include "parallel/mesh.h"
 
 using loom::AxisSet;
 using loom::MeshAxis;
+using loom::starts_with;
 
 namespace {
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 loom::Config layout(const std::vector<std::string>& sets) { return loom::parse_config("", "x.yaml", sets); }
 

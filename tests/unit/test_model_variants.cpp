@@ -15,6 +15,8 @@
 
 using loom::test::max_abs_diff;
 using torch::indexing::Slice;
+using loom::test::numel_sum;
+using loom::test::perturb;
 
 namespace {
 
@@ -60,18 +62,7 @@ struct OneThread {
   ~OneThread() { torch::set_num_threads(previous); }
 };
 
-int64_t numel_sum(torch::nn::Module& model) {
-  int64_t n = 0;
-  for (const auto& p : model.parameters()) n += p.numel();
-  return n;
-}
-
 // Perturbs every parameter so that biases and norm gains are not their trivial init values.
-void perturb(loom::Gpt& model) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.2);
-}
-
 // One case of the golden scripts' input: the model's config, weights and the tokens.
 nlohmann::json golden_case(loom::Gpt& model, const torch::Tensor& tokens) {
   const auto& c = model->config();
@@ -197,7 +188,7 @@ TEST_CASE("variants: KV-cached forward equals the full forward", "[models][varia
     torch::manual_seed(21);
     const auto config = small(variant);
     loom::Gpt model(config);
-    perturb(model);
+    perturb(*model);
     model->eval();
     torch::NoGradGuard no_grad;
     const auto tokens = torch::randint(0, config.vocab_size, {2, 14}, torch::kLong);
@@ -233,7 +224,7 @@ TEST_CASE("variants: greedy generation is the same with and without the KV cache
     INFO(variant.name);
     torch::manual_seed(22);
     loom::Gpt model(small(variant));
-    perturb(model);
+    perturb(*model);
     loom::SamplingOptions greedy;
     greedy.temperature = 0;
     // 6 prompt + 24 new tokens: past the context of 16, where both paths restart from the last 16.
@@ -270,7 +261,7 @@ TEST_CASE("variants: logits equal an independent float64 PyTorch forward", "[mod
   torch::manual_seed(24);
   for (const auto& variant : variants()) {
     loom::Gpt model(small(variant));
-    perturb(model);
+    perturb(*model);
     model->eval();
     const auto tokens = torch::randint(0, 50, {3, 12}, torch::kLong);
     cases.push_back(golden_case(model, tokens));
@@ -301,7 +292,7 @@ TEST_CASE("variants: logits equal Hugging Face GPT2LMHeadModel and LlamaForCausa
   torch::manual_seed(25);
   for (const auto& [family, variant] : models) {
     loom::Gpt model(small(variant));
-    perturb(model);
+    perturb(*model);
     model->eval();
     const auto tokens = torch::randint(0, 50, {2, 16}, torch::kLong);
     auto one = golden_case(model, tokens);

@@ -21,7 +21,7 @@ struct Grads {
 
 // Output and gradients of `norm(x, w, b)` against upstream gradient g; b may be undefined.
 template <typename Norm>
-Grads run(const Norm& norm, const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+Grads run_norm(const Norm& norm, const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
           const torch::Tensor& g) {
   const auto r = loom::test::output_and_gradients([&](const auto& in) { return norm(in[0], in[1], in[2]); },
                                                   {x, w, b}, g);
@@ -37,11 +37,11 @@ torch::Tensor reference(const torch::Tensor& x, const torch::Tensor& w, const to
 // fused_norm's output and gradients next to the fp64 reference's, at the same inputs; b may be undefined.
 std::pair<Grads, Grads> ours_and_exact(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                                        const torch::Tensor& g, bool rms, c10::ScalarType out_dtype, bool portable) {
-  auto ours = run([&](const auto& xx, const auto& ww, const auto& bb) {
+  auto ours = run_norm([&](const auto& xx, const auto& ww, const auto& bb) {
     return loom::fused_norm(xx, ww, bb, 1e-5, rms, out_dtype, portable);
   }, x, w, b, g);
   auto as_double = [](const torch::Tensor& t) { return t.defined() ? t.to(torch::kDouble) : t; };
-  auto exact = run([&](const auto& xx, const auto& ww, const auto& bb) { return reference(xx, ww, bb, rms); },
+  auto exact = run_norm([&](const auto& xx, const auto& ww, const auto& bb) { return reference(xx, ww, bb, rms); },
                    as_double(x), as_double(w), as_double(b), as_double(g));
   return {ours, exact};
 }
@@ -157,7 +157,7 @@ TEST_CASE("fused_norm: fwd+bwd time against ATen's at bench-gpt's shape", "[.ben
   std::vector<double> ours, theirs;
   auto time = [&](auto norm) {
     const auto start = std::chrono::steady_clock::now();
-    run(norm, x, w, b, g);
+    run_norm(norm, x, w, b, g);
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   };
   for (int round = 0; round < 21; ++round) {

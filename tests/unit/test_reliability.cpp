@@ -188,7 +188,7 @@ TEST_CASE("memory check: MemAvailable, the estimate, and the refusal", "[reliabi
   CHECK(std::abs(static_cast<double>(*shared) * 4 - static_cast<double>(*alone)) < 0.05 * static_cast<double>(*alone));
 }
 
-TEST_CASE("run plan: the vocabulary resolved before anything is built; every pipeline stage checked", "[reliability]") {
+TEST_CASE("run plan: the vocabulary resolved before anything is built, and every pipeline stage checked", "[reliability]") {
   // A synthetic task's vocabulary is its own; a plan counts it in the parameters and memory.
   const auto synthetic = loom::parse_config("", "test", {"model.arch=transformer", "data.synthetic=reverse",
                                                         "data.synthetic_vocab=40"});

@@ -14,6 +14,8 @@
 #include "parallel/tensor_parallel.h"
 #include "test_util.h"
 
+using loom::test::tp_group;
+
 namespace {
 
 // fp32 sums in another order (per-rank partial products reduced over the group, other matmul blockings) differ
@@ -32,7 +34,6 @@ loom::test::CloseTo loss_close_to(const torch::Tensor& expected, const torch::Te
                               kTolerance * std::max(1.0, logits.abs().max().item<double>()));
 }
 
-std::unique_ptr<loom::Communicator> tp_group() { return loom::test::processes().world(/*timeout_s=*/60); }
 
 // Rank r's slice [start, start + length) of dim `dim` of a full tensor.
 torch::Tensor slice(const torch::Tensor& full, int64_t dim, const loom::ShardRange& range) {

@@ -12,9 +12,9 @@
 #include "test_util.h"
 #include "train/task.h"
 
-namespace {
+using loom::test::tp_group;
 
-std::unique_ptr<loom::Communicator> tp_group() { return loom::test::processes().world(/*timeout_s=*/60); }
+namespace {
 
 torch::Tensor default_state() { return at::detail::getDefaultCPUGenerator().get_state(); }
 

@@ -35,11 +35,37 @@ inline loom::ModelConfig small_gpt_config(int64_t vocab_size, int64_t d_model, i
   return c;
 }
 
+// The message of the ConfigError that parse_config throws for a YAML text (as x.yaml) and --set overrides, or ""
+// when it does not throw.
+inline std::string config_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    loom::parse_config(yaml, "x.yaml", overrides);
+  } catch (const loom::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // The MPI process set-up, shared by every test file: MPI_Init once per process, MPI_Finalize at exit.
 // Without mpirun it is the process alone and the tests' groups are groups of one.
 inline loom::ProcessGroup& processes() {
   static loom::ProcessGroup group;
   return group;
+}
+
+// The world as the tensor-parallel group of the TP unit tests (a group of one without mpirun).
+inline std::unique_ptr<loom::Communicator> tp_group() { return processes().world(/*timeout_s=*/60); }
+
+// Moves every parameter by N(0, 0.2^2): weights away from their initialisation, so that a wrong mapping shows.
+inline void perturb(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) p.add_(torch::randn_like(p) * 0.2);
+}
+
+inline int64_t numel_sum(torch::nn::Module& model) {
+  int64_t n = 0;
+  for (const auto& p : model.parameters()) n += p.numel();
+  return n;
 }
 
 inline std::filesystem::path source_dir() {
