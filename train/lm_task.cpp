@@ -98,13 +98,13 @@ std::vector<std::vector<int64_t>> LmTask::stage_output_shapes(const TaskBatch& b
 
 void LmTask::load_weights(const fs::path& file) { load_weights_file(*model_, file); }
 
-std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const ModelSource& model,
-                                     std::unique_ptr<LmBatches> train_batches) {
-  if (train_batches && config.data.document_mask)
-    throw ConfigError(config.where("data.document_mask") + ": data.document_mask: synthetic tokens (loom bench) have no "
-                      "documents to mask: set it false to measure");
+std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const ModelSource& model) {
+  std::unique_ptr<LmBatches> train_batches;
+  if (data == TaskData::kSynthetic)
+    train_batches = std::make_unique<SyntheticBatches>(static_cast<uint64_t>(config.run.seed), config.data.seq_len,
+                                                       config.model.vocab_size);
   std::vector<LmSource> sources;
-  if (data == TaskData::kTraining && !train_batches) {
+  if (data == TaskData::kTraining) {
     if (config.data.train.empty())
       throw ConfigError(config.where("data.train") + ": data.train: no training data given (a token file, a "
                         "directory made by loom prepare, or a list of {path, weight})");
@@ -127,9 +127,8 @@ std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const 
         std::move(sources), LmSampler(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
         config.train.batch_size);
   TaskModel built = model();
-  Gpt gpt(std::dynamic_pointer_cast<GptImpl>(built.module));
-  LOOM_CHECK(gpt, "make_lm_task: the model is not a gpt");
-  return std::make_unique<LmTask>(gpt, std::move(train_batches), std::move(valid), config, std::move(built.tp_rng));
+  return std::make_unique<LmTask>(built.as<Gpt>(), std::move(train_batches), std::move(valid), config,
+                                  std::move(built.tp_rng));
 }
 
 }  // namespace loom

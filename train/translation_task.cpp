@@ -76,15 +76,13 @@ std::optional<OutputScores> TranslationTask::score_outputs(const Config& config)
 }
 
 std::unique_ptr<TranslationTask> make_translation_task(const Config& config, TaskData data_use, const ModelSource& model) {
-  auto data = make_seq2seq_source(config, data_use == TaskData::kTraining);
+  auto data = make_seq2seq_source(config, data_use != TaskData::kEvaluation);
   check_vocab(config, data->vocab_size(), "the training pairs");
   TaskModel built = model();
-  EncoderDecoder encoder_decoder(std::dynamic_pointer_cast<EncoderDecoderImpl>(built.module));
-  LOOM_CHECK(encoder_decoder, "make_translation_task: the model is not an encoder-decoder");
   const std::string name = config.data.synthetic == SyntheticTask::kNone
                                ? "pairs"
                                : "synthetic " + std::string(enum_name(config.data.synthetic)) + " pairs";
-  return std::make_unique<TranslationTask>(encoder_decoder, std::move(data), name, std::move(built.tp_rng),
+  return std::make_unique<TranslationTask>(built.as<EncoderDecoder>(), std::move(data), name, std::move(built.tp_rng),
                                            config.data.pad_to_multiple);
 }
 
