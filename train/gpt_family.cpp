@@ -1,7 +1,8 @@
 // The gpt family (model.arch gpt): the decoder-only model (models/gpt.h) trained on windows of token files
-// (train/lm_task.h).
+// (train/lm_task.h), its weights under GPT-2's or LLaMA's Hugging Face names (models/hf_weights.h).
 #include "core/config_checks.h"
 #include "models/gpt.h"
+#include "models/hf_weights.h"
 #include "train/lm_task.h"
 #include "train/model_family.h"
 
@@ -52,6 +53,13 @@ ModelFamily gpt_family() {
     if (config.data.document_mask)
       throw ConfigError(config.where("data.document_mask") + ": data.document_mask: synthetic tokens (loom bench) "
                         "have no documents to mask: set it false to measure");
+  };
+  family.import_hf = [](StagedModel& model, const std::filesystem::path& file) {
+    load_weights_file(static_cast<GptImpl&>(model), file);
+  };
+  family.export_hf = [](const ModelConfig& config, StagedModel& model, const SpecialTokenIds& tokens) {
+    return HfExport{export_weights(static_cast<GptImpl&>(model)), hf_config_json(config, tokens),
+                    weight_names_label(weight_names(config))};
   };
   return family;
 }

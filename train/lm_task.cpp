@@ -4,13 +4,11 @@
 #include "data/corpus/data_files.h"
 #include "data/corpus/lm_mixture.h"
 #include "data/tokenizers/tokenizer.h"
-#include "models/hf_weights.h"
 #include "optim/cross_entropy.h"
 #include "optim/linear_cross_entropy.h"
 #include "parallel/context_parallel_layout.h"
 
 namespace loom {
-namespace fs = std::filesystem;
 static_assert(kIgnoreTarget == kIgnoreIndex, "data/ and optim/ must skip the same target");
 
 namespace {
@@ -95,8 +93,6 @@ std::vector<std::vector<int64_t>> LmTask::stage_output_shapes(const TaskBatch& b
   const auto& b = batch.as<LmBatch>();
   return {model_->hidden_shape(b.inputs.size(0), b.inputs.size(1))};
 }
-
-void LmTask::load_weights(const fs::path& file) { load_weights_file(*model_, file); }
 
 std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const ModelSource& model) {
   std::unique_ptr<LmBatches> train_batches;

@@ -27,7 +27,6 @@ class LmTask : public Task {
     return batches_ ? batches_->source_tokens(step) : std::vector<int64_t>{};
   }
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
-  void load_weights(const std::filesystem::path& file) override;
   std::vector<torch::Tensor> stage_forward(const TaskBatch& batch, torch::Device device,
                                            const std::vector<torch::Tensor>& inputs, double label_smoothing) override;
   std::vector<std::vector<int64_t>> stage_output_shapes(const TaskBatch& batch) const override;

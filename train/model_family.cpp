@@ -31,4 +31,12 @@ const ModelFamily& model_family(ModelArch arch) {
   return it->second;
 }
 
+void load_init_weights(const Config& config, StagedModel& model) {
+  const ModelFamily& family = model_family(config.model.arch);
+  if (!family.import_hf)
+    throw Error("model.init_from: " + config.model.init_from + ": importing weights into model.arch=" +
+                enum_name(config.model.arch) + " is not available");
+  family.import_hf(model, config.model.init_from);
+}
+
 }  // namespace loom

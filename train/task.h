@@ -10,7 +10,6 @@
 #include <torch/torch.h>
 
 #include <any>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -92,8 +91,6 @@ class Task {
   // Forward pass: the mean loss over the batch's tokens() (a scalar with gradient).
   virtual torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) = 0;
 
-  // model.init_from: weights a fresh run starts from.
-  virtual void load_weights(const std::filesystem::path& file) = 0;
 
   // The dropout stream of this rank's sharded activations (null without TP); checkpoints keep its state.
   TensorParallelRng* tp_rng() const { return tp_rng_.get(); }

@@ -17,6 +17,7 @@
 #include "optim/optimizer.h"
 #include "train/evaluate.h"
 #include "train/memory_check.h"
+#include "train/model_family.h"
 #include "train/progress.h"
 #include "train/runtime.h"
 
@@ -67,7 +68,7 @@ Trainer::Trainer(RunPlan plan, const ProcessGroup& processes, TaskData data)
   task_ = make_task(config_, device_, data, nullptr, &mesh_.device_group(MeshAxis::kTp), mesh_.coord(MeshAxis::kPp),
                     context_parallelism_);
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
-    task_->load_weights(config_.model.init_from);
+    load_init_weights(config_, task_->model());
   // A pipeline stage's copy of the tied embedding gets the rest of its gradient after the last backward
   // (train/pipeline_runner.h): ZeRO-2 reduces its bucket then.
   std::vector<torch::Tensor> completed_late;

@@ -54,10 +54,6 @@ std::vector<std::vector<int64_t>> TranslationTask::stage_output_shapes(const Tas
   return model_->stage_output_shapes(b.source.size(0), b.source.size(1), b.target_inputs.size(1));
 }
 
-void TranslationTask::load_weights(const std::filesystem::path& file) {
-  throw Error("model.init_from: " + file.string() + ": importing weights into model.arch=transformer is not available");
-}
-
 std::optional<OutputScores> TranslationTask::score_outputs(const Config& config) {
   const auto scores = evaluate_translation(model_, *data_, config.decode);
   OutputScores out;

@@ -30,7 +30,6 @@ class TranslationTask : public Task {
   // translations when the run has a tokenizer (train/translation_eval.h).
   std::optional<OutputScores> score_outputs(const Config& config) override;
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
-  void load_weights(const std::filesystem::path& file) override;
   std::vector<torch::Tensor> stage_forward(const TaskBatch& batch, torch::Device device,
                                            const std::vector<torch::Tensor>& inputs, double label_smoothing) override;
   std::vector<std::vector<int64_t>> stage_output_shapes(const TaskBatch& batch) const override;

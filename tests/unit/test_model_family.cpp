@@ -71,7 +71,6 @@ class CounterTask : public loom::Task {
     return torch::nn::functional::cross_entropy(model_->forward(b.inputs.to(device)).flatten(0, 1),
                                                 b.targets.to(device).flatten());
   }
-  void load_weights(const std::filesystem::path&) override { throw loom::Error("the counter imports no weights"); }
   std::vector<torch::Tensor> stage_forward(const loom::TaskBatch& batch, torch::Device device,
                                            const std::vector<torch::Tensor>&, double smoothing) override {
     return {loss(batch, device, smoothing)};  // one stage only
