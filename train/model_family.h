@@ -1,9 +1,9 @@
 // The model families (model.arch): the one table of them, each entry what a family decides: its checks of
 // the config and its model's shape (core/family_rules.h, which validation, the pipeline split, the parameter
 // and memory estimates and `loom info` read), how its model is built, which Task trains it, what `loom bench`
-// feeds it and what `loom export` writes. The built-in families are register_builtin_model_families()'s, each in its own file
-// (train/gpt_family.cpp, train/encoder_decoder_family.cpp). The Trainer, the pipeline runner, checkpoints,
-// `loom eval`, `loom info` and `loom bench` take any family as it is.
+// feeds it and its Hugging Face names. The built-in families are register_builtin_model_families()'s, each in
+// its own file (train/gpt_family.cpp, train/encoder_decoder_family.cpp). The Trainer, the pipeline runner,
+// checkpoints, `loom eval`, `loom info`, `loom bench` and `loom export` take any family as it is.
 #pragma once
 #include <filesystem>
 #include <functional>
