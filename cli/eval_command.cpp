@@ -26,6 +26,7 @@
 #include "data/corpus/data_files.h"
 #include "train/evaluate.h"
 #include "train/inference.h"
+#include "train/model_family.h"
 #include "train/runtime.h"
 
 namespace loom::cli {
@@ -91,7 +92,7 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
       spdlog::warn("no model.init_from: evaluating the random init of run.seed={}", config.run.seed);
       weights = "random init";
     } else {
-      task->load_weights(config.model.init_from);
+      load_init_weights(config, task->model());
       weights = config.model.init_from;
     }
   }

@@ -1,6 +1,6 @@
 // `loom export RUN_DIR --format safetensors --out DIR [--step S]`: a run's trained weights as
-// DIR/model.safetensors under Hugging Face's names for the model's family (GPT-2 or LLaMA; other variants
-// keep loom's names) and DIR/config.json (GPT2Config / LlamaConfig fields), so that transformers'
+// DIR/model.safetensors under Hugging Face's names, as its model family gives them (ModelFamily::export_hf: the
+// gpt family's GPT-2 or LLaMA, other variants keeping loom's names) and DIR/config.json (GPT2Config / LlamaConfig fields), so that transformers'
 // from_pretrained(DIR) loads it and `model.init_from: DIR/model.safetensors` starts a loom run from it.
 // config.json's bos/eos/pad ids are those of the run's tokenizer (null without one). It writes no tokenizer:
 // the run's tokenizer file stays where tokenizer.model points.
@@ -15,6 +15,7 @@
 #include "data/tokenizers/tokenizer.h"
 #include "models/hf_weights.h"
 #include "train/inference.h"
+#include "train/model_family.h"
 
 namespace loom::cli {
 namespace {
@@ -39,19 +40,17 @@ int export_command(const Argv& argv, const ProcessGroup&) {
   if (args.option("step")) step = args.int_option("step", 0);
 
   const auto loaded = load_trained_model(args.positional[0], step);
-  auto gpt = loaded.as<Gpt>();
-  LOOM_CHECK(gpt, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
+  const ModelFamily& family = model_family(loaded.config.model.arch);
+  LOOM_CHECK(family.export_hf != nullptr, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
              " run; export writes GPT-family weights only");
-  const ModelConfig& model = loaded.config.model;
-  const std::string names = weight_names_label(weight_names(model));
-  const auto weights = export_weights(*gpt);
+  const HfExport exported = family.export_hf(loaded.config.model, *loaded.model, special_token_ids(loaded.config));
   const std::filesystem::path dir = *out;
   std::filesystem::create_directories(dir);
-  write_safetensors(dir / "model.safetensors", weights,
-                    {{"format", "pt"}, {"loom_names", names}, {"loom_step", std::to_string(loaded.step)}});
-  write_file_atomic(dir / "config.json", hf_config_json(model, special_token_ids(loaded.config)).dump(2) + "\n");
+  write_safetensors(dir / "model.safetensors", exported.weights,
+                    {{"format", "pt"}, {"loom_names", exported.names}, {"loom_step", std::to_string(loaded.step)}});
+  write_file_atomic(dir / "config.json", exported.config.dump(2) + "\n");
   spdlog::info("exported step {} of {}: {} tensors under {} names to {}", loaded.step, args.positional[0],
-               weights.size(), names, (dir / "model.safetensors").string());
+               exported.weights.size(), exported.names, (dir / "model.safetensors").string());
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/family_rules.h"
 #include "train/run_plan.h"
 
 namespace loom::cli {
@@ -32,6 +33,12 @@ std::string gib(int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
   return text;
+}
+
+// Blocks by the stacks of the family's model (core/family_rules.h): "4", or with an encoder "6 encoder + 6 decoder".
+std::string stacks(const ModelShape& shape, int64_t encoder, int64_t decoder) {
+  if (shape.encoder_layers == 0) return std::to_string(decoder);
+  return std::to_string(encoder) + " encoder + " + std::to_string(decoder) + " decoder";
 }
 
 std::string describe_variant(const ModelConfig& m) {
@@ -111,9 +118,8 @@ int info_command(const Argv& argv, const ProcessGroup&) {
     std::cout << out.dump() << std::endl;
     return 0;
   }
-  const std::string layers = m.encoder_decoder()
-                                 ? std::to_string(m.encoder_layers()) + " encoder + " + std::to_string(m.n_layers) + " decoder"
-                                 : std::to_string(m.n_layers);
+  const ModelShape shape = model_shape(m);
+  const std::string layers = stacks(shape, shape.encoder_layers, shape.decoder_layers);
   std::printf("model          %s, %s layers, d_model %ld, %ld heads (%ld kv), d_ff %ld, vocab %ld, context %ld\n",
               enum_name(m.arch), layers.c_str(), static_cast<long>(m.d_model), static_cast<long>(m.n_heads),
               static_cast<long>(m.kv_heads()), static_cast<long>(m.ffn_dim()), static_cast<long>(m.vocab_size),
@@ -155,9 +161,7 @@ int info_command(const Argv& argv, const ProcessGroup&) {
     for (int64_t s = 0; s < p.pp; ++s) {
       const auto& e = plan.stage(s).memory;
       const auto& blocks = plan.stage(s).blocks;
-      const std::string held = m.encoder_decoder() ? std::to_string(blocks.encoder) + " encoder + " +
-                                                         std::to_string(blocks.decoder) + " decoder blocks"
-                                                   : std::to_string(blocks.decoder) + " blocks";
+      const std::string held = stacks(shape, blocks.encoder, blocks.decoder) + " blocks";
       std::printf("  stage %-6ld %10s  %s, %s parameters, activations %s\n", static_cast<long>(s),
                   gib(e.total()).c_str(), held.c_str(), grouped(plan.stage(s).parameters).c_str(),
                   gib(e.activations).c_str());

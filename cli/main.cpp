@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "train/model_family.h"
 
 namespace {
 
@@ -94,6 +95,7 @@ int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes
 
 int main(int argc, char** argv) {
   loom::init_logging();
+  loom::register_builtin_model_families();
   std::unique_ptr<loom::ProcessGroup> processes;
   try {
     processes = std::make_unique<loom::ProcessGroup>();

@@ -14,6 +14,7 @@
 
 #include "core/config_fields.h"
 #include "core/error.h"
+#include "core/family_rules.h"
 #include "core/parse_number.h"
 
 namespace loom {
@@ -272,6 +273,8 @@ std::string Config::where(const std::string& key_path) const {
 std::string PrecisionConfig::label() const {
   return std::string(enum_name(dtype)) + (param_dtype == ParamDtype::kBf16 ? " (bf16 weights, fp32 master)" : "");
 }
+
+int64_t ModelConfig::pipeline_layers() const { return model_shape(*this).pipeline_layers(); }
 
 int64_t Config::micro_batch_size(int64_t dp) const {
   if (parallel.microbatches > 0) return train.batch_size / (dp * parallel.microbatches);

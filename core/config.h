@@ -47,11 +47,10 @@ struct ModelConfig {
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t head_dim() const { return d_model / n_heads; }
   bool gated_mlp() const { return activation == Activation::kSwiglu || activation == Activation::kGeglu; }
-  bool encoder_decoder() const { return arch == ModelArch::kTransformer; }
   int64_t encoder_layers() const { return n_encoder_layers > 0 ? n_encoder_layers : n_layers; }
-  // The blocks a pipeline (parallel.pp, parallel.pp_layers) splits into stages: the encoder-decoder's
-  // encoder blocks then its decoder blocks, the GPT's blocks.
-  int64_t pipeline_layers() const { return encoder_decoder() ? encoder_layers() + n_layers : n_layers; }
+  // The blocks a pipeline (parallel.pp, parallel.pp_layers) splits into stages: its family's model's
+  // (core/family_rules.h ModelShape), the encoder's before the decoder's.
+  int64_t pipeline_layers() const;
 };
 
 // One source of training data: a prepared directory (`loom prepare`) or a token file, and its weight in

@@ -1,41 +1,18 @@
-// Range and cross-key checks of a parsed Config. Every message names the key, and where it was set. (An
-// enum-like key holds one of its values by the time it gets here: its names are checked as it is parsed.)
+// Range and cross-key checks of a parsed Config, and those of its model family (FamilyRules::validate,
+// core/family_rules.h). Every message names the key, and where it was set. (An enum-like key holds one of its
+// values by the time it gets here: its names are checked as it is parsed.)
 #include <filesystem>
-#include <sstream>
 
 #include "core/config.h"
+#include "core/config_checks.h"
 #include "core/error.h"
+#include "core/family_rules.h"
 #include "core/system.h"
 
 namespace loom {
 namespace {
 
-class Checker {
- public:
-  explicit Checker(const Config& c) : c_(c) {}
-
-  template <class... Args>
-  void require(bool ok, const std::string& key, const Args&... what) {
-    if (ok) return;
-    std::ostringstream line;
-    line << c_.where(key) << ": " << key << ": ";
-    (line << ... << what);
-    problems_.push_back(line.str());
-  }
-
-  void finish() const {
-    if (problems_.empty()) return;
-    std::string all;
-    for (const auto& p : problems_) all += (all.empty() ? "" : "\n") + p;
-    throw ConfigError(all);
-  }
-
- private:
-  const Config& c_;
-  std::vector<std::string> problems_;
-};
-
-void check_batch_split(Checker& check, const Config& c, int64_t dp) {
+void check_batch_split(ConfigChecks& check, const Config& c, int64_t dp) {
   const int64_t n = c.parallel.microbatches;
   if (n > 0) {
     check.require(c.train.batch_size % (dp * n) == 0, "parallel.microbatches", n, " micro-batches per DP rank do not ",
@@ -53,12 +30,8 @@ void check_batch_split(Checker& check, const Config& c, int64_t dp) {
 
 // parallel.cp > 1: what ring attention (parallel/ring_attention.h) and the sequence layout
 // (parallel/context_parallel_layout.h) need; the rest is refused rather than run some other way.
-void check_context_parallel(Checker& check, const Config& c) {
+void check_context_parallel(ConfigChecks& check, const Config& c) {
   const int64_t cp = c.parallel.cp;
-  check.require(!c.model.encoder_decoder(), "parallel.cp", cp,
-                ": context parallelism is built for model.arch=gpt: it splits one long sequence over ranks, and "
-                "translation pairs are sentences; use parallel.cp 1 and split the batch over parallel.dp (the heads "
-                "over parallel.tp)");
   check.require(c.data.seq_len % (2 * cp) == 0, "data.seq_len", c.data.seq_len, " must be a multiple of 2 * parallel.cp = ",
                 2 * cp, " (each sequence is cut into 2 * cp equal chunks, two per context-parallel rank)");
   if (c.parallel.sequence_parallel_active() && c.data.seq_len % (2 * cp) == 0)
@@ -77,7 +50,7 @@ constexpr double kMaxBucketMb = 64 * 1024.0;
 constexpr double kMaxTimeoutS = 7 * 24 * 3600.0;
 constexpr int64_t kMaxBeamHypotheses = int64_t{1} << 16;  // decode.beam * decode.batch_size in flight
 
-void check_resource_bounds(Checker& check, const Config& c) {
+void check_resource_bounds(ConfigChecks& check, const Config& c) {
   const auto at_most = [&](const char* key, auto value, auto limit, const char* what) {
     check.require(value <= limit, key, value, " is beyond loom's limit of ", limit, " ", what);
   };
@@ -106,43 +79,19 @@ void check_resource_bounds(Checker& check, const Config& c) {
 }  // namespace
 
 void validate_batch_split(const Config& c, int64_t dp) {
-  Checker check(c);
+  ConfigChecks check(c);
   check_batch_split(check, c, dp);
   check.finish();
 }
 
 void validate(const Config& c) {
-  Checker check(c);
+  ConfigChecks check(c);
   const auto& m = c.model;
   check.require(!c.run.dir.empty(), "run.dir", "must not be empty");
   check.require(c.run.seed >= 0, "run.seed", c.run.seed, " must be >= 0");
 
   check.require(m.n_encoder_layers >= 0, "model.n_encoder_layers", m.n_encoder_layers, " must be >= 0 (0: n_layers)");
-  if (m.arch == ModelArch::kGpt) {
-    check.require(m.norm_position == NormPosition::kPre, "model.norm_position",
-                  "post applies to model.arch=transformer only");
-    check.require(m.n_encoder_layers == 0, "model.n_encoder_layers", "applies to model.arch=transformer only");
-    check.require(c.data.synthetic == SyntheticTask::kNone, "data.synthetic",
-                  "synthetic pairs train model.arch=transformer, not gpt");
-    check.require(c.data.pad_to_multiple == 1, "data.pad_to_multiple", "applies to model.arch=transformer only "
-                  "(gpt windows are data.seq_len long)");
-  }
-  if (m.arch == ModelArch::kTransformer) {
-    // Batches are padded to multiples of the sequence shards; a padded length must still fit the positions.
-    const int64_t multiple = c.sequence_pad_multiple();
-    check.require(m.max_seq_len % multiple == 0, "model.max_seq_len", m.max_seq_len, " must be a multiple of ",
-                  multiple, ", what pair batches are padded to (data.pad_to_multiple=", c.data.pad_to_multiple,
-                  c.parallel.sequence_parallel_active()
-                      ? ", lcm with parallel.tp=" + std::to_string(c.parallel.tp) + " under parallel.sequence_parallel)"
-                      : std::string(")"));
-    check.require(m.init_from.empty(), "model.init_from", "importing weights is built for model.arch=gpt only (GPT-2, "
-                  "LLaMA or loom names); no Hugging Face encoder-decoder maps onto this model yet (MarianMT differs in "
-                  "its sinusoid layout, output bias, activation, special token ids and tokenizers): leave it empty "
-                  "and train from the random init");
-    check.require(!c.data.document_mask, "data.document_mask", "packs documents into model.arch=gpt windows; pair "
-                  "batches hold one pair per row, grouped by length (train.batch_tokens), so little padding is left "
-                  "to pack away: set it false");
-  }
+  family_rules(m.arch).validate(c, check);
   const auto& d = c.data;
   check.require(d.pad_to_multiple >= 1, "data.pad_to_multiple", d.pad_to_multiple, " must be >= 1");
   if (d.synthetic != SyntheticTask::kNone) {
@@ -240,9 +189,6 @@ void validate(const Config& c) {
   check.require(t.max_steps > 0, "train.max_steps", t.max_steps, " must be > 0");
   check.require(t.batch_size > 0, "train.batch_size", t.batch_size, " must be > 0");
   check.require(t.batch_tokens >= 0, "train.batch_tokens", t.batch_tokens, " must be >= 0 (0: off)");
-  check.require(m.arch != ModelArch::kGpt || t.batch_tokens <= 0, "train.batch_tokens",
-                "token-based batching is for encoder-decoder runs; a gpt language model batches train.batch_size "
-                "windows of data.seq_len tokens: leave it 0");
   check.require(t.micro_batch_size >= 0, "train.micro_batch_size", t.micro_batch_size, " must be >= 0");
   check.require(t.log_every > 0, "train.log_every", t.log_every, " must be > 0");
   check.require(t.eval_every >= 0, "train.eval_every", t.eval_every, " must be >= 0");
@@ -269,11 +215,7 @@ void validate(const Config& c) {
     check.require(m.n_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_heads=", m.n_heads);
   if (p.tp >= 1 && m.n_kv_heads > 0)
     check.require(m.n_kv_heads % p.tp == 0, "parallel.tp", p.tp, " does not divide model.n_kv_heads=", m.n_kv_heads);
-  if (p.sequence_parallel_active() && c.data.seq_len > 0 && !m.encoder_decoder())
-    check.require(c.data.seq_len % p.tp == 0, "data.seq_len", c.data.seq_len,
-                  " must be a multiple of parallel.tp=", p.tp, " with parallel.sequence_parallel (each rank keeps 1/tp of the positions)");
-  // The encoder-decoder's pipeline splits its encoder blocks then its decoder blocks into the stages.
-  const std::string pipeline_blocks = m.encoder_decoder() ? "model.n_encoder_layers + model.n_layers" : "model.n_layers";
+  const std::string& pipeline_blocks = family_rules(m.arch).pipeline_keys;
   if (p.pp >= 1 && m.n_layers > 0)
     check.require(p.pp <= m.pipeline_layers(), "parallel.pp", p.pp, " exceeds ", pipeline_blocks, "=",
                   m.pipeline_layers());
@@ -289,7 +231,7 @@ void validate(const Config& c) {
     check.require(smallest >= 1, "parallel.pp_layers", "every stage needs at least one block (got ", smallest, ")");
     check.require(sum == m.pipeline_layers(), "parallel.pp_layers", "the stages hold ", sum, " blocks but ",
                   pipeline_blocks, " is ", m.pipeline_layers(), ": the counts must add up to it",
-                  m.encoder_decoder() ? " (encoder blocks first, then decoder blocks)" : "");
+                  model_shape(m).encoder_layers > 0 ? " (encoder blocks first, then decoder blocks)" : "");
   }
   if (p.dp >= 1 && t.batch_size > 0 && t.micro_batch_size >= 0) check_batch_split(check, c, p.dp);
 

@@ -65,7 +65,7 @@ struct DecoderState {
   void select(const torch::Tensor& rows);  // keeps batch rows `rows` (int64), in that order (beam reordering)
 };
 
-class EncoderDecoderImpl : public torch::nn::Module {
+class EncoderDecoderImpl : public StagedModel {
  public:
   // Every rank draws the whole model's initial weights from the RNG in the same order and keeps its stage
   // (and TP shard) of them, so any layout starts from the single-process model.
@@ -92,15 +92,14 @@ class EncoderDecoderImpl : public torch::nn::Module {
   // last returns the logits as forward() does, the others [source side (B, S, C), target side (B, T, C)].
   std::vector<torch::Tensor> forward_stage(const torch::Tensor& source, const torch::Tensor& source_padding,
                                            const torch::Tensor& target_inputs, const std::vector<torch::Tensor>& inputs);
-  const ModelStage& stage() const { return stage_; }
+  const ModelStage& stage() const override { return stage_; }
   // What a stage passes on for B pairs of S source and T target positions: [(B, S, C), (B, T, C)], or
   // this rank's positions [(B, S / tp, C), (B, T / tp, C)] under sequence parallelism.
   std::vector<std::vector<int64_t>> stage_output_shapes(int64_t B, int64_t S, int64_t T) const;
   // S and T must be multiples of this: tp under sequence parallelism, else 1.
   int64_t sequence_multiple() const { return tp_.sequence_parallel() ? tp_.size() : 1; }
-  // The token embedding when it is tied to the head and a pipeline puts embedding and head on different
-  // stages: its gradient must be summed with the other stage's copy. Undefined otherwise.
-  torch::Tensor stage_tied_embedding() const { return ends_.stage_tied_embedding(); }
+  // The shared token embedding, as StagedModel says.
+  torch::Tensor stage_tied_embedding() const override { return ends_.stage_tied_embedding(); }
 
   enum class Side { kSource, kTarget };
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position, Side side);  // (B, T) -> (B, T, C)
@@ -112,14 +111,13 @@ class EncoderDecoderImpl : public torch::nn::Module {
   int64_t n_decoder_blocks() const { return static_cast<int64_t>(decoder_.size()); }
   // ZeRO-3's units (models/model_stage.h ends_and_block_units): unit 0 the ends, unit 1 + i encoder block i,
   // unit 1 + n_encoder_blocks() + i decoder block i. With units set, incremental decoding is refused.
-  std::vector<std::vector<torch::Tensor>> parameter_units() const;
-  void set_parameter_units(ParameterUnits* units) { units_ = units; }
+  std::vector<std::vector<torch::Tensor>> parameter_units() const override;
+  void set_parameter_units(ParameterUnits* units) override { units_ = units; }
   const ModelConfig& config() const { return config_; }
   // Recompute every encoder and decoder block's activations in backward (train.activation_checkpointing);
   // training only.
   void set_activation_checkpointing(ActivationCheckpointing mode);
-  // The tensor-parallel group the model was built with (null: none); the loss over its logits needs it.
-  Communicator* tp_group() const { return tp_.group(); }
+  Communicator* tp_group() const override { return tp_.group(); }
 
  private:
   torch::Tensor run_decoder(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& source_padding,

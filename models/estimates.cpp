@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/family_rules.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/ring_attention.h"
@@ -10,11 +11,12 @@ namespace loom {
 
 namespace {
 
-// The parameter counts of the decoder-only model's parts.
+// The parameter counts of a model's parts: a block of models/block.h, a decoder block of a model with an
+// encoder (its cross-attention and that one's norm more), and the ends.
 struct Parts {
-  int64_t norm, attention, block, head, position_table, embedding;
+  int64_t norm, attention, block, decoder_block, head, position_table, embedding;
 };
-Parts parts_of(const ModelConfig& c) {
+Parts parts_of(const ModelConfig& c, const ModelShape& shape) {
   const int64_t C = c.d_model, F = c.ffn_dim(), Q = c.n_heads * c.head_dim(), KV = c.kv_heads() * c.head_dim();
   auto linear = [&](int64_t in, int64_t out) { return in * out + (c.bias ? out : 0); };
   Parts p;
@@ -22,6 +24,7 @@ Parts parts_of(const ModelConfig& c) {
   p.attention = linear(C, Q + 2 * KV) + linear(Q, C);
   const int64_t mlp = (c.gated_mlp() ? 2 : 1) * linear(C, F) + linear(F, C);
   p.block = 2 * p.norm + p.attention + mlp;
+  p.decoder_block = shape.cross_attention ? p.block + p.norm + p.attention : p.block;
   p.head = c.tie_embeddings ? 0 : c.vocab_size * C;  // the untied head has no bias
   p.position_table = c.position == PositionKind::kLearned ? c.max_seq_len * C : 0;
   p.embedding = c.vocab_size * C;
@@ -29,24 +32,24 @@ Parts parts_of(const ModelConfig& c) {
 }
 
 // ZeRO-3's units per TP rank of pipeline stage `stage` (models/model_stage.h ends_and_block_units): its
-// blocks (an encoder-decoder's decoder block holds a cross-attention and its norm more than an encoder
-// block), and its ends: every other parameter the stage holds.
+// blocks, and its ends: every other parameter the stage holds.
 struct UnitSizes {
   int64_t count = 0;    // the stage's blocks
   int64_t largest = 0;  // the largest block's parameters (a stage's last block is its largest)
   int64_t blocks = 0;   // all its blocks' parameters
   int64_t ends = 0;
   int64_t head = 0;  // an untied head's parameters (in the ends; only on the last stage)
-  // Resharding, the GPT family frees the ends between its embeddings and its head (parallel/parameter_units.h),
-  // gathering them for each (once per micro-batch for each the stage runs); the encoder-decoder keeps them.
+  // Resharding, a model whose ends are not kept (ModelShape::ends_kept) frees them between its embeddings and
+  // its head (parallel/parameter_units.h), gathering them for each (once per micro-batch for each the stage runs).
   int64_t ends_uses = 0;  // gathers of the ends per micro-batch: 0 when they are kept for the step
 };
 UnitSizes unit_sizes(const Config& config, int64_t stage) {
   const int64_t tp = config.parallel.tp;
   auto per_rank = [tp](int64_t n) { return (n + tp - 1) / tp; };
-  const Parts p = parts_of(config.model);
+  const ModelShape shape = model_shape(config.model);
+  const Parts p = parts_of(config.model, shape);
   const int64_t encoder_block = per_rank(p.block);
-  const int64_t decoder_block = per_rank(config.model.encoder_decoder() ? p.block + p.norm + p.attention : p.block);
+  const int64_t decoder_block = per_rank(p.decoder_block);
   const StageBlockCounts counts = stage_block_counts(config, stage);
   UnitSizes out;
   out.count = counts.encoder + counts.decoder;
@@ -54,7 +57,7 @@ UnitSizes unit_sizes(const Config& config, int64_t stage) {
   out.blocks = counts.encoder * encoder_block + counts.decoder * decoder_block;
   out.ends = std::max<int64_t>(0, per_rank(count_stage_parameters(config, stage)) - out.blocks);
   out.head = stage == config.parallel.pp - 1 ? per_rank(p.head) : 0;
-  if (config.parallel.reshard_after_forward && !config.model.encoder_decoder())
+  if (config.parallel.reshard_after_forward && !shape.ends_kept)
     out.ends_uses = (stage == 0 ? 1 : 0) + (stage == config.parallel.pp - 1 ? 1 : 0);
   return out;
 }
@@ -62,22 +65,19 @@ UnitSizes unit_sizes(const Config& config, int64_t stage) {
 }  // namespace
 
 int64_t count_parameters(const ModelConfig& c) {
-  const auto [norm, attention, block, head, position_table, embedding] = parts_of(c);
-  const int64_t C = c.d_model;
-  if (c.encoder_decoder()) {
-    // One shared token embedding, a position table per side, decoder blocks with a cross-attention and
-    // its norm, and final norms only in the pre-norm variant.
-    const int64_t final_norms = c.norm_position == NormPosition::kPre ? 2 * norm : 0;
-    return c.vocab_size * C + 2 * position_table + c.encoder_layers() * block +
-           c.n_layers * (block + norm + attention) + final_norms + head;
-  }
-  return embedding + position_table + c.n_layers * block + norm + head;
+  const ModelShape s = model_shape(c);
+  const Parts p = parts_of(c, s);
+  // One token embedding, a position table per embedded sequence, the blocks, a final norm per stack (pre-norm).
+  const int64_t stacks = (s.encoder_layers > 0 ? 1 : 0) + (s.decoder_layers > 0 ? 1 : 0);
+  return p.embedding + s.position_tables * p.position_table + s.encoder_layers * p.block +
+         s.decoder_layers * p.decoder_block + (s.final_norms ? stacks * p.norm : 0) + p.head;
 }
 
 StageBlockCounts stage_block_counts(const Config& config, int64_t stage) {
-  const ModelConfig& m = config.model;
-  const BlockRange range = stage_blocks(stage_layers(m.pipeline_layers(), config.parallel.pp, config.parallel.pp_layers), stage);
-  const int64_t encoder = m.encoder_decoder() ? m.encoder_layers() : 0;
+  const ModelShape shape = model_shape(config.model);
+  const BlockRange range =
+      stage_blocks(stage_layers(shape.pipeline_layers(), config.parallel.pp, config.parallel.pp_layers), stage);
+  const int64_t encoder = shape.encoder_layers;
   const int64_t in_encoder = std::max<int64_t>(0, std::min(range.end, encoder) - range.first);
   return {in_encoder, range.end - range.first - in_encoder, in_encoder > 0 && range.end >= encoder};
 }
@@ -85,22 +85,17 @@ StageBlockCounts stage_block_counts(const Config& config, int64_t stage) {
 int64_t count_stage_parameters(const Config& config, int64_t stage) {
   const ModelConfig& c = config.model;
   if (config.parallel.pp == 1) return count_parameters(c);
-  const Parts p = parts_of(c);
+  const ModelShape s = model_shape(c);
+  const Parts p = parts_of(c, s);
   const auto blocks = stage_block_counts(config, stage);
   const bool first = stage == 0, last = stage == config.parallel.pp - 1;
-  // The last stage: final norm and head, or its own copy of the tied embedding.
+  // The last stage: the final norm and head, or its own copy of the tied embedding; the stage ending the
+  // encoder, the encoder's final norm.
   const int64_t head = c.tie_embeddings ? p.embedding : p.head;
-  if (c.encoder_decoder()) {
-    const bool pre_norm = c.norm_position == NormPosition::kPre;
-    int64_t n = blocks.encoder * p.block + blocks.decoder * (p.block + p.norm + p.attention);
-    if (first) n += p.embedding + 2 * p.position_table;
-    if (pre_norm && blocks.ends_encoder) n += p.norm;
-    if (last) n += (pre_norm ? p.norm : 0) + head;
-    return n;
-  }
-  int64_t n = blocks.decoder * p.block;
-  if (first) n += p.embedding + p.position_table;
-  if (last) n += p.norm + head;
+  int64_t n = blocks.encoder * p.block + blocks.decoder * p.decoder_block;
+  if (first) n += p.embedding + s.position_tables * p.position_table;
+  if (s.final_norms && blocks.ends_encoder) n += p.norm;
+  if (last) n += (s.final_norms ? p.norm : 0) + head;
   return n;
 }
 
@@ -110,15 +105,13 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
   const double attention = C * (Q + 2 * KV) + Q * C;
   const double per_layer = attention + (c.gated_mlp() ? 3.0 : 2.0) * C * F;
   const int64_t keys = c.attention_window > 0 ? std::min(seq_len, c.attention_window) : seq_len;
-  if (c.encoder_decoder()) {
-    // Per target token together with one source token (source and target both seq_len long): encoder
-    // and decoder blocks, the decoder's cross-attention, and three attentions over seq_len keys.
-    const double layers = static_cast<double>(c.encoder_layers() + c.n_layers);
-    const double matmul_weights = layers * per_layer + c.n_layers * attention + static_cast<double>(c.vocab_size) * C;
-    return 6.0 * matmul_weights + 12.0 * (layers + c.n_layers) * Q * static_cast<double>(keys);
-  }
-  const double matmul_weights = c.n_layers * per_layer + static_cast<double>(c.vocab_size) * C;
-  return 6.0 * matmul_weights + 12.0 * c.n_layers * Q * static_cast<double>(keys);
+  // With an encoder: per target token together with one source token (source and target both seq_len long),
+  // the decoder blocks' cross-attentions an attention more each.
+  const ModelShape s = model_shape(c);
+  const double layers = static_cast<double>(s.pipeline_layers());
+  const double cross = s.cross_attention ? static_cast<double>(s.decoder_layers) : 0.0;
+  const double matmul_weights = layers * per_layer + cross * attention + static_cast<double>(c.vocab_size) * C;
+  return 6.0 * matmul_weights + 12.0 * (layers + cross) * Q * static_cast<double>(keys);
 }
 
 // Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
@@ -174,6 +167,7 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 // micro-batches, sends would be 32 MiB if all were kept; the measured peak matched the in-flight count).
 MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const ModelConfig& m = config.model;
+  const ModelShape shape = model_shape(m);
   const int64_t tp = config.parallel.tp, pp = config.parallel.pp, cp = config.parallel.cp;
   const int64_t dp = std::max<int64_t>(1, config.parallel.dp);  // -1 (world / (cp * tp * pp)) is unknown here
   const int64_t shards = config.parallel.zero_shard_dp(dp) * cp;  // the ranks ZeRO shards over
@@ -227,7 +221,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
     // without it the first stage's estimate was 11% low, 8% with it and 6% after the copy got a bucket of its own).
     const auto bucket_params = static_cast<int64_t>(config.parallel.bucket_mb * 1024 * 1024) / (bf16_params ? 2 : 4);
     const bool holds_tied_copy = pp > 1 && m.tie_embeddings && (stage == 0 || stage == pp - 1);
-    const int64_t deferred = holds_tied_copy ? (parts_of(m).embedding + tp - 1) / tp : 0;
+    const int64_t deferred = holds_tied_copy ? (parts_of(m, shape).embedding + tp - 1) / tp : 0;
     const auto alive = zero3 ? std::max(2 * units.largest + units.head, units.largest + units.ends)
                              : static_cast<int64_t>(GradientSync::kReductionsInFlight + 1) * bucket_params + deferred;
     out.gradients = 4 * (shard_params + std::min(params, alive));
@@ -263,16 +257,15 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double mlp_half = half_whole + e * s * b * mlp_tensors * f / t;
   const double layer = attention_half + mlp_half;
   const double block_input = 4 * s * b * h / sequence;
-  // The encoder-decoder: source and target both seq_len long. A decoder block's cross-attention sub-layer
+  // With an encoder: source and target both seq_len long. A decoder block's cross-attention sub-layer
   // keeps what an attention half keeps (its norm's input and output, dropout mask; q, the memory's k and v,
   // the output projection's input, scores) and the k/v projection's input: a copy of the memory per block
   // (its bf16 cast under autocast, its gathered positions under sequence parallelism); in fp32 without
   // sequence parallelism that is the memory itself, shared by the blocks and counted once (`memory`).
-  const bool seq2seq = m.encoder_decoder();
   const bool memory_copied = bf16 || sequence > 1;
-  const double cross =
-      seq2seq ? half_whole + (memory_copied ? e * s * b * h / sequence : 0.0) + (e * s * b * (2 * q + 2 * kv) + scores) / t
-              : 0.0;
+  const double cross = shape.cross_attention ? half_whole + (memory_copied ? e * s * b * h / sequence : 0.0) +
+                                                  (e * s * b * (2 * q + 2 * kv) + scores) / t
+                                            : 0.0;
   // What an encoder and a decoder block keep per micro-batch; with checkpointing, the most one block's
   // recompute holds at once in backward (blocks recompute one at a time; full: one sub-layer at a time).
   double encoder_kept = layer, decoder_kept = layer + cross, recomputed = 0;
@@ -285,7 +278,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
     decoder_kept = encoder_kept + cross;
     recomputed = mlp_half - block_input;
   }
-  const bool fused_loss = !m.encoder_decoder() && pp == 1 && tp == 1 && config.train.loss_chunk_tokens > 0;
+  const bool fused_loss = shape.fused_loss && pp == 1 && tp == 1 && config.train.loss_chunk_tokens > 0;
   // The loss over whole logits on one rank (optim/cross_entropy.h) keeps only the fp32 log-probabilities
   // (4sbV; the logits themselves are not saved), and its backward holds them, their gradient and the logits'
   // fp32 gradient at once: 8sbV more, while every activation is still kept (measured, GPT and
@@ -302,8 +295,8 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   // The memory (the encoder's fp32 output, which every decoder block reads) once, where something keeps it
   // whole: the recomputed decoder blocks, or fp32 k/v projections; and the pre-norm encoder's final norm
   // keeps its input.
-  const bool memory_kept = seq2seq && blocks.decoder > 0 && (full || !memory_copied);
-  const bool encoder_norm = seq2seq && blocks.ends_encoder && m.norm_position == NormPosition::kPre;
+  const bool memory_kept = shape.cross_attention && blocks.decoder > 0 && (full || !memory_copied);
+  const bool encoder_norm = shape.final_norms && blocks.ends_encoder;
   const double stage_memory = (memory_kept ? block_input : 0.0) + (encoder_norm ? block_input : 0.0);
   out.activations = static_cast<int64_t>(
       static_cast<double>(in_flight) * (static_cast<double>(blocks.encoder) * encoder_kept +
@@ -312,7 +305,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
       std::max(loss_backward, blocks.encoder + blocks.decoder > 0 ? recomputed : 0.0) + (blocks.decoder > 0 ? ring : 0.0));
   // Sent forward and back, one tensor per micro-batch in flight (the encoder-decoder: two).
   const int64_t directions = pp == 1 ? 0 : (stage < pp - 1) + (stage > 0);
-  const double sides = m.encoder_decoder() ? 2 : 1;
+  const double sides = static_cast<double>(shape.stage_outputs);
   out.pipeline_sends =
       static_cast<int64_t>(sides * static_cast<double>(directions * in_flight) * (bf16_params ? 2 : 4) * s * b * h /
                            sequence);

@@ -1,6 +1,7 @@
 // What the model a config describes costs, without building it: its exact parameter count, training
-// FLOPs per token, and a memory estimate per rank. Closed forms of the layers in models/, checked against
-// built models by tests/unit/test_model_variants.cpp; `loom info` prints them.
+// FLOPs per token, and a memory estimate per rank. Closed forms of the layers in models/ over the shape its
+// family gives the model (core/family_rules.h ModelShape), checked against built models by
+// tests/unit/test_model_variants.cpp; `loom info` prints them.
 #pragma once
 #include <cstdint>
 
@@ -18,8 +19,8 @@ int64_t count_parameters(const ModelConfig& config);
 // seq_len long (encoder, decoder and cross-attention weights; encoder, decoder and cross attention).
 double training_flops_per_token(const ModelConfig& config, int64_t seq_len);
 
-// The blocks pipeline stage `stage` of parallel.pp holds (all of them with pp = 1): of the encoder-decoder's
-// encoder and decoder (the encoder blocks come first in the split); a GPT's blocks count as decoder blocks.
+// The blocks pipeline stage `stage` of parallel.pp holds (all of them with pp = 1), by the stacks of its
+// family's ModelShape (core/family_rules.h): encoder blocks (first in the split) and decoder blocks (a GPT's).
 struct StageBlockCounts {
   int64_t encoder = 0;
   int64_t decoder = 0;

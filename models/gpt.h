@@ -30,7 +30,7 @@
 
 namespace loom {
 
-class GptImpl : public torch::nn::Module {
+class GptImpl : public StagedModel {
  public:
   // Every rank draws the whole model's initial weights from the RNG in the same order and keeps its stage
   // (and TP shard) of them, so any layout starts from the single-process model.
@@ -66,22 +66,19 @@ class GptImpl : public torch::nn::Module {
   const ModelConfig& config() const { return config_; }
   // Recompute block activations in backward (train.activation_checkpointing); training only.
   void set_activation_checkpointing(ActivationCheckpointing mode);
-  // The tensor-parallel group the model was built with (null: none); the loss over its logits needs it.
-  Communicator* tp_group() const { return tp_.group(); }
+  Communicator* tp_group() const override { return tp_.group(); }
   int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   // One contiguous KV cache per block, keeping what the attention window needs (models/kv_cache.h).
   KVCaches new_caches() const { return contiguous_kv_caches(n_blocks(), config_.attention_window); }
-  const ModelStage& stage() const { return stage_; }
+  const ModelStage& stage() const override { return stage_; }
   // How its sequences are split (context parallelism): the task hands it this rank's part of each batch.
   const ContextParallelism& context_parallelism() const { return cp_; }
-  // The token embedding when it is tied to the head and a pipeline puts embedding and head on different
-  // stages: its gradient must be summed with the other stage's copy. Undefined otherwise.
-  torch::Tensor stage_tied_embedding() const { return ends_.stage_tied_embedding(); }
-  // ZeRO-3's units (parallel/parameter_units.h): unit 0 every parameter outside the blocks (embeddings,
-  // final norm, head), unit 1 + i this stage's block i. With units set, the training and evaluation
-  // forwards gather each unit around its use; generation (KV caches) runs a whole, unsharded model.
-  std::vector<std::vector<torch::Tensor>> parameter_units() const;
-  void set_parameter_units(ParameterUnits* units) { units_ = units; }
+  // The token embedding, as StagedModel says.
+  torch::Tensor stage_tied_embedding() const override { return ends_.stage_tied_embedding(); }
+  // ZeRO-3's units: unit 0 every parameter outside the blocks (embeddings, final norm, head), unit 1 + i this
+  // stage's block i; generation (KV caches) runs a whole, unsharded model.
+  std::vector<std::vector<torch::Tensor>> parameter_units() const override;
+  void set_parameter_units(ParameterUnits* units) override { units_ = units; }
 
  private:
   // embed -> blocks: (B, T, C)

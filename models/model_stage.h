@@ -9,6 +9,8 @@
 //                  the first keeps its own copy (stage_tied_embedding), kept equal by summing the two
 //                  stages' gradients (train/pipeline_runner.h).
 //   ends_and_block_units  a stage's ZeRO-3 units (parallel/parameter_units.h): its ends, then its blocks.
+//   StagedModel    the base of every family's model: what the Trainer, the pipeline runner and the gradient
+//                  sync ask of a stage, whatever its family.
 // A family's constructor is then its own parts in order between these (models/gpt.cpp, encoder_decoder.cpp).
 #pragma once
 #include <torch/torch.h>
@@ -19,6 +21,7 @@
 #include "core/config.h"
 #include "models/parallel_linear.h"
 #include "models/vocab_parallel_embedding.h"
+#include "parallel/communicator.h"
 
 namespace loom {
 
@@ -98,6 +101,25 @@ class VocabularyEnds {
   VocabParallelEmbedding embedding_{nullptr};  // this stage's, if it holds one
   ColumnParallelLinear head_{nullptr};         // the untied head, on the last stage
   bool tied_copy_ = false;                     // the embedding is held by two stages
+};
+
+class ParameterUnits;  // parallel/parameter_units.h
+
+// Every family's model (models/gpt.h, encoder_decoder.h) is one pipeline stage of it, built by its family
+// (train/model_family.h); its forwards are its task's business.
+class StagedModel : public torch::nn::Module {
+ public:
+  virtual const ModelStage& stage() const = 0;
+  // The tensor-parallel group it was built with (null: none): its loss and gradient norm span it.
+  virtual Communicator* tp_group() const = 0;
+  // A parameter the first and the last stage both hold (the tied embedding when a pipeline puts embedding
+  // and head on different stages), whose gradients are summed across them; undefined if none.
+  virtual torch::Tensor stage_tied_embedding() const { return {}; }
+  // ZeRO-3 (parallel/parameter_units.h): its units, the ends first, then its blocks in forward order; empty
+  // for a model that has none (parallel.zero 3 refuses it). With units set, its training and evaluation
+  // forwards gather each unit around its use.
+  virtual std::vector<std::vector<torch::Tensor>> parameter_units() const { return {}; }
+  virtual void set_parameter_units(ParameterUnits*) {}
 };
 
 // ZeRO-3's units of a stage (parallel/parameter_units.h): unit 0 every parameter of `model` outside the

@@ -10,8 +10,8 @@
 
 #include "core/cpu_allocator.h"
 #include "core/error.h"
-#include "data/corpus/lm_batches.h"
 #include "parallel/pipeline_schedule.h"
+#include "train/model_family.h"
 #include "train/op_time.h"
 #include "train/trainer.h"
 
@@ -141,28 +141,13 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   if (config.model.vocab_size <= 0)
     throw ConfigError(config.where("model.vocab_size") +
                       ": model.vocab_size: loom bench trains on synthetic tokens and needs it set (--set model.vocab_size=N)");
-  // Synthetic tokens replace the data; nothing is evaluated, logged per step or checkpointed.
+  // Synthetic data replaces the files; nothing is evaluated, logged per step or checkpointed.
   config.data.train.clear();
   config.data.valid.clear();
   config.model.init_from.clear();
-  std::unique_ptr<LmBatches> lm_batches;
-  if (config.model.encoder_decoder()) {
-    // Synthetic copy pairs of seq_len - 1 tokens over the whole vocabulary, train.batch_size per step: the
-    // source, the decoder input (bos + target) and the labels (target + eos) are all seq_len long.
-    if (config.data.seq_len < 2 || config.data.seq_len > config.model.max_seq_len)
-      throw ConfigError(config.where("data.seq_len") + ": data.seq_len: loom bench of a transformer trains on pairs of " +
-                        "data.seq_len tokens, which must be in [2, model.max_seq_len=" +
-                        std::to_string(config.model.max_seq_len) + "]");
-    config.data.synthetic = SyntheticTask::kCopy;
-    config.data.synthetic_vocab = config.model.vocab_size;
-    config.data.synthetic_min_len = config.data.synthetic_max_len = config.data.seq_len - 1;
-    config.train.batch_tokens = 0;
-  } else {
-    lm_batches = std::make_unique<SyntheticBatches>(static_cast<uint64_t>(config.run.seed), config.data.seq_len,
-                                                    config.model.vocab_size);
-  }
+  model_family(config.model.arch).use_synthetic_data(config);
   const double base_mb = resident_mb();  // CUDA: the allocator's counts hold only the model's tensors
-  Trainer trainer(RunPlan(config, processes.info().world_size), processes, std::move(lm_batches));
+  Trainer trainer(RunPlan(config, processes.info().world_size), processes, TaskData::kSynthetic);
   trainer.synchronize_phases(true);
   const torch::Device device = trainer.device();
 

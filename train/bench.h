@@ -1,5 +1,6 @@
-// `loom bench`: the real Trainer step on synthetic random tokens (no data files; a transformer gets copy
-// pairs of data.seq_len tokens, counted as target tokens), timed after warm-up
+// `loom bench`: the real Trainer step on synthetic random data (no data files; what its family's
+// use_synthetic_data makes of data.seq_len: a gpt random tokens, a transformer copy pairs of data.seq_len
+// tokens, counted as target tokens), timed after warm-up
 // steps, against a matrix-product ceiling measured in the same process, dtype and thread count. What it
 // reports: throughput, the median step, MFU (model FLOPs per second / that ceiling), peak memory, where a
 // step's time goes (the Trainer's own phase timer) and the share of it outside matrix products; with a

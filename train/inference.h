@@ -6,12 +6,13 @@
 #include <optional>
 
 #include "core/config.h"
+#include "models/model_stage.h"
 
 namespace loom {
 
 struct LoadedModel {
   Config config;
-  std::shared_ptr<torch::nn::Module> model;  // of the family config.model.arch names (train/model_family.h)
+  std::shared_ptr<StagedModel> model;  // of the family config.model.arch names (train/model_family.h)
   int64_t step = 0;
   // The model as a family's module holder (Gpt, EncoderDecoder); an empty holder if it is of another family.
   template <class Holder>

@@ -4,13 +4,11 @@
 #include "data/corpus/data_files.h"
 #include "data/corpus/lm_mixture.h"
 #include "data/tokenizers/tokenizer.h"
-#include "models/hf_weights.h"
 #include "optim/cross_entropy.h"
 #include "optim/linear_cross_entropy.h"
 #include "parallel/context_parallel_layout.h"
 
 namespace loom {
-namespace fs = std::filesystem;
 static_assert(kIgnoreTarget == kIgnoreIndex, "data/ and optim/ must skip the same target");
 
 namespace {
@@ -96,15 +94,13 @@ std::vector<std::vector<int64_t>> LmTask::stage_output_shapes(const TaskBatch& b
   return {model_->hidden_shape(b.inputs.size(0), b.inputs.size(1))};
 }
 
-void LmTask::load_weights(const fs::path& file) { load_weights_file(*model_, file); }
-
-std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const ModelSource& model,
-                                     std::unique_ptr<LmBatches> train_batches) {
-  if (train_batches && config.data.document_mask)
-    throw ConfigError(config.where("data.document_mask") + ": data.document_mask: synthetic tokens (loom bench) have no "
-                      "documents to mask: set it false to measure");
+std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const ModelSource& model) {
+  std::unique_ptr<LmBatches> train_batches;
+  if (data == TaskData::kSynthetic)
+    train_batches = std::make_unique<SyntheticBatches>(static_cast<uint64_t>(config.run.seed), config.data.seq_len,
+                                                       config.model.vocab_size);
   std::vector<LmSource> sources;
-  if (data == TaskData::kTraining && !train_batches) {
+  if (data == TaskData::kTraining) {
     if (config.data.train.empty())
       throw ConfigError(config.where("data.train") + ": data.train: no training data given (a token file, a "
                         "directory made by loom prepare, or a list of {path, weight})");
@@ -127,9 +123,8 @@ std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const 
         std::move(sources), LmSampler(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
         config.train.batch_size);
   TaskModel built = model();
-  Gpt gpt(std::dynamic_pointer_cast<GptImpl>(built.module));
-  LOOM_CHECK(gpt, "make_lm_task: the model is not a gpt");
-  return std::make_unique<LmTask>(gpt, std::move(train_batches), std::move(valid), config, std::move(built.tp_rng));
+  return std::make_unique<LmTask>(built.as<Gpt>(), std::move(train_batches), std::move(valid), config,
+                                  std::move(built.tp_rng));
 }
 
 }  // namespace loom

@@ -16,7 +16,7 @@ class LmTask : public Task {
   LmTask(Gpt model, std::unique_ptr<LmBatches> batches, std::unique_ptr<TokenCorpus> valid, const Config& config,
          std::unique_ptr<TensorParallelRng> tp_rng = nullptr);
 
-  torch::nn::Module& model() override { return *model_; }
+  StagedModel& model() override { return *model_; }
   TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
   int64_t train_batch_size(int64_t) const override { return batch_size_; }
   TaskBatch eval_batch(int64_t first, int64_t count) const override;
@@ -27,14 +27,9 @@ class LmTask : public Task {
     return batches_ ? batches_->source_tokens(step) : std::vector<int64_t>{};
   }
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
-  void load_weights(const std::filesystem::path& file) override;
-  Communicator* tp_group() const override { return model_->tp_group(); }
   std::vector<torch::Tensor> stage_forward(const TaskBatch& batch, torch::Device device,
                                            const std::vector<torch::Tensor>& inputs, double label_smoothing) override;
   std::vector<std::vector<int64_t>> stage_output_shapes(const TaskBatch& batch) const override;
-  torch::Tensor stage_tied_parameter() override { return model_->stage_tied_embedding(); }
-  std::vector<std::vector<torch::Tensor>> parameter_units() override { return model_->parameter_units(); }
-  void set_parameter_units(ParameterUnits* units) override { model_->set_parameter_units(units); }
 
  private:
   Gpt model_;
@@ -46,11 +41,10 @@ class LmTask : public Task {
   int64_t loss_chunk_tokens_;  // train.loss_chunk_tokens: the fused head + loss, 0 the plain logits
 };
 
-// The gpt family's task (train/model_family.h): opens data.train (each source: a token file or a prepared
+// The gpt family's task (train/gpt_family.cpp): opens data.train (each source: a token file or a prepared
 // directory's train split) and data.valid (a token file or a prepared directory's valid split) as `data`
-// asks, checks them against tokenizer.model and model.vocab_size, then takes a Gpt from `model`. train_batches, when given, replace data.train (`loom
-// bench`'s synthetic tokens; model.vocab_size must then be set).
-std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const ModelSource& model,
-                                     std::unique_ptr<LmBatches> train_batches = nullptr);
+// asks, or for TaskData::kSynthetic uniform random tokens instead of data.train (`loom bench`); checks them
+// against tokenizer.model and model.vocab_size, then takes a Gpt from `model`.
+std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const ModelSource& model);
 
 }  // namespace loom

@@ -42,7 +42,7 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, co
   int64_t last_backward = -1;
   for (size_t i = 0; i < actions.size(); ++i)
     if (actions[i].kind == PipelineAction::kBackward) last_backward = static_cast<int64_t>(i);
-  const torch::Tensor tied = step.train ? task.stage_tied_parameter() : torch::Tensor();
+  const torch::Tensor tied = step.train ? task.model().stage_tied_embedding() : torch::Tensor();
 
   PipelineStats local;
   // Waited for at the end, for their errors: a sent tensor itself is freed once the send completes (the

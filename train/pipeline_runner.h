@@ -7,7 +7,7 @@
 // the time spent blocked is the stage's idle time, the pipeline bubble measured.
 // What a micro-batch's forward is belongs to the Task (Task::stage_forward); what the last stage
 // backpropagates (loss scaling, the micro-batch's weight in the global mean) to the caller. A parameter the
-// first and the last stage both hold (Task::stage_tied_parameter: the tied token embedding) has its two
+// first and the last stage both hold (StagedModel::stage_tied_embedding: the tied token embedding) has its two
 // gradients summed here, over the mesh's embedding group, once the step's backwards are done.
 #pragma once
 #include <torch/torch.h>

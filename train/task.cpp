@@ -23,27 +23,26 @@ void seed_dropout(const Config& config, int64_t pp_stage, int64_t cp_rank) {
 }
 
 std::unique_ptr<Task> make_task(const Config& config, torch::Device device, TaskData data,
-                                std::shared_ptr<torch::nn::Module> trained, Communicator* tp,
-                                std::unique_ptr<LmBatches> lm_batches, int64_t pp_stage, const ContextParallelism& cp) {
+                                std::shared_ptr<StagedModel> trained, Communicator* tp, int64_t pp_stage,
+                                const ContextParallelism& cp) {
   LOOM_CHECK(config.model.vocab_size > 0, "make_task: model.vocab_size is not resolved (train/run_plan.h)");
   const ModelFamily& family = model_family(config.model.arch);
   const ModelSource model = [&] {
-    const Config& resolved = config;
     TaskModel out;
     if (trained) {
       out.module = trained;
       return out;
     }
     // Every rank draws the same full weights from the seed and keeps its TP shard: any layout starts alike.
-    torch::manual_seed(static_cast<uint64_t>(resolved.run.seed));
-    out.tp_rng = make_tp_rng(resolved, tp, pp_stage, cp.rank());
-    out.module = family.build(resolved, TensorParallelism(tp, out.tp_rng.get(), resolved.parallel.sequence_parallel),
-                              model_stage(resolved.model, resolved.parallel, pp_stage), cp);
+    torch::manual_seed(static_cast<uint64_t>(config.run.seed));
+    out.tp_rng = make_tp_rng(config, tp, pp_stage, cp.rank());
+    out.module = family.build(config, TensorParallelism(tp, out.tp_rng.get(), config.parallel.sequence_parallel),
+                              model_stage(config.model, config.parallel, pp_stage), cp);
     out.module->to(device);
-    seed_dropout(resolved, pp_stage, cp.rank());
+    seed_dropout(config, pp_stage, cp.rank());
     return out;
   };
-  return family.make_task(config, data, model, std::move(lm_batches));
+  return family.make_task(config, data, model);
 }
 
 }  // namespace loom

@@ -1,5 +1,6 @@
-// What the Trainer trains, behind one small interface: a model, its batches for (step, first, count), and
-// its loss. The Trainer keeps the story of a step (micro-batches, gradient sync, clipping, optimizer,
+// What the Trainer trains, behind one small interface: a model (a StagedModel, models/model_stage.h, which
+// the Trainer asks for its stage's tied parameter and ZeRO-3 units), its batches for (step, first, count),
+// and its loss. The Trainer keeps the story of a step (micro-batches, gradient sync, clipping, optimizer,
 // checkpoints, metrics) for every task; a task knows only what a batch is and how a model scores it.
 //   LmTask (train/lm_task.h):                   the GPT on windows of a token file
 //   TranslationTask (train/translation_task.h): the encoder-decoder on Seq2SeqBatch pairs
@@ -9,7 +10,6 @@
 #include <torch/torch.h>
 
 #include <any>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -21,14 +21,12 @@
 
 #include "core/config.h"
 #include "core/error.h"
-#include "data/corpus/lm_batches.h"
+#include "models/model_stage.h"
 #include "parallel/communicator.h"
 #include "parallel/context_parallel_layout.h"
 #include "parallel/tensor_parallel_rng.h"
 
 namespace loom {
-
-class ParameterUnits;  // parallel/parameter_units.h
 
 // One batch of a task's data, of the task's own type (LmBatch, Seq2SeqBatch, ...). Everything outside the
 // task (the Trainer, evaluation, the pipeline runner) passes it from the task's train_batch() or
@@ -66,7 +64,7 @@ struct OutputScores {
 class Task {
  public:
   virtual ~Task() = default;
-  virtual torch::nn::Module& model() = 0;
+  virtual StagedModel& model() = 0;
 
   // Sequences [first, first + count) of the global training batch of `step`, on the CPU.
   virtual TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const = 0;
@@ -93,11 +91,7 @@ class Task {
   // Forward pass: the mean loss over the batch's tokens() (a scalar with gradient).
   virtual torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) = 0;
 
-  // model.init_from: weights a fresh run starts from.
-  virtual void load_weights(const std::filesystem::path& file) = 0;
 
-  // The tensor-parallel group the model is split over (its loss and gradient norm span it); null: none.
-  virtual Communicator* tp_group() const { return nullptr; }
   // The dropout stream of this rank's sharded activations (null without TP); checkpoints keep its state.
   TensorParallelRng* tp_rng() const { return tp_rng_.get(); }
 
@@ -109,26 +103,27 @@ class Task {
   virtual std::vector<torch::Tensor> stage_forward(const TaskBatch& batch, torch::Device device,
                                                    const std::vector<torch::Tensor>& inputs, double label_smoothing) = 0;
   virtual std::vector<std::vector<int64_t>> stage_output_shapes(const TaskBatch& batch) const = 0;
-  // A parameter held by both the first and the last stage (the tied token embedding) whose gradients must
-  // be summed across them; undefined if none.
-  virtual torch::Tensor stage_tied_parameter() { return {}; }
-
-  // ZeRO-3 (parallel/parameter_units.h): the model's parameter units, the ends first; empty for a family
-  // that has none (parallel.zero 3 refuses it). set_parameter_units hands the model what gathers them.
-  virtual std::vector<std::vector<torch::Tensor>> parameter_units() { return {}; }
-  virtual void set_parameter_units(ParameterUnits*) {}
 
  protected:
   std::unique_ptr<TensorParallelRng> tp_rng_;
 };
 
-// Which data a task opens: training (data.train required, data.valid if given) or evaluation only.
-enum class TaskData { kTraining, kEvaluation };
+// Which data a task opens: training (data.train required, data.valid if given), evaluation only, or
+// synthetic training data and no files (`loom bench`, after its family's use_synthetic_data).
+enum class TaskData { kTraining, kEvaluation, kSynthetic };
 
 // A task's model and the TP dropout stream it was built with (null without TP).
 struct TaskModel {
-  std::shared_ptr<torch::nn::Module> module;
+  std::shared_ptr<StagedModel> module;
   std::unique_ptr<TensorParallelRng> tp_rng;
+  // The model as its family's holder (Gpt, EncoderDecoder): its family built it, or loaded it
+  // (train/inference.h).
+  template <class Holder>
+  Holder as() const {
+    Holder model(std::dynamic_pointer_cast<typename Holder::ContainedType>(module));
+    LOOM_CHECK(model, "a task was handed a model of another family");
+    return model;
+  }
 };
 // Where a task's model comes from, asked once the task has opened its data and checked that
 // model.vocab_size covers it.
@@ -140,11 +135,9 @@ using ModelSource = std::function<TaskModel()>;
 // `tp` (null: whole; with parallel.sequence_parallel) with its own dropout stream, as pipeline stage
 // `pp_stage` of parallel.pp, its sequences split over `cp`'s group (none: whole; the task then cuts each
 // batch to this rank's part); its dropout then draws from the seed of its stage and CP rank (seed_dropout).
-// lm_batches replaces data.train for a family trained on LM windows (`loom bench`).
 std::unique_ptr<Task> make_task(const Config& config, torch::Device device, TaskData data,
-                                std::shared_ptr<torch::nn::Module> trained = nullptr, Communicator* tp = nullptr,
-                                std::unique_ptr<LmBatches> lm_batches = nullptr, int64_t pp_stage = 0,
-                                const ContextParallelism& cp = {});
+                                std::shared_ptr<StagedModel> trained = nullptr, Communicator* tp = nullptr,
+                                int64_t pp_stage = 0, const ContextParallelism& cp = {});
 
 // The TP dropout stream of this rank of `tp` in pipeline stage `pp_stage` and CP rank `cp_rank`, seeded
 // from run.seed, the TP rank, the stage and the CP rank (TensorParallelRng::stream_seed); null for no TP.

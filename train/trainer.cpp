@@ -17,6 +17,7 @@
 #include "optim/optimizer.h"
 #include "train/evaluate.h"
 #include "train/memory_check.h"
+#include "train/model_family.h"
 #include "train/progress.h"
 #include "train/runtime.h"
 
@@ -51,7 +52,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-Trainer::Trainer(RunPlan plan, const ProcessGroup& processes, std::unique_ptr<LmBatches> train_batches)
+Trainer::Trainer(RunPlan plan, const ProcessGroup& processes, TaskData data)
     : plan_(std::move(plan)),
       config_(plan_.config()),
       device_(runtime_device(config_.runtime, processes.info().local_rank)),
@@ -64,29 +65,30 @@ Trainer::Trainer(RunPlan plan, const ProcessGroup& processes, std::unique_ptr<Lm
   if (processes.distributed()) set_log_tag("rank " + std::to_string(mesh_.rank()) + " " + mesh_.coords_name());
   const int64_t threads = configure_cpu(config_.runtime, processes.info().local_size);
   check_memory_fits(plan_, mesh_.coord(MeshAxis::kPp), device_, processes.info().local_size);  // before building
-  task_ = make_task(config_, device_, TaskData::kTraining, nullptr, &mesh_.device_group(MeshAxis::kTp),
-                    std::move(train_batches), mesh_.coord(MeshAxis::kPp), context_parallelism_);
+  task_ = make_task(config_, device_, data, nullptr, &mesh_.device_group(MeshAxis::kTp), mesh_.coord(MeshAxis::kPp),
+                    context_parallelism_);
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
-    task_->load_weights(config_.model.init_from);
+    load_init_weights(config_, task_->model());
   // A pipeline stage's copy of the tied embedding gets the rest of its gradient after the last backward
   // (train/pipeline_runner.h): ZeRO-2 reduces its bucket then.
   std::vector<torch::Tensor> completed_late;
-  if (auto tied = task_->stage_tied_parameter(); tied.defined()) completed_late.push_back(tied);
+  if (auto tied = task_->model().stage_tied_embedding(); tied.defined()) completed_late.push_back(tied);
   // ZeRO-3: the model's units, each gathered around its forward and backward by the gradient sync.
   // Gradients are averaged over every rank holding the same parameters, dp x cp; ZeRO shards over its shard
   // group (all of them, or under hybrid sharding cp x dp_shard, replicated over dp_replicate).
-  const auto units = config_.parallel.zero == 3 ? task_->parameter_units() : std::vector<std::vector<torch::Tensor>>{};
+  const auto units =
+      config_.parallel.zero == 3 ? task_->model().parameter_units() : std::vector<std::vector<torch::Tensor>>{};
   LOOM_CHECK(config_.parallel.zero != 3 || !units.empty(), "parallel.zero 3: model.arch ",
              enum_name(config_.model.arch), " has no parameter units");
   gradient_sync_ = std::make_unique<GradientSync>(
       weight_decay_groups(task_->model()), mesh_.device_group(kShardAxes), config_.parallel.bucket_mb,
       config_.parallel.zero, config_.precision.param_dtype == ParamDtype::kBf16 ? torch::kBFloat16 : torch::kFloat,
       completed_late, units, config_.parallel.reshard_after_forward, &mesh_.device_group(kReplicaAxes));
-  task_->set_parameter_units(gradient_sync_->parameter_units());
+  task_->model().set_parameter_units(gradient_sync_->parameter_units());
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
   tp_sharded_ = tensor_parallel_ranges(task_->model(), gradient_sync_->optimizer_slices());
   // The last stage's copy of a tied embedding: its gradient is the first stage's, counted there.
-  if (auto tied = task_->stage_tied_parameter(); tied.defined() && mesh_.last_stage())
+  if (auto tied = task_->model().stage_tied_embedding(); tied.defined() && mesh_.last_stage())
     duplicated_ = parameter_ranges({tied}, gradient_sync_->optimizer_slices());
   spdlog::info("model: {} parameters, {} threads per rank, {} on {}, layout {}, {} gradient buckets",
                count_parameters(config_.model), threads, config_.precision.label(), device_.str(), mesh_.describe(),

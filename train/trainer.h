@@ -12,7 +12,6 @@
 
 #include "core/config.h"
 #include "core/fault_injection.h"
-#include "data/corpus/lm_batches.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -42,9 +41,8 @@ struct StepResult {
 class Trainer {
  public:
   // The run `plan` resolved for this job's world (train/run_plan.h); refused before anything is built when a
-  // rank's stage cannot fit. train_batches: where training batches come from; null reads data.train (`loom
-  // bench` passes synthetic ones and leaves data.train empty).
-  Trainer(RunPlan plan, const ProcessGroup& processes, std::unique_ptr<LmBatches> train_batches = nullptr);
+  // rank's stage cannot fit. data: the task's training data, data.train or synthetic (`loom bench`).
+  Trainer(RunPlan plan, const ProcessGroup& processes, TaskData data = TaskData::kTraining);
   TrainState run();
 
   // One optimizer step at the scheduled learning rate: what run() repeats between its bookkeeping.

@@ -54,10 +54,6 @@ std::vector<std::vector<int64_t>> TranslationTask::stage_output_shapes(const Tas
   return model_->stage_output_shapes(b.source.size(0), b.source.size(1), b.target_inputs.size(1));
 }
 
-void TranslationTask::load_weights(const std::filesystem::path& file) {
-  throw Error("model.init_from: " + file.string() + ": importing weights into model.arch=transformer is not available");
-}
-
 std::optional<OutputScores> TranslationTask::score_outputs(const Config& config) {
   const auto scores = evaluate_translation(model_, *data_, config.decode);
   OutputScores out;
@@ -76,15 +72,13 @@ std::optional<OutputScores> TranslationTask::score_outputs(const Config& config)
 }
 
 std::unique_ptr<TranslationTask> make_translation_task(const Config& config, TaskData data_use, const ModelSource& model) {
-  auto data = make_seq2seq_source(config, data_use == TaskData::kTraining);
+  auto data = make_seq2seq_source(config, data_use != TaskData::kEvaluation);
   check_vocab(config, data->vocab_size(), "the training pairs");
   TaskModel built = model();
-  EncoderDecoder encoder_decoder(std::dynamic_pointer_cast<EncoderDecoderImpl>(built.module));
-  LOOM_CHECK(encoder_decoder, "make_translation_task: the model is not an encoder-decoder");
   const std::string name = config.data.synthetic == SyntheticTask::kNone
                                ? "pairs"
                                : "synthetic " + std::string(enum_name(config.data.synthetic)) + " pairs";
-  return std::make_unique<TranslationTask>(encoder_decoder, std::move(data), name, std::move(built.tp_rng),
+  return std::make_unique<TranslationTask>(built.as<EncoderDecoder>(), std::move(data), name, std::move(built.tp_rng),
                                            config.data.pad_to_multiple);
 }
 

@@ -17,7 +17,7 @@ class TranslationTask : public Task {
   TranslationTask(EncoderDecoder model, std::unique_ptr<Seq2SeqSource> data, std::string eval_data_name,
                   std::unique_ptr<TensorParallelRng> tp_rng = nullptr, int64_t pad_multiple = 1);
 
-  torch::nn::Module& model() override { return *model_; }
+  StagedModel& model() override { return *model_; }
   TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
   int64_t train_batch_size(int64_t step) const override { return data_->train_batch_size(step); }
   std::vector<std::string> source_names() const override { return data_->source_names(); }
@@ -30,14 +30,9 @@ class TranslationTask : public Task {
   // translations when the run has a tokenizer (train/translation_eval.h).
   std::optional<OutputScores> score_outputs(const Config& config) override;
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
-  void load_weights(const std::filesystem::path& file) override;
-  Communicator* tp_group() const override { return model_->tp_group(); }
   std::vector<torch::Tensor> stage_forward(const TaskBatch& batch, torch::Device device,
                                            const std::vector<torch::Tensor>& inputs, double label_smoothing) override;
   std::vector<std::vector<int64_t>> stage_output_shapes(const TaskBatch& batch) const override;
-  torch::Tensor stage_tied_parameter() override { return model_->stage_tied_embedding(); }
-  std::vector<std::vector<torch::Tensor>> parameter_units() override { return model_->parameter_units(); }
-  void set_parameter_units(ParameterUnits* units) override { model_->set_parameter_units(units); }
 
   EncoderDecoder& encoder_decoder() { return model_; }
   const Seq2SeqSource& data() const { return *data_; }
@@ -49,8 +44,9 @@ class TranslationTask : public Task {
   int64_t pad_multiple_;  // S and T of every batch are multiples of this
 };
 
-// The transformer family's task (train/model_family.h): opens the config's pair source (training data only
-// for TaskData::kTraining), checks that model.vocab_size covers it, then takes an EncoderDecoder from `model`.
+// The transformer family's task (train/encoder_decoder_family.cpp): opens the config's pair source (training
+// data too unless TaskData::kEvaluation), checks that model.vocab_size covers it, then takes an EncoderDecoder
+// from `model`.
 std::unique_ptr<TranslationTask> make_translation_task(const Config& config, TaskData data, const ModelSource& model);
 
 }  // namespace loom

@@ -1,7 +1,7 @@
 // Where the Trainer's language-model batches come from: token files or prepared directories, one or a
 // weighted mixture, through the deterministic LmSampler (data/corpus/lm_mixture.h), or synthetic uniform random
 // tokens (`loom bench`, which needs no data and must measure exactly the step `loom train` runs). Both are
-// pure functions of (seed, step, sequence index), so the Trainer never cares which one it has.
+// pure functions of (seed, step, sequence index), so the LM task never cares which one it has.
 #pragma once
 #include <torch/torch.h>
 

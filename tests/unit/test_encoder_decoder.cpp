@@ -217,7 +217,7 @@ TEST_CASE("pipeline stages: stage s > 0 draws its dropout from run.seed + 100 s,
                                                    "data.seq_len=16", "model.dropout=0.1", "data.synthetic=reverse",
                                                    "data.synthetic_vocab=40", "data.synthetic_max_len=10", "run.seed=5",
                                                    "parallel.pp=" + std::to_string(pp)});
-    loom::make_task(loom::RunPlan(config, 0).config(), torch::kCPU, loom::TaskData::kTraining, nullptr, nullptr, nullptr, stage);
+    loom::make_task(loom::RunPlan(config, 0).config(), torch::kCPU, loom::TaskData::kTraining, nullptr, nullptr, stage);
     return torch::rand({16});
   };
   const auto whole = draw_after_build(1, 0), stage0 = draw_after_build(2, 0), stage1 = draw_after_build(2, 1);

@@ -4,6 +4,7 @@
 // label smoothing. Split into micro-batches, the means weighted by their counted targets give the batch's.
 #include <fstream>
 
+#include "data/corpus/lm_sampler.h"
 #include "data/prepare/prepared_manifest.h"
 #include "data/prepare/shard_writer.h"
 #include "models/gpt.h"

@@ -1,0 +1,79 @@
+// The transformer family (model.arch transformer): the encoder-decoder (models/encoder_decoder.h) trained on
+// translation pairs (train/translation_task.h).
+#include "core/config_checks.h"
+#include "models/encoder_decoder.h"
+#include "train/model_family.h"
+#include "train/translation_task.h"
+
+namespace loom {
+namespace {
+
+// What a pair batch needs of the padding, and what the encoder-decoder does not do (yet), refused saying why.
+void validate_encoder_decoder(const Config& c, ConfigChecks& check) {
+  const ModelConfig& m = c.model;
+  // Batches are padded to multiples of the sequence shards; a padded length must still fit the positions.
+  const int64_t multiple = c.sequence_pad_multiple();
+  check.require(m.max_seq_len % multiple == 0, "model.max_seq_len", m.max_seq_len, " must be a multiple of ",
+                multiple, ", what pair batches are padded to (data.pad_to_multiple=", c.data.pad_to_multiple,
+                c.parallel.sequence_parallel_active()
+                    ? ", lcm with parallel.tp=" + std::to_string(c.parallel.tp) + " under parallel.sequence_parallel)"
+                    : std::string(")"));
+  check.require(m.init_from.empty(), "model.init_from", "importing weights is built for model.arch=gpt only (GPT-2, "
+                "LLaMA or loom names); no Hugging Face encoder-decoder maps onto this model yet (MarianMT differs in "
+                "its sinusoid layout, output bias, activation, special token ids and tokenizers): leave it empty "
+                "and train from the random init");
+  check.require(!c.data.document_mask, "data.document_mask", "packs documents into model.arch=gpt windows; pair "
+                "batches hold one pair per row, grouped by length (train.batch_tokens), so little padding is left "
+                "to pack away: set it false");
+  check.require(c.parallel.cp <= 1, "parallel.cp", c.parallel.cp,
+                ": context parallelism is built for model.arch=gpt: it splits one long sequence over ranks, and "
+                "translation pairs are sentences; use parallel.cp 1 and split the batch over parallel.dp (the heads "
+                "over parallel.tp)");
+}
+
+// Two stacks, the decoder's blocks attending to the encoder's output; source and target embedded (a position
+// table each) and passed between pipeline stages side by side.
+ModelShape encoder_decoder_shape(const ModelConfig& m) {
+  ModelShape shape;
+  shape.encoder_layers = m.encoder_layers();
+  shape.decoder_layers = m.n_layers;
+  shape.cross_attention = true;
+  shape.position_tables = 2;
+  shape.final_norms = m.norm_position == NormPosition::kPre;
+  shape.stage_outputs = 2;
+  shape.ends_kept = true;
+  return shape;
+}
+
+// Copy pairs of seq_len - 1 tokens over the whole vocabulary, train.batch_size a step: the source, the
+// decoder input (bos + target) and the labels (target + eos) are all seq_len long.
+void use_synthetic_pairs(Config& config) {
+  if (config.data.seq_len < 2 || config.data.seq_len > config.model.max_seq_len)
+    throw ConfigError(config.where("data.seq_len") + ": data.seq_len: loom bench of a transformer trains on pairs of " +
+                      "data.seq_len tokens, which must be in [2, model.max_seq_len=" +
+                      std::to_string(config.model.max_seq_len) + "]");
+  config.data.synthetic = SyntheticTask::kCopy;
+  config.data.synthetic_vocab = config.model.vocab_size;
+  config.data.synthetic_min_len = config.data.synthetic_max_len = config.data.seq_len - 1;
+  config.train.batch_tokens = 0;
+}
+
+}  // namespace
+
+ModelFamily encoder_decoder_family() {
+  ModelFamily family;
+  family.arch = ModelArch::kTransformer;
+  family.rules = {validate_encoder_decoder, encoder_decoder_shape, "model.n_encoder_layers + model.n_layers"};
+  family.build = [](const Config& config, const TensorParallelism& tp, const ModelStage& stage,
+                    const ContextParallelism& cp) {
+    LOOM_CHECK(cp.size() == 1, "the encoder-decoder is not context-parallel (parallel.cp)");
+    EncoderDecoder model(config.model, tp, stage);
+    model->set_activation_checkpointing(config.train.activation_checkpointing);
+    return std::static_pointer_cast<StagedModel>(model.ptr());
+  };
+  family.make_task = make_translation_task;
+  family.use_synthetic_data = use_synthetic_pairs;
+  return family;
+}
+
+}  // namespace loom
