@@ -198,7 +198,9 @@ TEST_CASE("prepare --sft: tokens are the pieces' ids + EOS, the mask counts the 
   o.stream.encode.sft.response_field = "answer";
   const auto result = loom::prepare(o);
   CHECK(result.manifest.skipped.at("empty") == 1);
-  const auto tokenizer = loom::open_prepare_tokenizer({loom::test::tiny_tokenizer().string()});
+  loom::TokenizerConfig tokenizer_config;
+  tokenizer_config.model = loom::test::tiny_tokenizer().string();
+  const auto tokenizer = loom::open_prepare_tokenizer(tokenizer_config);
   const loom::TokenCorpus corpus(o.out, "train");
   REQUIRE(corpus.has_loss_mask());
   const auto& shard = *corpus.shards().front();
