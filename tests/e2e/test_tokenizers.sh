@@ -11,8 +11,8 @@ ranks=${LOOM_CACHE:-$HOME/.cache/loom}/gpt2.tiktoken
 
 cat "$KJV_DATA"/{train,valid,test}.txt > "$WORK/kjv.txt"
 # The whole KJV (the kjv-* tokenizers' training text), and a quarter of each other Bible: modern English and Spanish.
-"$SRC/scripts/bible_verses.sh" engWEB2015eb | cut -f3 | head -8000 > "$WORK/web.txt"
-"$SRC/scripts/bible_verses.sh" spaRV1909eb | cut -f3 | head -8000 > "$WORK/rv1909.txt"
+"$SRC/scripts/bible_verses.sh" engWEB2015eb | cut -f3 | sed -n '1,8000p' > "$WORK/web.txt"
+"$SRC/scripts/bible_verses.sh" spaRV1909eb | cut -f3 | sed -n '1,8000p' > "$WORK/rv1909.txt"
 python3 "$SRC/tests/golden/tokenizer_golden.py" --loom "$LOOM" --work "$WORK/tok" --gpt2-ranks "$ranks" \
   --corpus kjv="$WORK/kjv.txt" --corpus web="$WORK/web.txt" --corpus rv1909="$WORK/rv1909.txt" || fail "golden ids"
 
