@@ -58,6 +58,12 @@ void register_builtin_model_families();
 const ModelFamily& model_family(ModelArch arch);
 // model.init_from into `model`, by its family's import_hf (the Trainer of a fresh run, `loom eval`).
 void load_init_weights(const Config& config, StagedModel& model);
+// What a family's build returns: `model` with train.activation_checkpointing set, as a StagedModel.
+template <class Holder>
+std::shared_ptr<StagedModel> staged_model(Holder model, const Config& config) {
+  model->set_activation_checkpointing(config.train.activation_checkpointing);
+  return std::static_pointer_cast<StagedModel>(model.ptr());
+}
 
 ModelFamily gpt_family();              // train/gpt_family.cpp
 ModelFamily encoder_decoder_family();  // train/encoder_decoder_family.cpp

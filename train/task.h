@@ -91,7 +91,6 @@ class Task {
   // Forward pass: the mean loss over the batch's tokens() (a scalar with gradient).
   virtual torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) = 0;
 
-
   // The dropout stream of this rank's sharded activations (null without TP); checkpoints keep its state.
   TensorParallelRng* tp_rng() const { return tp_rng_.get(); }
 
