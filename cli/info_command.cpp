@@ -107,7 +107,7 @@ int info_command(const Argv& argv, const ProcessGroup&) {
          {{"all_reduced", communication.all_reduced},
           {"reduce_scattered", communication.reduce_scattered},
           {"all_gathered", communication.all_gathered}}}};
-    out["layout"]["zero"] = p.zero;
+    out["layout"]["zero"] = static_cast<int>(p.zero);
     if (p.pp > 1) {
       out["layout"]["pp_schedule"] = enum_name(p.pp_schedule);
       out["layout"]["microbatches"] = plan.accumulation_steps();
@@ -127,7 +127,7 @@ int info_command(const Argv& argv, const ProcessGroup&) {
   std::printf("variant        %s\n", describe_variant(m).c_str());
   std::printf("parameters     %s\n", grouped(parameters).c_str());
   std::printf("FLOPs/token    %.4g (training, seq_len %ld)\n", flops, static_cast<long>(config.data.seq_len));
-  const std::string zero = p.zero >= 1 ? " with ZeRO-" + std::to_string(p.zero) : "";
+  const std::string zero = p.zero != ZeroStage::kNone ? std::string(" with ZeRO-") + enum_name(p.zero) : "";
   std::printf("memory/rank    %s, %s%s, micro-batch %ld x %ld tokens\n", config.precision.label().c_str(),
               layout.describe(" x ", " ").c_str(), zero.c_str(), static_cast<long>(micro_batch),
               static_cast<long>(config.data.seq_len));

@@ -164,7 +164,7 @@ struct ParallelConfig {
   PipelineSchedule pp_schedule = PipelineSchedule::k1F1B;
   double bucket_mb = 25.0;
   double timeout_s = 300.0;
-  int64_t zero = 0;  // 0: none; 1: AdamW state sharded over the DP group; 2: gradients too (ZeRO-2); 3: parameters too
+  ZeroStage zero = ZeroStage::kNone;
   int64_t shard_size = 0;  // hybrid sharding: ZeRO shards over groups of this many DP ranks; 0: the whole DP group
   bool reshard_after_forward = true;  // zero 3: free a unit's gathered parameters after its forward
   bool sequence_parallel = false;  // asked for; it applies only with tp > 1: see sequence_parallel_active()

@@ -23,6 +23,9 @@ enum class ActivationCheckpointing { kNone, kFull, kSelective };
 enum class Dtype { kFp32, kBf16, kFp16 };
 enum class ParamDtype { kFp32, kBf16 };
 enum class PipelineSchedule { kGPipe, k1F1B };
+// ZeRO's stages: what data-parallel ranks shard between them, each stage also what the one before does
+// (parallel/sharding.h: one strategy per stage).
+enum class ZeroStage { kNone, kOptimizer, kGradients, kParameters };
 enum class DeviceKind { kCpu, kCuda };
 enum class CpuAllocatorKind { kCaching, kSystem };
 // A loaded tokenizer's type is never kAuto (data/tokenizers/tokenizer.h reads it from the file).
@@ -122,6 +125,18 @@ struct EnumTable<PipelineSchedule> {
       {PipelineSchedule::kGPipe, "gpipe", "all forwards, then all backwards: keeps every micro-batch's activations"},
       {PipelineSchedule::k1F1B, "1f1b",
        "after a warm-up each stage alternates one forward and one backward: at most pp micro-batches in flight"}};
+};
+template <>
+struct EnumTable<ZeroStage> {
+  static constexpr EnumValue<ZeroStage> values[] = {
+      {ZeroStage::kNone, "0", "every rank keeps everything; gradients all-reduced in buckets"},
+      {ZeroStage::kOptimizer, "1",
+       "AdamW state (and bf16 parameters' fp32 master) sharded: gradients reduce-scattered, parameters all-gathered"},
+      {ZeroStage::kGradients, "2",
+       "gradients sharded too: each bucket reduce-scattered in every micro-batch's backward and freed"},
+      {ZeroStage::kParameters, "3",
+       "parameters sharded too: each block, and the embeddings with the final norms and head, is a unit all-gathered "
+       "before its forward and its backward (the next one prefetched) and freed after"}};
 };
 template <>
 struct EnumTable<DeviceKind> {

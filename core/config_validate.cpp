@@ -202,10 +202,9 @@ void validate(const Config& c) {
   check.require(p.pp >= 1, "parallel.pp", p.pp, " must be >= 1");
   check.require(p.bucket_mb > 0, "parallel.bucket_mb", p.bucket_mb, " must be > 0");
   check.require(p.timeout_s > 0, "parallel.timeout_s", p.timeout_s, " must be > 0");
-  check.require(p.zero >= 0 && p.zero <= 3, "parallel.zero", p.zero, " must be 0, 1 (ZeRO-1), 2 (ZeRO-2) or 3 (ZeRO-3)");
   check.require(p.shard_size >= 0, "parallel.shard_size", p.shard_size, " must be >= 0 (0: shard over the whole DP group)");
   if (p.shard_size > 0) {
-    check.require(p.zero >= 1, "parallel.shard_size", p.shard_size, " shards ZeRO's state, but parallel.zero is 0: "
+    check.require(p.zero != ZeroStage::kNone, "parallel.shard_size", p.shard_size, " shards ZeRO's state, but parallel.zero is 0: "
                   "set parallel.zero 1, 2 or 3, or parallel.shard_size 0");
     if (p.dp >= 1)
       check.require(p.dp % p.shard_size == 0, "parallel.shard_size", p.shard_size, " does not divide parallel.dp=",

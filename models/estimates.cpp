@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/family_rules.h"
-#include "parallel/gradient_sync.h"
+#include "parallel/sharding.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/ring_attention.h"
 
@@ -33,16 +33,6 @@ Parts parts_of(const ModelConfig& c, const ModelShape& shape) {
 
 // ZeRO-3's units per TP rank of pipeline stage `stage` (models/model_stage.h ends_and_block_units): its
 // blocks, and its ends: every other parameter the stage holds.
-struct UnitSizes {
-  int64_t count = 0;    // the stage's blocks
-  int64_t largest = 0;  // the largest block's parameters (a stage's last block is its largest)
-  int64_t blocks = 0;   // all its blocks' parameters
-  int64_t ends = 0;
-  int64_t head = 0;  // an untied head's parameters (in the ends; only on the last stage)
-  // Resharding, a model whose ends are not kept (ModelShape::ends_kept) frees them between its embeddings and
-  // its head (parallel/parameter_units.h), gathering them for each (once per micro-batch for each the stage runs).
-  int64_t ends_uses = 0;  // gathers of the ends per micro-batch: 0 when they are kept for the step
-};
 UnitSizes unit_sizes(const Config& config, int64_t stage) {
   const int64_t tp = config.parallel.tp;
   auto per_rank = [tp](int64_t n) { return (n + tp - 1) / tp; };
@@ -59,6 +49,36 @@ UnitSizes unit_sizes(const Config& config, int64_t stage) {
   out.head = stage == config.parallel.pp - 1 ? per_rank(p.head) : 0;
   if (config.parallel.reshard_after_forward && !shape.ends_kept)
     out.ends_uses = (stage == 0 ? 1 : 0) + (stage == config.parallel.pp - 1 ? 1 : 0);
+  return out;
+}
+
+// Micro-batches whose forward is done and backward is not on pipeline stage `stage`, at most: all of them
+// under GPipe, min(m, pp - stage) under 1F1B.
+int64_t micro_batches_in_flight(const Config& config, int64_t stage) {
+  const int64_t pp = config.parallel.pp, micro = config.accumulation_steps(std::max<int64_t>(1, config.parallel.dp));
+  if (pp == 1) return 1;
+  return config.parallel.pp_schedule == PipelineSchedule::kGPipe ? micro : std::min(micro, pp - stage);
+}
+
+// What the sharding strategy's estimates take for one rank of pipeline stage `stage`: the stage's parameters
+// per TP rank, ZeRO's shard group (dp x cp, hybrid sharding: shard_size x cp) and replicas, the buckets.
+ShardingSizes sharding_sizes(const Config& config, int64_t stage) {
+  const ModelConfig& m = config.model;
+  const int64_t tp = config.parallel.tp, pp = config.parallel.pp, cp = config.parallel.cp;
+  const int64_t dp = std::max<int64_t>(1, config.parallel.dp);  // -1 (world / (cp * tp * pp)) is unknown here
+  ShardingSizes out;
+  out.params = (count_stage_parameters(config, stage) + tp - 1) / tp;
+  out.shards = config.parallel.zero_shard_dp(dp) * cp;
+  out.replicas = dp * cp / out.shards;
+  out.micro_batches = config.accumulation_steps(dp);
+  out.in_flight = micro_batches_in_flight(config, stage);
+  out.bf16_params = config.precision.param_dtype == ParamDtype::kBf16;
+  out.bf16_autocast = config.precision.dtype == Dtype::kBf16;
+  out.bucket_params = static_cast<int64_t>(config.parallel.bucket_mb * 1024 * 1024) / (out.bf16_params ? 2 : 4);
+  const bool holds_tied_copy = pp > 1 && m.tie_embeddings && (stage == 0 || stage == pp - 1);
+  out.deferred = holds_tied_copy ? (parts_of(m, model_shape(m)).embedding + tp - 1) / tp : 0;
+  if (config.parallel.zero == ZeroStage::kParameters) out.units = unit_sizes(config, stage);
+  out.reshard_after_forward = config.parallel.reshard_after_forward;
   return out;
 }
 
@@ -170,63 +190,16 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const ModelShape shape = model_shape(m);
   const int64_t tp = config.parallel.tp, pp = config.parallel.pp, cp = config.parallel.cp;
   const int64_t dp = std::max<int64_t>(1, config.parallel.dp);  // -1 (world / (cp * tp * pp)) is unknown here
-  const int64_t shards = config.parallel.zero_shard_dp(dp) * cp;  // the ranks ZeRO shards over
   const bool bf16 = config.precision.dtype == Dtype::kBf16;
-
+  const int64_t in_flight = micro_batches_in_flight(config, stage);
+  // Weights, gradients, optimizer state and ZeRO-3's gathered units: as the sharding strategy holds them.
+  const ShardingMemory held = sharding_strategy(config.parallel.zero).memory(sharding_sizes(config, stage));
   MemoryEstimate out;
-  const int64_t params = (count_stage_parameters(config, stage) + tp - 1) / tp;
-  // ZeRO-1 and 2 keep 1/(dp cp) of the AdamW state on each rank (its shard of every gradient bucket).
-  const int64_t shard_params = (params + shards - 1) / shards;
-  const int64_t optimizer_params = config.parallel.zero >= 1 ? shard_params : params;
-  // bf16 autocast runs over fp32 parameters and caches a bf16 copy of each weight for the step. bf16
-  // parameters (precision.param_dtype) are the bf16 weights plus an fp32 master copy, which ZeRO-1/2 shard
-  // like the AdamW state. Gradients are fp32 either way.
+  out.weights = held.weights;
+  out.gathered = held.gathered;
+  out.gradients = held.gradients;
+  out.optimizer = held.optimizer;
   const bool bf16_params = config.precision.param_dtype == ParamDtype::kBf16;
-  out.weights = bf16_params ? 2 * params + 4 * optimizer_params : 4 * params + (bf16 ? 2 * params : 0);
-  const int64_t micro = config.accumulation_steps(dp);
-  const int64_t in_flight = pp == 1 ? 1 : config.parallel.pp_schedule == PipelineSchedule::kGPipe ? micro : std::min(micro, pp - stage);
-  const bool zero3 = config.parallel.zero == 3;
-  const UnitSizes units = zero3 ? unit_sizes(config, stage) : UnitSizes{};
-  if (zero3) {
-    // The shards (fp32, the master of bf16 parameters) are the weights; what is gathered comes and goes:
-    // the block computing and the one prefetched, and on a stage that runs forwards back to back (GPipe,
-    // 1F1B's warm-up) the last block, kept from the previous forward for its backward; without resharding
-    // every block. The ends beside them, but a whole GPT's, which take a block's place: gathered with the
-    // first block (embeddings) and with the last (head), freed between (measured at dp 4 on 12 tied blocks:
-    // 63.1 MiB in tensors, 62.9 estimated; kept all step, 64.1 and 64.0). A stage keeps the ends for the
-    // head's backward while it runs other forwards: counted whole there.
-    const int64_t computing = std::min<int64_t>(in_flight > 1 ? 3 : 2, units.count) * units.largest;
-    const bool ends_come_and_go = units.ends_uses == 2;  // a whole GPT, resharding
-    const int64_t gathered = !config.parallel.reshard_after_forward ? units.ends + units.blocks
-                             : ends_come_and_go ? std::max(computing, units.ends + units.largest)
-                                                : units.ends + computing;
-    out.weights = 4 * shard_params;
-    out.gathered = (bf16_params ? 2 : 4) * gathered;
-  }
-  out.gradients = 4 * params;
-  // ZeRO-1 keeps the whole buckets and, beside them, the shard's reduced gradient (measured at dp 4: without
-  // it the estimate was 11% low).
-  if (config.parallel.zero == 1) out.gradients += 4 * shard_params;
-  if (config.parallel.zero >= 2 && shards > 1) {
-    // ZeRO-2 (parallel/gradient_sync.h): the shard's gradient, plus the buckets alive at once: the one
-    // backward is filling and those whose reduce-scatter is under way. A bucket closes at bucket_mb of
-    // parameters (bf16 parameters: twice as many fp32 gradients).
-    // ZeRO-3's buckets are its units, two each (matrices, vectors): the kReductionsInFlight buckets in flight
-    // are one unit's, reduce-scattered while the unit before it fills, so two blocks' gradients, or at the end
-    // of backward the first block's and the ends'. An untied head's gradient comes first in backward, and its
-    // bucket (the ends' matrices) waits for the embedding's, last: alive all through (measured at dp 4 on 12
-    // tied blocks: 63.1 MiB in tensors, 62.9 estimated; counting three units, 3 MiB more).
-    // A pipeline stage's copy of the tied embedding (first and last stage) is deferred: its bucket, of its
-    // own, stays whole until the stages' gradients are summed (measured at dp 2 x pp 2, 1F1B, bucket_mb 4:
-    // without it the first stage's estimate was 11% low, 8% with it and 6% after the copy got a bucket of its own).
-    const auto bucket_params = static_cast<int64_t>(config.parallel.bucket_mb * 1024 * 1024) / (bf16_params ? 2 : 4);
-    const bool holds_tied_copy = pp > 1 && m.tie_embeddings && (stage == 0 || stage == pp - 1);
-    const int64_t deferred = holds_tied_copy ? (parts_of(m, shape).embedding + tp - 1) / tp : 0;
-    const auto alive = zero3 ? std::max(2 * units.largest + units.head, units.largest + units.ends)
-                             : static_cast<int64_t>(GradientSync::kReductionsInFlight + 1) * bucket_params + deferred;
-    out.gradients = 4 * (shard_params + std::min(params, alive));
-  }
-  out.optimizer = 8 * optimizer_params;
 
   const double e = bf16 ? 2 : 4;
   const double s = static_cast<double>(config.data.seq_len / cp);  // this rank's positions of a sequence
@@ -313,32 +286,7 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
 }
 
 CommunicationEstimate estimate_communication(const Config& config, int64_t stage) {
-  const int64_t tp = config.parallel.tp, dp = std::max<int64_t>(1, config.parallel.dp);
-  const int64_t shards = config.parallel.zero_shard_dp(dp) * config.parallel.cp;  // the ranks ZeRO shards over
-  const int64_t replicas = dp * config.parallel.cp / shards;  // hybrid sharding: the ranks holding the same shard
-  CommunicationEstimate out;
-  if (shards * replicas == 1) return out;
-  const int64_t params = (count_stage_parameters(config, stage) + tp - 1) / tp;
-  const int64_t zero = config.parallel.zero;
-  if (zero == 0) {
-    out.all_reduced = 4 * params;
-    return out;
-  }
-  // Hybrid sharding: the shard's fp32 gradients over the replicas, once per step.
-  if (replicas > 1) out.all_reduced = 4 * ((params + shards - 1) / shards);
-  if (shards == 1) return out;
-  // ZeRO-2 reduces every micro-batch's gradients (a pipeline stage: every micro-batch it runs).
-  const int64_t micro = config.accumulation_steps(dp);
-  out.reduce_scattered = 4 * params * (zero >= 2 ? micro : 1);
-  const int64_t element = config.precision.param_dtype == ParamDtype::kBf16 ? 2 : 4;
-  out.all_gathered = element * params;
-  if (zero == 3) {
-    const UnitSizes units = unit_sizes(config, stage);
-    const int64_t blocks = config.parallel.reshard_after_forward ? micro * (2 * units.blocks - units.largest) : units.blocks;
-    const int64_t ends = units.ends_uses > 0 ? micro * units.ends_uses * units.ends : units.ends;
-    out.all_gathered = element * (ends + blocks);
-  }
-  return out;
+  return sharding_strategy(config.parallel.zero).communication(sharding_sizes(config, stage));
 }
 
 }  // namespace loom

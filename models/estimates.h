@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/config.h"
+#include "parallel/sharding.h"
 
 namespace loom {
 
@@ -57,18 +58,7 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const Config& config, int64_t stage = 0);
 
 // Bytes of the buffers one rank of pipeline stage `stage` hands to the data-parallel collectives per optimizer
-// step, padding to a multiple of dp aside (what the wire carries: a ring moves 2(dp - 1)/dp of an
-// all-reduce's buffer and (dp - 1)/dp of the others'). Nothing with one DP rank. Under hybrid sharding
-// (parallel.shard_size) the reduce-scatters and all-gathers run within the shard group and the all-reduce
-// over the replicas.
-struct CommunicationEstimate {
-  int64_t all_reduced = 0;       // zero 0: the fp32 gradients, once per step; hybrid sharding: the shard's
-  int64_t reduce_scattered = 0;  // fp32 gradients: zero 1 once per step, zero 2 once per micro-batch
-  // zero 1, 2: the updated parameters (bf16 ones with precision.param_dtype bf16); zero 3: the stage's ends
-  // unit once and per micro-batch every block for its forward and again for its backward (but the last,
-  // kept); with parallel.reshard_after_forward false every block once per step
-  int64_t all_gathered = 0;
-};
+// step: what its sharding strategy moves (parallel/sharding.h CommunicationEstimate).
 CommunicationEstimate estimate_communication(const Config& config, int64_t stage = 0);
 
 }  // namespace loom

@@ -23,68 +23,71 @@ class ReadyHook : public torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
-GradientSync::GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& shard_group,
-                           double bucket_mb, int64_t zero, torch::ScalarType param_dtype,
-                           const std::vector<torch::Tensor>& deferred,
-                           const std::vector<std::vector<torch::Tensor>>& units, bool reshard_after_forward,
-                           Communicator* replica_group)
-    : shard_group_(shard_group),
-      replica_group_(replica_group != nullptr && replica_group->size() > 1 ? replica_group : nullptr),
-      sharded_(zero >= 1),
-      shard_gradients_(zero >= 2),
-      master_(param_dtype != torch::kFloat),
-      param_dtype_(param_dtype),
-      group_count_(groups.size()) {
-  TORCH_CHECK(zero >= 0 && zero <= 3, "GradientSync: ZeRO stage ", zero, " is not 0, 1, 2 or 3");
-  TORCH_CHECK(param_dtype == torch::kFloat || param_dtype == torch::kBFloat16,
+GradientSync::GradientSync(std::vector<ShardedParameters> parameters, const ShardingOptions& options)
+    : strategy_(sharding_strategy(options.zero)),
+      sharded_(strategy_.shards_optimizer_state()),
+      shard_gradients_(strategy_.shards_gradients()),
+      master_(options.param_dtype != torch::kFloat),
+      param_dtype_(options.param_dtype),
+      group_count_(parameters.empty() ? 0 : parameters.front().groups.size()) {
+  TORCH_CHECK(param_dtype_ == torch::kFloat || param_dtype_ == torch::kBFloat16,
               "GradientSync: parameters are fp32 or bf16");
-  TORCH_CHECK((zero == 3) == !units.empty(), "GradientSync: parameter units are for ZeRO-3, and it needs them");
-  TORCH_CHECK(replica_group_ == nullptr || zero >= 1, "GradientSync: replicas of the shards need ZeRO-1, 2 or 3");
-  const int64_t ranks = shard_group_.size();
-  const bool by_unit = zero == 3;
-  if (by_unit) {
-    gathers_ = std::make_unique<UnitGathers>(shard_group_, units.size(), reshard_after_forward);
-    unit_buckets_.assign(units.size(), 0);
-    unit_reduced_.assign(units.size(), 0);
+  const bool by_unit = strategy_.shards_parameters();
+  TORCH_CHECK(by_unit == !options.units.empty(), "GradientSync: parameter units are for ZeRO-3, and it needs them");
+  for (auto& entry : parameters) {
+    TORCH_CHECK(entry.shard_group != nullptr, "GradientSync: every parameter entry needs its shard group");
+    TORCH_CHECK(entry.groups.size() == group_count_, "GradientSync: every entry has the same optimizer groups");
+    if (entry.replica_group != nullptr && entry.replica_group->size() == 1) entry.replica_group = nullptr;
+    TORCH_CHECK(entry.replica_group == nullptr || sharded_, "GradientSync: replicas of the shards need ZeRO-1, 2 or 3");
   }
-  for (auto& chunk : by_unit ? chunks_by_unit(groups, units, deferred) : chunks_by_size(groups, bucket_mb, deferred)) {
-    if (chunk.parameters.empty()) continue;
+  if (by_unit) {
+    gathers_ = std::make_unique<UnitGathers>(options.units.size(), options.reshard_after_forward);
+    unit_buckets_.assign(options.units.size(), 0);
+    unit_reduced_.assign(options.units.size(), 0);
+  }
+  for (auto& contents : strategy_.buckets(parameters, options)) {
+    if (contents.parameters.empty()) continue;
+    const ShardedParameters& entry = parameters[contents.entry];
+    const int64_t ranks = entry.shard_group->size();
     int64_t numel = 0;
-    for (const auto& p : chunk.parameters) numel += p.numel();
+    for (const auto& p : contents.parameters) numel += p.numel();
     if (sharded_) numel = (numel + ranks - 1) / ranks * ranks;  // equal shards; the padding stays zero
     Bucket bucket;
-    bucket.group = chunk.group;
-    bucket.unit = chunk.unit;
-    bucket.deferred = shard_gradients_ && chunk.deferred;
+    bucket.group = contents.group;
+    bucket.unit = contents.unit;
+    bucket.shard_group = entry.shard_group;
+    bucket.replica_group = entry.replica_group;
+    bucket.deferred = shard_gradients_ && contents.deferred;
     bucket.numel = numel;
-    const auto options = chunk.parameters.front().options().requires_grad(false);
-    bucket.grad_options = options;
-    TORCH_CHECK(!master_ || options.dtype() == torch::kFloat, "GradientSync: bf16 parameters start from fp32 ones");
+    const auto tensor_options = contents.parameters.front().options().requires_grad(false);
+    bucket.grad_options = tensor_options;
+    TORCH_CHECK(!master_ || tensor_options.dtype() == torch::kFloat, "GradientSync: bf16 parameters start from fp32 ones");
     // fp32 with bf16 parameters too; zero 2 allocates it when backward reaches the bucket.
-    if (!shard_gradients_) bucket.flat_grad = torch::zeros({numel}, options);
-    if (sharded_ || master_) bucket.flat_param = torch::zeros({numel}, master_ ? options.dtype(param_dtype) : options);
+    if (!shard_gradients_) bucket.flat_grad = torch::zeros({numel}, tensor_options);
+    if (sharded_ || master_)
+      bucket.flat_param = torch::zeros({numel}, master_ ? tensor_options.dtype(param_dtype_) : tensor_options);
     const size_t index = buckets_.size();
-    bucket.parameters = std::move(chunk.parameters);
+    bucket.parameters = std::move(contents.parameters);
+    bucket.hooked = ranks > 1 || shard_gradients_;
     for (auto& p : bucket.parameters) {
       if (shard_gradients_)
         bucket.pre_hooks.push_back(p.register_hook([this, index](const at::TensorBase&) { on_gradient_arriving(index); }));
-      if (ranks > 1 || shard_gradients_)
-        torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<ReadyHook>(this, index));
+      if (bucket.hooked) torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<ReadyHook>(this, index));
     }
     if (bucket.flat_grad.defined()) point_gradients_at(bucket, bucket.flat_grad);
     if (sharded_) {
       const int64_t size = numel / ranks;
       // zero 3: a tensor of its own, which stays while the full buffer's storage comes and goes.
-      bucket.shard = master_ || by_unit ? torch::zeros({size}, options)
-                                        : bucket.flat_param.narrow(0, shard_group_.rank() * size, size);
-      bucket.shard.mutable_grad() = torch::zeros({size}, options);
+      bucket.shard = master_ || by_unit ? torch::zeros({size}, tensor_options)
+                                        : bucket.flat_param.narrow(0, entry.shard_group->rank() * size, size);
+      bucket.shard.mutable_grad() = torch::zeros({size}, tensor_options);
     }
     if (by_unit) ++unit_buckets_[bucket.unit];
     buckets_.push_back(std::move(bucket));
   }
   flatten_parameters();
   if (gathers_)
-    for (auto& bucket : buckets_) gathers_->add_piece(bucket.unit, bucket.flat_param, bucket.shard);
+    for (auto& bucket : buckets_) gathers_->add_piece(bucket.unit, bucket.flat_param, bucket.shard, *bucket.shard_group);
 }
 
 void GradientSync::flatten_parameters() {
@@ -99,11 +102,11 @@ void GradientSync::flatten_parameters() {
       offset += p.numel();
     }
     if (gathers_ && !master_)
-      bucket.shard.copy_(values.narrow(0, shard_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
+      bucket.shard.copy_(values.narrow(0, bucket.shard_group->rank() * bucket.shard.numel(), bucket.shard.numel()));
     if (master_) {
       bucket.flat_param.copy_(values);  // rounded to bf16
       if (sharded_) {
-        bucket.shard.copy_(values.narrow(0, shard_group_.rank() * bucket.shard.numel(), bucket.shard.numel()));
+        bucket.shard.copy_(values.narrow(0, bucket.shard_group->rank() * bucket.shard.numel(), bucket.shard.numel()));
       } else {
         bucket.flat_master = values;
         offset = 0;
@@ -141,8 +144,8 @@ void GradientSync::point_gradients_at(Bucket& bucket, const torch::Tensor& flat)
 GradientSync::~GradientSync() {
   for (auto& bucket : buckets_) {
     for (size_t i = 0; i < bucket.pre_hooks.size(); ++i) bucket.parameters[i].remove_hook(bucket.pre_hooks[i]);
-    for (auto& p : bucket.parameters)
-      if (shard_group_.size() > 1 || shard_gradients_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+    if (bucket.hooked)
+      for (auto& p : bucket.parameters) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
   }
 }
 
@@ -168,7 +171,8 @@ void GradientSync::zero_grad() {
 
 void GradientSync::prepare_last_backward() {
   // A group of one has nothing to reduce; with ZeRO-1 the reduce-scatter still fills the shard's gradient.
-  armed_ = shard_group_.size() > 1 || sharded_;
+  armed_ = sharded_ || std::any_of(buckets_.begin(), buckets_.end(),
+                                   [](const Bucket& bucket) { return bucket.shard_group->size() > 1; });
   for (auto& bucket : buckets_) {
     if (shard_gradients_ && !bucket.deferred) continue;  // reduced in every backward, counted throughout
     bucket.ready = 0;
@@ -202,8 +206,8 @@ void GradientSync::on_gradient_ready(size_t index) {
 }
 
 void GradientSync::launch(Bucket& bucket) {
-  bucket.work = sharded_ ? shard_group_.reduce_scatter_async(bucket.flat_grad, bucket.shard.mutable_grad())
-                         : shard_group_.all_reduce_async(bucket.flat_grad);
+  bucket.work = sharded_ ? bucket.shard_group->reduce_scatter_async(bucket.flat_grad, bucket.shard.mutable_grad())
+                         : bucket.shard_group->all_reduce_async(bucket.flat_grad);
 }
 
 void GradientSync::launch_reduction(size_t index) {
@@ -213,7 +217,7 @@ void GradientSync::launch_reduction(size_t index) {
   reduction.completes_step = armed_;
   reduction.input = bucket.flat_grad;
   reduction.output = torch::empty({bucket.shard.numel()}, bucket.grad_options);
-  reduction.work = shard_group_.reduce_scatter_async(reduction.input, reduction.output);
+  reduction.work = bucket.shard_group->reduce_scatter_async(reduction.input, reduction.output);
   // The parameters let go of the buffer: a later gradient of theirs starts a new one.
   bucket.flat_grad = torch::Tensor();
   point_gradients_at(bucket, bucket.flat_grad);
@@ -252,7 +256,7 @@ void GradientSync::finish() {
     last_wait_s_ = step_wait_s_ - waited_before;
     for (auto& bucket : buckets_) {
       bucket.ready = 0;
-      if (ranks_averaged() > 1) bucket.shard.mutable_grad().mul_(1.0 / ranks_averaged());
+      if (ranks_averaged(bucket) > 1) bucket.shard.mutable_grad().mul_(1.0 / ranks_averaged(bucket));
     }
     free_parameters();
     return;
@@ -270,31 +274,31 @@ void GradientSync::finish() {
   last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   last_wait_s_ += finish_replica_reductions();
   step_wait_s_ += last_wait_s_;
-  if (ranks_averaged() == 1) return;
-  const double scale = 1.0 / ranks_averaged();
-  for (auto& bucket : buckets_) (sharded_ ? bucket.shard.mutable_grad() : bucket.flat_grad).mul_(scale);
+  for (auto& bucket : buckets_)
+    if (ranks_averaged(bucket) > 1) (sharded_ ? bucket.shard.mutable_grad() : bucket.flat_grad).mul_(1.0 / ranks_averaged(bucket));
 }
 
 void GradientSync::start_replica_reduction(Bucket& bucket) {
-  if (replica_group_ == nullptr || bucket.replica_work) return;
-  bucket.replica_work = replica_group_->all_reduce_async(bucket.shard.mutable_grad());
+  if (bucket.replica_group == nullptr || bucket.replica_work) return;
+  bucket.replica_work = bucket.replica_group->all_reduce_async(bucket.shard.mutable_grad());
 }
 
 double GradientSync::finish_replica_reductions() {
-  if (replica_group_ == nullptr) return 0;
   // A bucket whose last reduction came before the last backward (its parameters got no gradient there) or
   // outside it (pipeline stages arm the sync after their backwards) starts now.
   for (auto& bucket : buckets_) start_replica_reduction(bucket);
   const auto start = std::chrono::steady_clock::now();
   for (auto& bucket : buckets_) {
+    if (!bucket.replica_work) continue;  // no replicas
     bucket.replica_work->wait();
     bucket.replica_work.reset();
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-double GradientSync::ranks_averaged() const {
-  return static_cast<double>(shard_group_.size()) * (replica_group_ != nullptr ? replica_group_->size() : 1);
+double GradientSync::ranks_averaged(const Bucket& bucket) {
+  return static_cast<double>(bucket.shard_group->size()) *
+         (bucket.replica_group != nullptr ? bucket.replica_group->size() : 1);
 }
 
 std::vector<std::vector<torch::Tensor>> GradientSync::optimizer_groups() const {
@@ -326,7 +330,7 @@ std::vector<std::vector<ParameterSlice>> GradientSync::optimizer_slices() const 
       continue;
     }
     // The shard is [begin, end) of the bucket's flat buffer, where the parameters lie end to end.
-    const int64_t begin = shard_group_.rank() * bucket.shard.numel(), end = begin + bucket.shard.numel();
+    const int64_t begin = bucket.shard_group->rank() * bucket.shard.numel(), end = begin + bucket.shard.numel();
     std::vector<ParameterSlice> slices;
     int64_t offset = 0;
     for (const auto& p : bucket.parameters) {
@@ -367,7 +371,7 @@ void GradientSync::gather_parameters() {
   for (auto& bucket : buckets_) {
     if (pending.size() == kReductionsInFlight) wait_oldest();
     auto mine = master_ ? bucket.shard.detach().to(param_dtype_) : bucket.shard.detach().clone();
-    pending.emplace_back(mine, shard_group_.all_gather_async(mine, bucket.flat_param));
+    pending.emplace_back(mine, bucket.shard_group->all_gather_async(mine, bucket.flat_param));
   }
   while (!pending.empty()) wait_oldest();
   step_wait_s_ += waited_s;

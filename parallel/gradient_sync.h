@@ -1,5 +1,7 @@
 // Data-parallel gradient averaging in flat buckets (parallel.bucket_mb), and ZeRO-1, 2 and 3
-// (parallel.zero: 1, 2, 3). Every parameter's .grad is a view into its bucket's flat buffer, so accumulation
+// (parallel.zero: 1, 2, 3), as the stage's sharding strategy (parallel/sharding.h) lays the buckets out. The
+// parameters come as a list of entries (ShardedParameters), each averaged and sharded over its own shard
+// group: a bucket holds one entry's parameters and runs its collectives on that entry's groups. Every parameter's .grad is a view into its bucket's flat buffer, so accumulation
 // over micro-batches writes straight into what is reduced. A bucket's reduction starts as soon as all its
 // gradients are accumulated (post-accumulate-grad hooks), overlapping the rest of backward. A bucket never
 // mixes parameter groups (weight decay or not), so a bucket shard belongs to one optimizer group.
@@ -27,7 +29,7 @@
 //           head's backward (the GPT's ends) or at finish() (the encoder-decoder's ends; every unit with
 //           parallel.reshard_after_forward false);
 //           after the optimizer step nothing is gathered: the next forward gathers the updated shards.
-// With a DP group of one there is no communication, just the flat buffers (zero 2: copies into the shard).
+// With a shard group of one there is no communication, just the flat buffers (zero 2: copies into the shard).
 // Hybrid sharding (parallel.shard_size, zero 1 to 3): the group given is the shard group, a part of the
 // ranks holding the same parameters, and `replica_group` the ranks holding the same shard as this one: the
 // reduce-scatters and all-gathers stay in the shard group, and each shard's gradient is all-reduced over the
@@ -48,6 +50,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/sharding.h"
 #include "parallel/unit_gathers.h"
 
 namespace loom {
@@ -64,22 +67,9 @@ struct ParameterSlice {
 
 class GradientSync {
  public:
-  // Reduce-scatters a zero 2 rank keeps outstanding during backward: enough to overlap communication with
-  // the next bucket's gradients, few enough that only a few buckets' buffers are alive beside the shards.
-  // Also the all-gathers of updated shards gather_parameters() keeps under way (zero 1, 2).
-  static constexpr size_t kReductionsInFlight = 2;
-
-  // groups: fp32 parameters. zero: the ZeRO stage, 0 to 3. param_dtype kBFloat16 turns them into bf16
-  // working weights over an fp32 master. deferred: parameters whose gradient is completed after the last
-  // backward (zero 2, 3 reduce their buckets in finish()). units (zero 3): the model's parameter units, the
-  // ends first (every trainable parameter in one), reshard_after_forward as parallel.reshard_after_forward.
-  // shard_group: the ranks the gradients are reduced over and ZeRO shards over; replica_group (zero >= 1):
-  // hybrid sharding's replicas of this rank's shards (null, or a group of one: none).
-  GradientSync(const std::vector<std::vector<torch::Tensor>>& groups, Communicator& shard_group, double bucket_mb,
-               int64_t zero, torch::ScalarType param_dtype = torch::kFloat,
-               const std::vector<torch::Tensor>& deferred = {},
-               const std::vector<std::vector<torch::Tensor>>& units = {}, bool reshard_after_forward = true,
-               Communicator* replica_group = nullptr);
+  // parameters: fp32, each entry with its optimizer groups and its shard and replica groups (replicas need
+  // ZeRO-1, 2 or 3). options: the ZeRO stage, bucket size, parameter dtype, deferred parameters, units.
+  GradientSync(std::vector<ShardedParameters> parameters, const ShardingOptions& options);
   ~GradientSync();
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -88,8 +78,8 @@ class GradientSync {
   void prepare_last_backward();  // the next backward completes this step's gradients: reduce during it
   void finish();                 // starts what has not started, waits for all, divides by the DP size
 
-  // What the optimizer steps, per group: the parameters (zero 0) or this rank's bucket shards (zero 1),
-  // each with its averaged gradient.
+  // What the optimizer steps, per optimizer group (every entry's): the parameters (zero 0) or this rank's
+  // bucket shards (zero 1), each with its averaged gradient.
   std::vector<std::vector<torch::Tensor>> optimizer_groups() const;
   std::vector<torch::Tensor> optimizer_parameters() const;
   // Per optimizer_parameters() entry, the parameter elements it holds (zero 0: one whole parameter;
@@ -130,6 +120,9 @@ class GradientSync {
   struct Bucket {
     size_t group = 0;
     size_t unit = 0;  // zero 3
+    Communicator* shard_group = nullptr;    // its entry's
+    Communicator* replica_group = nullptr;  // hybrid sharding: its entry's replicas; null: none
+    bool hooked = false;                    // post-accumulation hooks set (something to reduce)
     std::vector<torch::Tensor> parameters;
     std::vector<unsigned> pre_hooks;  // zero 2: the parameters' pre-accumulation hook handles
     int64_t numel = 0;         // of the flat buffers, padded to a multiple of the DP size when sharded
@@ -148,18 +141,6 @@ class GradientSync {
     std::shared_ptr<Work> replica_work;  // hybrid sharding: the shard gradient's all-reduce over the replicas
   };
   // zero 2: a bucket's reduce-scatter under way; its input (the bucket's gradients) is freed once done.
-  // Which parameters share a bucket: bucket_mb of one group (zero 0 to 2; a deferred parameter alone), one
-  // unit of one group (zero 3).
-  struct Chunk {
-    size_t group = 0, unit = 0;
-    std::vector<torch::Tensor> parameters;
-    bool deferred = false;  // holds a deferred parameter
-  };
-  static std::vector<Chunk> chunks_by_size(const std::vector<std::vector<torch::Tensor>>& groups, double bucket_mb,
-                                           const std::vector<torch::Tensor>& deferred);
-  static std::vector<Chunk> chunks_by_unit(const std::vector<std::vector<torch::Tensor>>& groups,
-                                           const std::vector<std::vector<torch::Tensor>>& units,
-                                           const std::vector<torch::Tensor>& deferred);
   struct Reduction {
     size_t bucket = 0;
     bool completes_step = false;  // launched in the step's last backward or finish(): the bucket's last this step
@@ -177,17 +158,17 @@ class GradientSync {
   // returns the seconds waited.
   void start_replica_reduction(Bucket& bucket);
   double finish_replica_reductions();
-  double ranks_averaged() const;  // the ranks whose gradients are averaged: the shard group's times the replicas'
+  // The ranks whose gradients a bucket averages: its shard group's times its replicas'.
+  static double ranks_averaged(const Bucket& bucket);
 
-  Communicator& shard_group_;
-  Communicator* replica_group_;  // null: no replicas
+  const ShardingStrategy& strategy_;
   bool sharded_;
   bool shard_gradients_;  // zero 2, 3
   std::unique_ptr<UnitGathers> gathers_;  // zero 3
   std::vector<size_t> unit_buckets_, unit_reduced_;  // zero 3, per unit: its buckets, those reduced this backward
   bool master_;  // bf16 parameters over an fp32 master
   torch::ScalarType param_dtype_;
-  size_t group_count_;
+  size_t group_count_;  // optimizer groups
   std::vector<Bucket> buckets_;
   std::deque<Reduction> reductions_;  // zero 2, oldest first
   bool armed_ = false;

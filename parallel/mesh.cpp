@@ -22,12 +22,18 @@ constexpr AxisInfo kMeshAxes[kMeshAxisCount] = {{MeshAxis::kTp, "tp"},
 // How layouts name the axes, in the order names list them (dp first, as every log line and checkpoint
 // shard has it): each name is a parallel.<name> key and the axes it sizes, dp both of its axes. The shard
 // axis's own size, parallel.shard_size, follows them in a layout's named sizes.
+// own_parameters: the ranks along it hold different parameters, each writing checkpoint files of its own
+// (shard_coords_name); such an axis is a single mesh axis.
 struct LayoutName {
   const char* name;
   AxisSet axes;
+  MeshAxis axis;  // own_parameters: the one axis
+  bool own_parameters;
 };
-constexpr LayoutName kLayoutNames[] = {
-    {"dp", kDpAxes}, {"cp", MeshAxis::kCp}, {"tp", MeshAxis::kTp}, {"pp", MeshAxis::kPp}};
+constexpr LayoutName kLayoutNames[] = {{"dp", kDpAxes, MeshAxis::kDpShard, false},
+                                       {"cp", MeshAxis::kCp, MeshAxis::kCp, false},
+                                       {"tp", MeshAxis::kTp, MeshAxis::kTp, true},
+                                       {"pp", MeshAxis::kPp, MeshAxis::kPp, true}};
 constexpr const char* kShardSizeName = "shard_size";
 
 // The groups a mesh builds (every rank is in one of each), by the axes their ranks differ in: data
@@ -163,6 +169,13 @@ std::string MeshShape::coords_name(const MeshCoords& c) const {
   std::string out;
   for (const auto& n : kLayoutNames)
     out += (out.empty() ? "" : "-") + std::string(n.name) + std::to_string(flattened(c, n.axes));
+  return out;
+}
+
+std::string shard_coords_name(int64_t shard_rank, const MeshCoords& coords) {
+  std::string out = "dp" + std::to_string(shard_rank);
+  for (const auto& n : kLayoutNames)
+    if (n.own_parameters) out += "-" + std::string(n.name) + std::to_string(coords[n.axis]);
   return out;
 }
 

@@ -117,6 +117,12 @@ class MeshShape {
   MeshCoords sizes_;
 };
 
+// A checkpoint shard file's place, "dp1-tp0-pp1": the rank's place in ZeRO's shard group (0 where the ranks
+// of dp x cp hold the same state), then the coordinate of each axis whose ranks hold different parameters (tp,
+// pp), under its layout name. An axis added with parameters of its own names its files by its line in
+// kLayoutNames (mesh.cpp).
+std::string shard_coords_name(int64_t shard_rank, const MeshCoords& coords);
+
 class Mesh {
  public:
   // The rank arithmetic of `rank` in a world of `world_size`, without groups (a world of one gets the

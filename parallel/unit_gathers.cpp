@@ -75,8 +75,8 @@ torch::Tensor release_after_head_backward(const torch::Tensor& x, ParameterUnits
   return ReleaseAfterHeadBackward::apply(x, units);
 }
 
-UnitGathers::UnitGathers(Communicator& dp_group, size_t units, bool reshard_after_forward)
-    : dp_group_(dp_group), reshard_after_forward_(reshard_after_forward), units_(units) {}
+UnitGathers::UnitGathers(size_t units, bool reshard_after_forward)
+    : reshard_after_forward_(reshard_after_forward), units_(units) {}
 
 UnitGathers::~UnitGathers() {
   // A gather still under way writes into storage about to go: let it land (errors are the job's end anyway).
@@ -90,12 +90,12 @@ UnitGathers::~UnitGathers() {
   }
 }
 
-void UnitGathers::add_piece(size_t unit, const torch::Tensor& full, const torch::Tensor& shard) {
+void UnitGathers::add_piece(size_t unit, const torch::Tensor& full, const torch::Tensor& shard, Communicator& group) {
   LOOM_CHECK(unit < units_.size(), "UnitGathers: unit ", unit, " of ", units_.size());
   LOOM_CHECK(full.is_contiguous() && full.storage_offset() == 0 && full.storage().nbytes() == full_storage_bytes(full),
              "UnitGathers: a unit's buffer is a whole flat tensor");
-  LOOM_CHECK(shard.numel() * dp_group_.size() == full.numel(), "UnitGathers: a shard is 1/dp of its buffer");
-  units_[unit].pieces.push_back({full, shard});
+  LOOM_CHECK(shard.numel() * group.size() == full.numel(), "UnitGathers: a shard is 1/n of its buffer over n ranks");
+  units_[unit].pieces.push_back({full, shard, &group});
   resize_storage(full, 0);
 }
 
@@ -107,7 +107,7 @@ void UnitGathers::start_gather(size_t index) {
     resize_storage(piece.full, full_storage_bytes(piece.full));
     // bf16 parameters send the master shard's rounding; fp32 ones the shard itself.
     auto sent = piece.shard.dtype() == piece.full.dtype() ? piece.shard.detach() : piece.shard.detach().to(piece.full.dtype());
-    unit.works.push_back(dp_group_.all_gather_async(sent, piece.full));
+    unit.works.push_back(piece.group->all_gather_async(sent, piece.full));
     unit.sent.push_back(std::move(sent));
   }
   unit.state = State::kGathering;

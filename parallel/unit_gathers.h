@@ -33,14 +33,15 @@ enum class NextPass { kNone, kForward, kBackward };
 
 class UnitGathers : public ParameterUnits {
  public:
-  UnitGathers(Communicator& dp_group, size_t units, bool reshard_after_forward);
+  UnitGathers(size_t units, bool reshard_after_forward);
   ~UnitGathers() override;
   UnitGathers(const UnitGathers&) = delete;
   UnitGathers& operator=(const UnitGathers&) = delete;
 
   // full: the flat parameter buffer (its storage is freed here); shard: this rank's fp32 part of it,
-  // what the optimizer steps (converted to full's dtype, bf16 parameters, as it is sent).
-  void add_piece(size_t unit, const torch::Tensor& full, const torch::Tensor& shard);
+  // what the optimizer steps (converted to full's dtype, bf16 parameters, as it is sent); group: the ranks
+  // whose shards make up full (the bucket's shard group).
+  void add_piece(size_t unit, const torch::Tensor& full, const torch::Tensor& shard, Communicator& group);
 
   void before_forward(size_t unit) override;
   void after_forward(size_t unit) override;
@@ -63,6 +64,7 @@ class UnitGathers : public ParameterUnits {
   enum class State { kFree, kGathering, kGathered };
   struct Piece {
     torch::Tensor full, shard;
+    Communicator* group;
   };
   struct Unit {
     std::vector<Piece> pieces;
@@ -74,7 +76,6 @@ class UnitGathers : public ParameterUnits {
   void wait(size_t unit);  // starts the gather if nobody did
   void free(size_t unit);
 
-  Communicator& dp_group_;
   bool reshard_after_forward_;
   NextPass next_ = NextPass::kNone;
   // Learned from the model's calls (the first step's first forward gathers on demand): the stage's forward

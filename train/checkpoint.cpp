@@ -30,9 +30,7 @@ constexpr int kOldestResumable = 2;
 // written by the first of them, unless each holds its own part of the optimizer state; then the shard's
 // "dp" is the rank's place in ZeRO's shard group (dp x cp, its DP rank when cp is 1; under hybrid sharding
 // cp x dp_shard), written by the first of its replicas.
-std::string shard_name(int64_t dp, const Mesh& mesh) {
-  return shard_file_name(dp, mesh.coord(MeshAxis::kTp), mesh.coord(MeshAxis::kPp));
-}
+std::string shard_name(int64_t dp, const Mesh& mesh) { return shard_file_name(dp, mesh.coords()); }
 std::string shard_name(const Mesh& mesh, bool per_shard_rank) {
   return shard_name(per_shard_rank ? mesh.coord(kShardAxes) : 0, mesh);
 }
@@ -85,8 +83,15 @@ torch::Tensor scalar(int64_t v) { return torch::tensor({v}, torch::kLong); }
 
 }  // namespace
 
-std::string shard_file_name(int64_t dp, int64_t tp, int64_t pp) {
-  return "shard-dp" + std::to_string(dp) + "-tp" + std::to_string(tp) + "-pp" + std::to_string(pp) + ".pt";
+std::string shard_file_name(int64_t shard_rank, const MeshCoords& coords) {
+  return "shard-" + shard_coords_name(shard_rank, coords) + ".pt";
+}
+
+std::string shard_file_name(int64_t shard_rank, int64_t tp, int64_t pp) {
+  MeshCoords coords;
+  coords[MeshAxis::kTp] = tp;
+  coords[MeshAxis::kPp] = pp;
+  return shard_file_name(shard_rank, coords);
 }
 
 fs::path checkpoint_dir(const fs::path& run_dir, int64_t step) {
@@ -236,7 +241,7 @@ void write_manifest(const fs::path& dir, const Config& config, const Mesh& mesh,
   manifest["tokens"] = state.tokens;
   manifest["layout"] = nlohmann::json::object();
   for (const auto& [axis, size] : mesh.shape().named_sizes()) manifest["layout"][axis] = size;
-  manifest["layout"]["zero"] = config.parallel.zero;
+  manifest["layout"]["zero"] = static_cast<int>(config.parallel.zero);
   // How each tensor-parallel parameter is cut into the tp shards (the others are whole in every shard),
   // and which parameters each pipeline stage holds (so that another layout finds them).
   manifest["tensor_parallel"] = nlohmann::json::object();

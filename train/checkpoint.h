@@ -41,8 +41,10 @@ struct CheckpointParts {
 };
 
 std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir, int64_t step);
-// "shard-dp0-tp1-pp0.pt": the shard file of these mesh coordinates.
-std::string shard_file_name(int64_t dp, int64_t tp, int64_t pp);
+// "shard-dp0-tp1-pp0.pt": the shard file of the rank at `coords` whose place in ZeRO's shard group is
+// shard_rank (parallel/mesh.h shard_coords_name); the second form for a saved layout's (tp, pp) position.
+std::string shard_file_name(int64_t shard_rank, const MeshCoords& coords);
+std::string shard_file_name(int64_t shard_rank, int64_t tp, int64_t pp);
 
 // Collective over mesh.world(): rank 0 of dp x cp of each (tp, pp) writes its shard (replicas are identical;
 // with a sharded optimizer every rank of the shard group writes its own part of the weights and optimizer

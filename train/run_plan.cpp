@@ -52,7 +52,7 @@ std::optional<std::string> RunPlan::memory_shortfall(int64_t stage_index, int64_
   const int64_t model = memory.weights + memory.gradients + memory.optimizer + memory.gathered;
   // As `loom info` names the layout; a pipeline names the stage too.
   std::string layout = layout_.describe(" x ", " ");
-  if (config_.parallel.zero >= 1) layout += " with ZeRO-" + std::to_string(config_.parallel.zero);
+  if (config_.parallel.zero != ZeroStage::kNone) layout += std::string(" with ZeRO-") + enum_name(config_.parallel.zero);
   if (config_.parallel.pp > 1) layout += " on pipeline stage " + std::to_string(stage_index);
   if (model > available)
     return fmt::format(

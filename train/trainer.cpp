@@ -76,14 +76,19 @@ Trainer::Trainer(RunPlan plan, const ProcessGroup& processes, TaskData data)
   // ZeRO-3: the model's units, each gathered around its forward and backward by the gradient sync.
   // Gradients are averaged over every rank holding the same parameters, dp x cp; ZeRO shards over its shard
   // group (all of them, or under hybrid sharding cp x dp_shard, replicated over dp_replicate).
-  const auto units =
-      config_.parallel.zero == 3 ? task_->model().parameter_units() : std::vector<std::vector<torch::Tensor>>{};
-  LOOM_CHECK(config_.parallel.zero != 3 || !units.empty(), "parallel.zero 3: model.arch ",
-             enum_name(config_.model.arch), " has no parameter units");
+  ShardingOptions sharding;
+  sharding.zero = config_.parallel.zero;
+  sharding.bucket_mb = config_.parallel.bucket_mb;
+  sharding.param_dtype = config_.precision.param_dtype == ParamDtype::kBf16 ? torch::kBFloat16 : torch::kFloat;
+  sharding.deferred = completed_late;
+  if (sharding_strategy(sharding.zero).shards_parameters()) sharding.units = task_->model().parameter_units();
+  LOOM_CHECK(!sharding_strategy(sharding.zero).shards_parameters() || !sharding.units.empty(),
+             "parallel.zero 3: model.arch ", enum_name(config_.model.arch), " has no parameter units");
+  sharding.reshard_after_forward = config_.parallel.reshard_after_forward;
   gradient_sync_ = std::make_unique<GradientSync>(
-      weight_decay_groups(task_->model()), mesh_.device_group(kShardAxes), config_.parallel.bucket_mb,
-      config_.parallel.zero, config_.precision.param_dtype == ParamDtype::kBf16 ? torch::kBFloat16 : torch::kFloat,
-      completed_late, units, config_.parallel.reshard_after_forward, &mesh_.device_group(kReplicaAxes));
+      std::vector<ShardedParameters>{
+          {weight_decay_groups(task_->model()), &mesh_.device_group(kShardAxes), &mesh_.device_group(kReplicaAxes)}},
+      sharding);
   task_->model().set_parameter_units(gradient_sync_->parameter_units());
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
   tp_sharded_ = tensor_parallel_ranges(task_->model(), gradient_sync_->optimizer_slices());

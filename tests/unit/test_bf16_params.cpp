@@ -99,7 +99,8 @@ TEST_CASE("bf16 parameters: fp32 accumulation, fp32 AdamW master, weights = mast
 
     auto self = make_self_communicator();
     // A small bucket size: several buckets, each its own master.
-    GradientSync sync(weight_decay_groups(model), *self, 0.001, zero, torch::kBFloat16);
+    GradientSync sync(loom::test::one_entry(weight_decay_groups(model), *self),
+                      loom::test::zero_stage(zero, 0.001, torch::kBFloat16));
     REQUIRE(sync.has_master());
     const auto params = model.parameters();  // handles: they see the dtype and storage changes below
     for (size_t i = 0; i < fp32_start.size(); ++i) {
@@ -183,7 +184,7 @@ TEST_CASE("bf16 parameters: fp32 parameters are untouched by the default", "[bf1
   TwoLayer model;
   const auto start = clones(model.parameters(), torch::kFloat);
   auto self = make_self_communicator();
-  GradientSync sync(weight_decay_groups(model), *self, 0.001, /*zero=*/0);
+  GradientSync sync(loom::test::one_entry(weight_decay_groups(model), *self), loom::test::zero_stage(0, 0.001));
   CHECK_FALSE(sync.has_master());
   const auto params = model.parameters();
   for (size_t i = 0; i < start.size(); ++i) {

@@ -16,6 +16,8 @@
 
 using namespace loom;
 using loom::test::max_abs_diff;
+using loom::test::one_entry;
+using loom::test::zero_stage;
 
 namespace {
 
@@ -134,9 +136,9 @@ TEST_CASE("gradient sync: ZeRO-1 and ZeRO-2 shards hold the DP average of accumu
         if (defer_first) deferred.push_back(params.front());
         std::optional<CountingCommunicator> counted_replicas;
         if (hybrid) counted_replicas.emplace(*replicas);
-        GradientSync sync(weight_decay_groups(model), shard_group, 0.0002, zero, torch::kFloat, deferred, {}, true,
-                          hybrid ? &*counted_replicas : nullptr);
-        REQUIRE(sync.bucket_count() > GradientSync::kReductionsInFlight);
+        GradientSync sync(one_entry(weight_decay_groups(model), shard_group, hybrid ? &*counted_replicas : nullptr),
+                          zero_stage(zero, 0.0002, torch::kFloat, deferred));
+        REQUIRE(sync.bucket_count() > loom::kReductionsInFlight);
         for (int step = 0; step < 2; ++step) {
           INFO("step " << step);
           reference_backward(reference, ranks, step);
@@ -160,7 +162,7 @@ TEST_CASE("gradient sync: ZeRO-1 and ZeRO-2 shards hold the DP average of accumu
           const int buckets = static_cast<int>(sync.bucket_count());
           if (hybrid)
             CHECK(started - step * buckets ==
-                  (zero == 2 && !defer_first ? buckets - static_cast<int>(GradientSync::kReductionsInFlight) : 0));
+                  (zero == 2 && !defer_first ? buckets - static_cast<int>(loom::kReductionsInFlight) : 0));
           sync.finish();
           if (hybrid) CHECK(counted_replicas->all_reduces_started() == (step + 1) * buckets);
 
@@ -200,7 +202,7 @@ TEST_CASE("gradient sync: ZeRO-2 partitions the optimizer state as ZeRO-1 does",
   ThreeLayer model;
   std::vector<std::vector<std::tuple<int64_t, int64_t, int64_t>>> layouts;
   for (const int64_t zero : {1, 2}) {
-    GradientSync sync(weight_decay_groups(model), *comm, 0.001, zero);
+    GradientSync sync(one_entry(weight_decay_groups(model), *comm), zero_stage(zero, 0.001));
     layouts.emplace_back();
     for (const auto& tensor : sync.optimizer_slices())
       for (const auto& s : tensor) layouts.back().emplace_back(s.parameter_offset, s.offset, s.length);
@@ -264,9 +266,9 @@ TEST_CASE("gradient sync: a deferred parameter has a bucket of its own", "[mpi]"
     INFO("zero " << zero);
     ThreeLayer model;
     const std::vector<std::vector<torch::Tensor>> one_group = {model.parameters()};
-    CHECK(GradientSync(one_group, *comm, 25, zero).bucket_count() == 1);
-    CHECK(GradientSync(one_group, *comm, 25, zero, torch::kFloat, {model.b->weight}).bucket_count() == 3);
-    CHECK(GradientSync(one_group, *comm, 25, zero, torch::kFloat, {model.c->bias}).bucket_count() == 2);
+    CHECK(GradientSync(one_entry(one_group, *comm), zero_stage(zero, 25)).bucket_count() == 1);
+    CHECK(GradientSync(one_entry(one_group, *comm), zero_stage(zero, 25, torch::kFloat, {model.b->weight})).bucket_count() == 3);
+    CHECK(GradientSync(one_entry(one_group, *comm), zero_stage(zero, 25, torch::kFloat, {model.c->bias})).bucket_count() == 2);
   }
 }
 
@@ -282,14 +284,14 @@ TEST_CASE("gradient sync: ZeRO-1 and ZeRO-2 gather the updated shards a few buck
     const auto before = model.parameters();
     std::vector<torch::Tensor> values;
     for (const auto& p : before) values.push_back(p.detach().clone());
-    GradientSync sync(weight_decay_groups(model), counting, 1e-6, zero);  // a bucket per parameter
+    GradientSync sync(one_entry(weight_decay_groups(model), counting), zero_stage(zero, 1e-6));  // a bucket per parameter
     REQUIRE(sync.bucket_count() == 6);
     const int started = counting.all_gathers_started();
     torch::NoGradGuard no_grad;
     for (const auto& shard : sync.optimizer_parameters()) shard.add_(1.0);  // an update every rank makes
     sync.gather_parameters();
     CHECK(counting.all_gathers_started() - started == 6);
-    CHECK(counting.most_all_gathers_in_flight() == static_cast<int>(GradientSync::kReductionsInFlight));
+    CHECK(counting.most_all_gathers_in_flight() == static_cast<int>(loom::kReductionsInFlight));
     const auto after = model.parameters();
     for (size_t i = 0; i < after.size(); ++i) CHECK(max_abs_diff(after[i], values[i] + 1.0) == 0.0);
   }
@@ -302,8 +304,9 @@ TEST_CASE("gradient sync: ZeRO-3 gathers each unit for forward and backward and 
     INFO("reshard_after_forward " << reshard);
     ThreeLayer model = seeded_three_layer(), reference = seeded_three_layer();
     const auto params = model.parameters(), reference_params = reference.parameters();
-    GradientSync sync(weight_decay_groups(model), *comm, 25, 3, torch::kFloat, {},
-                      {model.a->parameters(), model.b->parameters(), model.c->parameters()}, reshard);
+    GradientSync sync(one_entry(weight_decay_groups(model), *comm),
+                      zero_stage(3, 25, torch::kFloat, {}, {model.a->parameters(), model.b->parameters(), model.c->parameters()},
+                                 reshard));
     REQUIRE(sync.shards_parameters());
     CHECK(sync.bucket_count() == 6);  // 3 units x (weights, biases)
     UnitGathers* units = sync.parameter_units();
@@ -359,8 +362,8 @@ TEST_CASE("gradient sync: ZeRO-3 frees the ends between the embeddings and the h
     const auto params = model.parameters(), reference_params = reference.parameters();
     std::vector<torch::Tensor> ends = model.a->parameters();
     for (const auto& p : model.c->parameters()) ends.push_back(p);
-    GradientSync sync(weight_decay_groups(model), *comm, 25, 3, torch::kFloat, {}, {ends, model.b->parameters()},
-                      reshard);
+    GradientSync sync(one_entry(weight_decay_groups(model), *comm),
+                      zero_stage(3, 25, torch::kFloat, {}, {ends, model.b->parameters()}, reshard));
     UnitGathers* units = sync.parameter_units();
     for (int step = 0; step < 2; ++step) {
       INFO("step " << step);
@@ -419,8 +422,9 @@ TEST_CASE("gradient sync: ZeRO-3 under a pipeline schedule's interleaved micro-b
       for (int k = 0; k < ranks; ++k)
         for (int m = 0; m < kMicro; ++m) loss_of(reference, input_of(k, 0, m)).backward();
 
-      GradientSync sync(weight_decay_groups(model), *comm, 25, 3, torch::kFloat, {model.a->weight},
-                        {model.a->parameters(), model.b->parameters(), model.c->parameters()}, reshard);
+      GradientSync sync(one_entry(weight_decay_groups(model), *comm),
+                        zero_stage(3, 25, torch::kFloat, {model.a->weight},
+                                   {model.a->parameters(), model.b->parameters(), model.c->parameters()}, reshard));
       UnitGathers* units = sync.parameter_units();
       sync.zero_grad();
       std::vector<torch::Tensor> losses;
@@ -469,8 +473,8 @@ TEST_CASE("gradient sync: ZeRO-3 gathers values read into its shards", "[mpi]") 
   torch::manual_seed(5);
   ThreeLayer model;
   const auto initial = model.b->weight.detach().clone(), initial_a = model.a->weight.detach().clone();
-  GradientSync sync(weight_decay_groups(model), *comm, 25, 3, torch::kFloat, {},
-                    {model.a->parameters(), model.b->parameters(), model.c->parameters()});
+  GradientSync sync(one_entry(weight_decay_groups(model), *comm),
+                    zero_stage(3, 25, torch::kFloat, {}, {model.a->parameters(), model.b->parameters(), model.c->parameters()}));
   CHECK(model.b->weight.storage().nbytes() == 0);
   {
     // A checkpoint's load writes each rank's part of b.weight into its shard, as optimizer_slices() say.
@@ -491,4 +495,108 @@ TEST_CASE("gradient sync: ZeRO-3 gathers values read into its shards", "[mpi]") 
   CHECK(max_abs_diff(model.a->weight, initial_a) == 0);  // the other units keep theirs
   sync.free_parameters();
   CHECK(model.b->weight.storage().nbytes() == 0);
+}
+
+TEST_CASE("gradient sync: two parameter entries on different shard groups each average over their own", "[mpi]") {
+  // A second entry, as MoE experts are over their expert-data-parallel ranks: `b` averaged and sharded over a
+  // group of its own (two ranks of four; one of two), `a` and `c` over the world. Each rank's optimizer must
+  // see each parameter's gradient averaged over that parameter's group, and the updates must come back into
+  // the weights (ZeRO-3: into the next step's gathers, which the second step's gradients depend on). ZeRO-3's
+  // second unit holds parameters of both entries, gathered over their two groups.
+  auto comm = loom::test::processes().world(/*timeout_s=*/60);
+  const int rank = comm->rank(), ranks = comm->size();
+  const int expert_ranks = ranks >= 4 ? 2 : 1, expert_groups = ranks / expert_ranks;
+  auto experts = comm->split(rank % expert_groups, rank / expert_groups, "expert group");
+  REQUIRE(experts->size() == expert_ranks);
+  for (const int64_t zero : {0, 1, 2, 3}) {
+    INFO("zero " << zero << ", " << ranks << " ranks, expert groups of " << expert_ranks);
+    ThreeLayer model = seeded_three_layer(), reference = seeded_three_layer();
+    const auto params = model.parameters(), reference_params = reference.parameters();
+    // The reference's b as each expert group holds it (they part after the first update).
+    std::vector<std::vector<torch::Tensor>> experts_of(expert_groups);
+    for (auto& held : experts_of)
+      for (const auto& p : reference.b->parameters()) held.push_back(p.detach().clone());
+    const auto use_experts_of = [&](int g) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < 2; ++i) reference.b->parameters()[i].copy_(experts_of[g][i]);
+    };
+    const auto is_expert = [&](size_t p) {
+      return params[p].unsafeGetTensorImpl() == model.b->weight.unsafeGetTensorImpl() ||
+             params[p].unsafeGetTensorImpl() == model.b->bias.unsafeGetTensorImpl();
+    };
+    // Per entry, its optimizer groups (matrices, vectors: with and without weight decay).
+    std::vector<ShardedParameters> entries = {
+        {{{model.a->weight, model.c->weight}, {model.a->bias, model.c->bias}}, comm.get(), nullptr},
+        {{{model.b->weight}, {model.b->bias}}, experts.get(), nullptr}};
+    std::vector<std::vector<torch::Tensor>> units;
+    if (zero == 3) units = {model.a->parameters(), {model.b->weight, model.b->bias, model.c->weight, model.c->bias}};
+    GradientSync sync(entries, zero_stage(zero, 0.0002, torch::kFloat, {}, units));
+    // Buckets never mix entries: of ~200 bytes, a's and c's weights in two and their biases in one, b's two;
+    // ZeRO-3: per unit, entry and group (a: 2; b and c: 2 + 2).
+    CHECK(sync.bucket_count() == (zero == 3 ? 6 : 5));
+    const auto loss = [&](const torch::Tensor& x) {
+      if (zero != 3) return loss_of(model, x);
+      ParameterUnits* gathers = sync.parameter_units();
+      gathers->before_forward(0);
+      auto h = torch::tanh(model.a(x));
+      h = run_unit(gathers, 1, [&] { return model.c(torch::tanh(model.b(h))); });
+      return h.pow(2).mean();
+    };
+    for (int step = 0; step < 2; ++step) {
+      INFO("step " << step);
+      // The reference's averages: a's and c's over every rank, each rank's inputs through its expert group's b;
+      // b's over the ranks of its group.
+      std::vector<torch::Tensor> expected(params.size());
+      for (auto& p : reference_params) p.mutable_grad() = torch::Tensor();
+      for (int k = 0; k < ranks; ++k) {
+        use_experts_of(k % expert_groups);
+        for (int m = 0; m < kMicroBatches; ++m) loss_of(reference, input_of(k, step, m)).backward();
+      }
+      for (size_t p = 0; p < params.size(); ++p)
+        if (!is_expert(p)) expected[p] = reference_params[p].grad() / ranks;
+      std::vector<std::vector<torch::Tensor>> expert_averages(expert_groups);
+      for (int g = 0; g < expert_groups; ++g) {
+        use_experts_of(g);
+        for (auto& p : reference.b->parameters()) p.mutable_grad() = torch::Tensor();
+        for (int k = 0; k < ranks; ++k)
+          if (k % expert_groups == g)
+            for (int m = 0; m < kMicroBatches; ++m) loss_of(reference, input_of(k, step, m)).backward();
+        for (const auto& p : reference.b->parameters()) expert_averages[g].push_back(p.grad() / expert_ranks);
+      }
+      expected[index_of(params, model.b->weight)] = expert_averages[rank % expert_groups][0];
+      expected[index_of(params, model.b->bias)] = expert_averages[rank % expert_groups][1];
+      sync.zero_grad();
+      for (int m = 0; m < kMicroBatches; ++m) {
+        if (m == kMicroBatches - 1) sync.prepare_last_backward();
+        loss(input_of(rank, step, m)).backward();
+      }
+      sync.finish();
+      const auto shards = sync.optimizer_parameters();
+      const auto slices = sync.optimizer_slices();
+      REQUIRE(shards.size() == slices.size());
+      int64_t checked = 0;
+      for (size_t i = 0; i < shards.size(); ++i) {
+        for (const auto& slice : slices[i]) {
+          const auto want = expected[index_of(params, slice.parameter)].reshape(-1).narrow(0, slice.parameter_offset,
+                                                                                           slice.length);
+          const auto got = shards[i].grad().reshape(-1).narrow(0, slice.offset, slice.length);  // zero 0: whole
+          CHECK(max_abs_diff(got, want) <= 1e-6 * (1.0 + want.abs().max().item<double>()));
+          checked += slice.length;
+        }
+      }
+      CHECK(checked > 0);
+      // The same SGD step on what the optimizer steps and on the reference.
+      torch::NoGradGuard no_grad;
+      for (const auto& shard : shards) shard.sub_(shard.grad() * 0.5);
+      for (size_t p = 0; p < params.size(); ++p)
+        if (!is_expert(p)) reference_params[p].sub_(expected[p] * 0.5);
+      for (int g = 0; g < expert_groups; ++g)
+        for (size_t i = 0; i < 2; ++i) experts_of[g][i].sub_(expert_averages[g][i] * 0.5);
+      use_experts_of(rank % expert_groups);
+      sync.gather_parameters();
+      if (zero == 3) continue;  // the weights are shards until the next forward gathers them
+      for (size_t p = 0; p < params.size(); ++p)
+        CHECK(max_abs_diff(params[p], reference_params[p]) <= 1e-6 * (1.0 + reference_params[p].abs().max().item<double>()));
+    }
+  }
 }

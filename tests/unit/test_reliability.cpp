@@ -174,7 +174,7 @@ TEST_CASE("memory check: MemAvailable, the estimate, and the refusal", "[reliabi
   // The same model over 4 ranks with ZeRO-1 keeps a quarter of the AdamW state per rank (and of the batch):
   // 4 weights + 4 gradient buckets + 1 (its quarter of the reduced gradient) + 2 (a quarter of 8 AdamW).
   config.parallel.dp = 4;
-  config.parallel.zero = 1;
+  config.parallel.zero = loom::ZeroStage::kOptimizer;
   const int64_t quarter = loom::estimate_memory(config).activations;
   CHECK(quarter < activations);
   CHECK_FALSE(shortfall(config, 11 * params + 16 + quarter).has_value());

@@ -19,6 +19,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "parallel/process_group.h"
+#include "parallel/sharding.h"
 
 namespace loom::test {
 
@@ -66,6 +67,29 @@ inline int64_t numel_sum(torch::nn::Module& model) {
   int64_t n = 0;
   for (const auto& p : model.parameters()) n += p.numel();
   return n;
+}
+
+// A gradient sync's one entry: every parameter (per optimizer group) averaged and sharded over shard_group,
+// replicated over replicas (hybrid sharding; null: none).
+inline std::vector<loom::ShardedParameters> one_entry(const std::vector<std::vector<torch::Tensor>>& groups,
+                                                      loom::Communicator& shard_group,
+                                                      loom::Communicator* replicas = nullptr) {
+  return {{groups, &shard_group, replicas}};
+}
+
+// The sharding options of ZeRO stage `zero` (0 to 3) with buckets of bucket_mb; the rest as given.
+inline loom::ShardingOptions zero_stage(int64_t zero, double bucket_mb, torch::ScalarType param_dtype = torch::kFloat,
+                                        std::vector<torch::Tensor> deferred = {},
+                                        std::vector<std::vector<torch::Tensor>> units = {},
+                                        bool reshard_after_forward = true) {
+  loom::ShardingOptions options;
+  options.zero = static_cast<loom::ZeroStage>(zero);
+  options.bucket_mb = bucket_mb;
+  options.param_dtype = param_dtype;
+  options.deferred = std::move(deferred);
+  options.units = std::move(units);
+  options.reshard_after_forward = reshard_after_forward;
+  return options;
 }
 
 inline std::filesystem::path source_dir() {
