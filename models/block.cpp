@@ -54,13 +54,14 @@ torch::Tensor BlockImpl::sublayer(const torch::Tensor& x, Norm& norm, F&& f) {
   return x + drop(f(norm->forward_into_matmul(x)));
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs) {
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, KVCache* cache, const BlockInputs& inputs,
+                                 ActivationCheckpointing checkpointing) {
   const bool recompute = is_training() && cache == nullptr && inputs.memory_keys == nullptr;
-  if (recompute && checkpointing_ == ActivationCheckpointing::kFull)
+  if (recompute && checkpointing == ActivationCheckpointing::kFull)
     return recompute_in_backward(sublayers_, x, tp_rng_, side_of(inputs));
   auto h = self_attention_half(x, cache, inputs);
   if (cross_attention_) h = cross_attention_half(h, inputs);
-  if (recompute && checkpointing_ == ActivationCheckpointing::kSelective)
+  if (recompute && checkpointing == ActivationCheckpointing::kSelective)
     return recompute_in_backward(mlp_sublayer_, h, tp_rng_);
   return mlp_half(h);
 }

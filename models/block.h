@@ -7,7 +7,7 @@
 // With activation checkpointing (training only, no KV cache; every kind of block: pre- or post-norm, with
 // or without cross-attention, masks and packed documents) the block, or only its MLP sub-layer, keeps just
 // its input (and the side tensors it reads: masks, the encoder output) for backward and is recomputed there
-// (models/recompute.h).
+// (models/recompute.h). A model's blocks take the mode from its BlockRunner (models/block_runner.h).
 #pragma once
 #include <torch/torch.h>
 
@@ -18,7 +18,6 @@
 #include "models/recompute.h"
 
 namespace loom {
-
 
 struct BlockOptions {
   // The cross-attention takes these too, made bidirectional and windowless. Its tp is the block's: with
@@ -44,9 +43,9 @@ struct BlockInputs {
 class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const BlockOptions& options);
-  // (B, T, C) -> (B, T, C)
-  torch::Tensor forward(const torch::Tensor& x, KVCache* cache = nullptr, const BlockInputs& inputs = {});
-  void set_checkpointing(ActivationCheckpointing mode) { checkpointing_ = mode; }
+  // (B, T, C) -> (B, T, C), recomputed in backward as `checkpointing` says
+  torch::Tensor forward(const torch::Tensor& x, KVCache* cache = nullptr, const BlockInputs& inputs = {},
+                        ActivationCheckpointing checkpointing = ActivationCheckpointing::kNone);
 
  private:
   template <class F>
@@ -60,7 +59,6 @@ class BlockImpl : public torch::nn::Module {
   bool post_norm_;
   TensorParallelRng* tp_rng_;    // the stream of this rank's heads (and positions), under TP
   TensorParallelRng* shard_rng_;  // sequence parallelism: the stream of the residual dropout
-  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::kNone;
   // What recompute_in_backward re-runs; members so that they live as long as the block. Full checkpointing
   // recomputes the block as its residual sub-layers, one at a time, so that backward never holds two
   // sub-layers' activations at once (the ones before each run once more, without gradients, to give it its

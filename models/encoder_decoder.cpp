@@ -49,6 +49,9 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
   dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
   encoder_ = build.blocks<Block>("encoder", 0, encoder_layers, encoder_block);
   decoder_ = build.blocks<Block>("decoder", encoder_layers, config.n_layers, decoder_block);
+  std::vector<Block> blocks = encoder_;  // in forward order
+  blocks.insert(blocks.end(), decoder_.begin(), decoder_.end());
+  runner().set_blocks(std::move(blocks));
   if (!encoder_block.post_norm) {
     if (ends_encoder_) encoder_norm_ = register_module("encoder_norm", Norm(encoder_block.norm));
     if (stage_.last) decoder_norm_ = register_module("decoder_norm", Norm(encoder_block.norm));
@@ -68,7 +71,7 @@ std::vector<torch::Tensor> EncoderDecoderImpl::forward_stage(const torch::Tensor
                                                              const torch::Tensor& target_inputs,
                                                              const std::vector<torch::Tensor>& inputs) {
   TORCH_CHECK(stage_.first || inputs.size() == 2, "a later pipeline stage takes [source side, target side]");
-  if (units_ != nullptr) units_->before_forward(0);  // the ends: embedding, positions, final norms, head
+  runner().keep_ends();  // ZeRO-3's ends: embedding, positions, final norms, head
   // x: (B, S, C): the encoder's hidden states, from the stage ending the encoder on the memory;
   // y: (B, T, C): the embedded target, then the decoder's hidden states.
   auto x = stage_.first ? embed(source, 0, Side::kSource) : inputs[0];
@@ -113,7 +116,7 @@ torch::Tensor EncoderDecoderImpl::head(const torch::Tensor& hidden) {
 
 torch::Tensor EncoderDecoderImpl::encode(const torch::Tensor& source, const torch::Tensor& source_padding) {
   TORCH_CHECK(whole(), "encode() runs the whole model; a pipeline stage runs forward_stage()");
-  if (units_ != nullptr) units_->before_forward(0);  // the ends, kept for the decoder's embedding and head
+  runner().keep_ends();  // ZeRO-3's ends, kept for the decoder's embedding and head
   auto x = embed(source, 0, Side::kSource);
   BlockInputs inputs;
   inputs.padding = source_padding;
@@ -122,30 +125,16 @@ torch::Tensor EncoderDecoderImpl::encode(const torch::Tensor& source, const torc
 }
 
 torch::Tensor EncoderDecoderImpl::run_encoder_blocks(torch::Tensor x, const BlockInputs& inputs) {
-  for (int64_t i = 0; i < n_encoder_blocks(); ++i)
-    x = run_unit(units_, static_cast<size_t>(1 + i), [&] { return encoder_[i]->forward(x, nullptr, inputs); });
+  for (size_t i = 0; i < encoder_.size(); ++i) x = runner().block(i, x, nullptr, inputs);
   return x;
 }
 
 torch::Tensor EncoderDecoderImpl::run_decoder_blocks(torch::Tensor y, BlockInputs inputs, DecoderState* state) {
-  for (int64_t i = 0; i < n_decoder_blocks(); ++i) {
+  for (size_t i = 0; i < decoder_.size(); ++i) {
     inputs.memory_keys = state != nullptr ? &state->cross[i] : nullptr;
-    y = run_unit(units_, static_cast<size_t>(1 + n_encoder_blocks() + i),
-                 [&] { return decoder_[i]->forward(y, state != nullptr ? &state->self[i] : nullptr, inputs); });
+    y = runner().block(encoder_.size() + i, y, state != nullptr ? &state->self[i] : nullptr, inputs);
   }
   return y;
-}
-
-void EncoderDecoderImpl::set_activation_checkpointing(ActivationCheckpointing mode) {
-  for (auto* stack : {&encoder_, &decoder_})
-    for (auto& block : *stack) block->set_checkpointing(mode);
-}
-
-std::vector<std::vector<torch::Tensor>> EncoderDecoderImpl::parameter_units() const {
-  std::vector<const torch::nn::Module*> blocks;
-  for (const auto* stack : {&encoder_, &decoder_})
-    for (const auto& block : *stack) blocks.push_back(block.get());
-  return ends_and_block_units(*this, blocks);
 }
 
 torch::Tensor EncoderDecoderImpl::run_decoder(const torch::Tensor& x, const torch::Tensor& memory,
@@ -172,7 +161,7 @@ torch::Tensor EncoderDecoderImpl::forward(const torch::Tensor& source, const tor
 
 DecoderState EncoderDecoderImpl::start_decoding(const torch::Tensor& source, const torch::Tensor& source_lengths,
                                                 const KVCaches::Factory& make_cache) {
-  TORCH_CHECK(units_ == nullptr, "a ZeRO-3 model does not decode incrementally: load it whole");
+  TORCH_CHECK(!runner().gathers(), "a ZeRO-3 model does not decode incrementally: load it whole");
   DecoderState state;
   state.source_padding = padding_mask(source_lengths, source.size(1));
   state.memory = encode(source, state.source_padding);

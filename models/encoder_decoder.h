@@ -27,9 +27,10 @@
 // before its k/v rows, as it gathers the decoder's positions before its q rows. Attention masks are over the
 // whole (gathered) sequences; S and T must be multiples of tp (the translation task pads its batches so).
 // Pipeline stages then pass on [(B, S / tp, C), (B, T / tp, C)]. Incremental decoding loads the model whole.
-// ZeRO-3 (parallel.zero 3, parallel/parameter_units.h): the units are the ends (embedding, positions, final
-// norms, head), then the stage's encoder blocks and decoder blocks in forward order, each block gathered
-// around its forward (forward(), forward_stage(): training and evaluation) and its backward.
+// ZeRO-3 (parallel.zero 3) and activation checkpointing are applied from outside (StagedModel::parallelize):
+// the stage's encoder blocks then decoder blocks run through its BlockRunner (models/block_runner.h), the
+// units being the ends (embedding, positions, final norms, head, kept gathered: keep_ends) and the blocks,
+// each gathered around its forward (forward(), forward_stage(): training and evaluation) and its backward.
 //
 // Padding: source keys are masked in the encoder's self-attention and the decoder's cross-attention
 // (from source_lengths). The decoder needs only its causal mask: target padding trails, so a real
@@ -47,7 +48,6 @@
 #include "models/layers.h"
 #include "models/parallel_linear.h"
 #include "models/vocab_parallel_embedding.h"
-#include "parallel/parameter_units.h"
 
 namespace loom {
 
@@ -109,21 +109,15 @@ class EncoderDecoderImpl : public StagedModel {
   Block& decoder_block(int64_t i) { return decoder_[i]; }
   int64_t n_encoder_blocks() const { return static_cast<int64_t>(encoder_.size()); }
   int64_t n_decoder_blocks() const { return static_cast<int64_t>(decoder_.size()); }
-  // ZeRO-3's units (models/model_stage.h ends_and_block_units): unit 0 the ends, unit 1 + i encoder block i,
-  // unit 1 + n_encoder_blocks() + i decoder block i. With units set, incremental decoding is refused.
-  std::vector<std::vector<torch::Tensor>> parameter_units() const override;
-  void set_parameter_units(ParameterUnits* units) override { units_ = units; }
   const ModelConfig& config() const { return config_; }
-  // Recompute every encoder and decoder block's activations in backward (train.activation_checkpointing);
-  // training only.
-  void set_activation_checkpointing(ActivationCheckpointing mode);
   Communicator* tp_group() const override { return tp_.group(); }
 
  private:
   torch::Tensor run_decoder(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& source_padding,
                             DecoderState* state);
-  // x through this stage's encoder blocks, y through its decoder blocks (attending to inputs.memory), each
-  // block one unit; state: incremental decoding's caches, or null.
+  // x through this stage's encoder blocks, y through its decoder blocks (attending to inputs.memory), run by
+  // the runner (its blocks 0.. n_encoder_blocks() - 1, then the decoder's); state: incremental decoding's
+  // caches, or null.
   torch::Tensor run_encoder_blocks(torch::Tensor x, const BlockInputs& inputs);
   torch::Tensor run_decoder_blocks(torch::Tensor y, BlockInputs inputs, DecoderState* state);
 
@@ -140,7 +134,6 @@ class EncoderDecoderImpl : public StagedModel {
   torch::nn::Dropout dropout_{nullptr};
   std::vector<Block> encoder_, decoder_;                // this stage's
   Norm encoder_norm_{nullptr}, decoder_norm_{nullptr};  // pre-norm only: the stacks' outputs are not normed
-  ParameterUnits* units_ = nullptr;                     // ZeRO-3 only
 };
 TORCH_MODULE(EncoderDecoder);
 

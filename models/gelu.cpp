@@ -12,7 +12,6 @@
 namespace loom {
 namespace {
 
-namespace kernels = gelu_kernels;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -35,7 +34,7 @@ struct Bf16GeluTables {
   }
 };
 
-kernels::Bf16Tables bf16_tables() {
+gelu_kernels::Bf16Tables bf16_tables() {
   static const Bf16GeluTables tables;
   return {tables.value.data(), tables.slope.data()};
 }
@@ -50,10 +49,10 @@ struct GeluTanh : public torch::autograd::Function<GeluTanh> {
     auto y = torch::empty_like(xc);
     at::parallel_for(0, xc.numel(), kGrain, [&](int64_t begin, int64_t end) {
       if (xc.scalar_type() == torch::kBFloat16)
-        (portable ? kernels::DEFAULT::forward_bf16 : kernels::AVX512::forward_bf16)(
+        (portable ? gelu_kernels::DEFAULT::forward_bf16 : gelu_kernels::AVX512::forward_bf16)(
             bf16_bits(xc) + begin, bf16_bits(y) + begin, end - begin, bf16_tables());
       else
-        (portable ? kernels::DEFAULT::forward_float : kernels::AVX512::forward_float)(
+        (portable ? gelu_kernels::DEFAULT::forward_float : gelu_kernels::AVX512::forward_float)(
             xc.data_ptr<float>() + begin, y.data_ptr<float>() + begin, end - begin);
     });
     ctx->save_for_backward({xc});
@@ -69,10 +68,10 @@ struct GeluTanh : public torch::autograd::Function<GeluTanh> {
     auto grad_x = torch::empty_like(x);
     at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
       if (x.scalar_type() == torch::kBFloat16)
-        (portable ? kernels::DEFAULT::backward_bf16 : kernels::AVX512::backward_bf16)(
+        (portable ? gelu_kernels::DEFAULT::backward_bf16 : gelu_kernels::AVX512::backward_bf16)(
             bf16_bits(grad) + begin, bf16_bits(x) + begin, bf16_bits(grad_x) + begin, end - begin, bf16_tables());
       else
-        (portable ? kernels::DEFAULT::backward_float : kernels::AVX512::backward_float)(
+        (portable ? gelu_kernels::DEFAULT::backward_float : gelu_kernels::AVX512::backward_float)(
             grad.data_ptr<float>() + begin, x.data_ptr<float>() + begin, grad_x.data_ptr<float>() + begin, end - begin);
     });
     return {grad_x, torch::Tensor()};

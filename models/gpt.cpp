@@ -67,16 +67,13 @@ GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const M
   }
   dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
   blocks_ = build.blocks<Block>("blocks", 0, config.n_layers, block);
+  runner().set_blocks(blocks_);
   if (stage_.last) final_norm_ = register_module("final_norm", Norm(block.norm));
   ends_.build_head(build, config, tp);
 
   torch::NoGradGuard no_grad;
   ends_.init_embedding(config.init_std);
   if (position_embedding) torch::nn::init::normal_(position_embedding->weight, 0.0, config.init_std);
-}
-
-void GptImpl::set_activation_checkpointing(ActivationCheckpointing mode) {
-  for (auto& block : blocks_) block->set_checkpointing(mode);
 }
 
 torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position, const torch::Tensor& positions) {
@@ -102,13 +99,13 @@ torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position
 }
 
 torch::Tensor GptImpl::head(const torch::Tensor& hidden) {
-  return run_head(units_, hidden, [&](const torch::Tensor& h) { return ends_.logits(final_norm_->forward(h)); });
+  return runner().head(hidden, [&](const torch::Tensor& h) { return ends_.logits(final_norm_->forward(h)); });
 }
 
 torch::Tensor GptImpl::forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden,
                                      const torch::Tensor& positions) {
   // ZeRO-3's ends unit: gathered for the embeddings and again for the head, freed over the blocks.
-  auto x = stage_.first ? run_embeddings(units_, [&] { return embed(tokens, 0, positions); }) : hidden;
+  auto x = stage_.first ? runner().embeddings([&] { return embed(tokens, 0, positions); }) : hidden;
   BlockInputs inputs;
   inputs.positions = positions;
   x = run_blocks(x, nullptr, inputs);
@@ -116,19 +113,9 @@ torch::Tensor GptImpl::forward_stage(const torch::Tensor& tokens, const torch::T
 }
 
 torch::Tensor GptImpl::run_blocks(torch::Tensor x, KVCaches* caches, const BlockInputs& inputs) {
-  for (int64_t i = 0; i < n_blocks(); ++i) {
-    // The gathers sit here, outside the block's own activation checkpointing: a recompute runs while its
-    // block is gathered for backward.
-    x = run_unit(units_, static_cast<size_t>(i) + 1,
-                 [&] { return blocks_[i]->forward(x, caches != nullptr ? &(*caches)[static_cast<size_t>(i)] : nullptr, inputs); });
-  }
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    x = runner().block(i, x, caches != nullptr ? &(*caches)[i] : nullptr, inputs);
   return x;
-}
-
-std::vector<std::vector<torch::Tensor>> GptImpl::parameter_units() const {
-  std::vector<const torch::nn::Module*> blocks;
-  for (const auto& block : blocks_) blocks.push_back(block.get());
-  return ends_and_block_units(*this, blocks);
 }
 
 std::vector<int64_t> GptImpl::hidden_shape(int64_t B, int64_t T) const {
@@ -142,9 +129,9 @@ torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, KVCaches* caches,
   TORCH_CHECK(caches == nullptr || !tp_.sequence_parallel(), "a sequence-parallel model does not generate: load it whole");
   // A prompt is one document: generation never packs.
   TORCH_CHECK(caches == nullptr || !positions.defined(), "packed documents' positions take no KV cache");
-  TORCH_CHECK(caches == nullptr || units_ == nullptr, "a ZeRO-3 model does not generate: load it whole");
+  TORCH_CHECK(caches == nullptr || !runner().gathers(), "a ZeRO-3 model does not generate: load it whole");
   const int64_t past = caches != nullptr ? caches->seen() : 0;
-  auto x = run_embeddings(units_, [&] { return embed(tokens, past, positions); });
+  auto x = runner().embeddings([&] { return embed(tokens, past, positions); });
   BlockInputs inputs;
   inputs.positions = positions;
   return run_blocks(x, caches, inputs);
@@ -154,8 +141,8 @@ torch::Tensor GptImpl::final_hidden(const torch::Tensor& tokens, const torch::Te
   TORCH_CHECK(tp_.size() <= 1, "final_hidden() is for a model that is not tensor-parallel");
   // The output layer's product is the caller's (head_weight(), the ends still gathered), with its gradients
   // computed in forward (optim/linear_cross_entropy.h): the head's backward here is the final norm's.
-  return run_head(units_, trunk(tokens, nullptr, positions),
-                  [&](const torch::Tensor& h) { return final_norm_->forward(h); });
+  return runner().head(trunk(tokens, nullptr, positions),
+                       [&](const torch::Tensor& h) { return final_norm_->forward(h); });
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens, KVCaches* caches,

@@ -15,6 +15,8 @@
 // Context parallelism: built with a CP group, the model is handed this rank's part of each sequence
 // (parallel/context_parallel_layout.h: 2 of its 2 cp chunks); positions are global (learned, sinusoidal,
 // RoPE, ALiBi) and attention runs round the group (ring attention); everything else is per token.
+// ZeRO-3 and activation checkpointing are applied from outside (StagedModel::parallelize): embeddings, blocks
+// and head run through the stage's BlockRunner (models/block_runner.h), the ends freed over the blocks.
 #pragma once
 #include <torch/torch.h>
 
@@ -26,7 +28,6 @@
 #include "models/estimates.h"
 #include "models/layers.h"
 #include "models/model_stage.h"
-#include "parallel/parameter_units.h"
 
 namespace loom {
 
@@ -64,8 +65,6 @@ class GptImpl : public StagedModel {
   const torch::Tensor& head_weight() const { return ends_.head_weight(); }  // (V or V_r, C): the embedding's when tied
 
   const ModelConfig& config() const { return config_; }
-  // Recompute block activations in backward (train.activation_checkpointing); training only.
-  void set_activation_checkpointing(ActivationCheckpointing mode);
   Communicator* tp_group() const override { return tp_.group(); }
   int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   // One contiguous KV cache per block, keeping what the attention window needs (models/kv_cache.h).
@@ -75,15 +74,11 @@ class GptImpl : public StagedModel {
   const ContextParallelism& context_parallelism() const { return cp_; }
   // The token embedding, as StagedModel says.
   torch::Tensor stage_tied_embedding() const override { return ends_.stage_tied_embedding(); }
-  // ZeRO-3's units: unit 0 every parameter outside the blocks (embeddings, final norm, head), unit 1 + i this
-  // stage's block i; generation (KV caches) runs a whole, unsharded model.
-  std::vector<std::vector<torch::Tensor>> parameter_units() const override;
-  void set_parameter_units(ParameterUnits* units) override { units_ = units; }
 
  private:
   // embed -> blocks: (B, T, C)
   torch::Tensor trunk(const torch::Tensor& tokens, KVCaches* caches, const torch::Tensor& positions);
-  // x through this stage's blocks, each one unit (caches: one per block, or null)
+  // x through this stage's blocks, run by the runner (caches: one per block, or null)
   torch::Tensor run_blocks(torch::Tensor x, KVCaches* caches, const BlockInputs& inputs);
 
   ModelConfig config_;
@@ -96,7 +91,6 @@ class GptImpl : public StagedModel {
   torch::nn::Dropout dropout_{nullptr};
   std::vector<Block> blocks_;  // this stage's, blocks_[i] is global block stage_.first_block + i
   Norm final_norm_{nullptr};
-  ParameterUnits* units_ = nullptr;  // ZeRO-3 only
 };
 TORCH_MODULE(Gpt);
 

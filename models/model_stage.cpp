@@ -77,4 +77,11 @@ std::vector<std::vector<torch::Tensor>> ends_and_block_units(const torch::nn::Mo
   return units;
 }
 
+std::vector<std::vector<torch::Tensor>> StagedModel::parameter_units() const {
+  std::vector<const torch::nn::Module*> blocks;
+  for (const auto& block : runner_.blocks()) blocks.push_back(block.get());
+  if (blocks.empty()) return {};
+  return ends_and_block_units(*this, blocks);
+}
+
 }  // namespace loom

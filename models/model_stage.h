@@ -10,7 +10,8 @@
 //                  stages' gradients (train/pipeline_runner.h).
 //   ends_and_block_units  a stage's ZeRO-3 units (parallel/parameter_units.h): its ends, then its blocks.
 //   StagedModel    the base of every family's model: what the Trainer, the pipeline runner and the gradient
-//                  sync ask of a stage, whatever its family.
+//                  sync ask of a stage, whatever its family, and the BlockRunner (models/block_runner.h) its
+//                  blocks run through under the parallelism the Trainer applies (ZeRO-3, recompute).
 // A family's constructor is then its own parts in order between these (models/gpt.cpp, encoder_decoder.cpp).
 #pragma once
 #include <torch/torch.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "models/block_runner.h"
 #include "models/parallel_linear.h"
 #include "models/vocab_parallel_embedding.h"
 #include "parallel/communicator.h"
@@ -103,10 +105,10 @@ class VocabularyEnds {
   bool tied_copy_ = false;                     // the embedding is held by two stages
 };
 
-class ParameterUnits;  // parallel/parameter_units.h
-
 // Every family's model (models/gpt.h, encoder_decoder.h) is one pipeline stage of it, built by its family
-// (train/model_family.h); its forwards are its task's business.
+// (train/model_family.h); its forwards are its task's business. It runs its blocks, embeddings and head
+// through runner(), to which its constructor hands its blocks; the parallelism applied to them comes from
+// outside, by parallelize() (the Trainer).
 class StagedModel : public torch::nn::Module {
  public:
   virtual const ModelStage& stage() const = 0;
@@ -115,11 +117,19 @@ class StagedModel : public torch::nn::Module {
   // A parameter the first and the last stage both hold (the tied embedding when a pipeline puts embedding
   // and head on different stages), whose gradients are summed across them; undefined if none.
   virtual torch::Tensor stage_tied_embedding() const { return {}; }
-  // ZeRO-3 (parallel/parameter_units.h): its units, the ends first, then its blocks in forward order; empty
-  // for a model that has none (parallel.zero 3 refuses it). With units set, its training and evaluation
-  // forwards gather each unit around its use.
-  virtual std::vector<std::vector<torch::Tensor>> parameter_units() const { return {}; }
-  virtual void set_parameter_units(ParameterUnits*) {}
+  // ZeRO-3 (parallel/parameter_units.h): its units, ends_and_block_units of the runner's blocks; empty for
+  // a model that handed the runner no blocks (parallel.zero 3 refuses it).
+  std::vector<std::vector<torch::Tensor>> parameter_units() const;
+  // ZeRO-3's units (from parameter_units()) gathered around each use in its training and evaluation forwards,
+  // and activation checkpointing (training only). Generation and incremental decoding take no units.
+  void parallelize(const BlockParallelism& parallelism) { runner_.parallelize(parallelism); }
+
+ protected:
+  BlockRunner& runner() { return runner_; }
+  const BlockRunner& runner() const { return runner_; }
+
+ private:
+  BlockRunner runner_;
 };
 
 // ZeRO-3's units of a stage (parallel/parameter_units.h): unit 0 every parameter of `model` outside the

@@ -10,7 +10,6 @@
 namespace loom {
 namespace {
 
-namespace kernels = norm_kernels;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -28,12 +27,12 @@ struct FusedNorm : public torch::autograd::Function<FusedNorm> {
     const auto w = weight.contiguous(), b = bias.numel() > 0 ? bias.contiguous() : torch::Tensor();
     auto y = torch::empty({N, C}, x.options().dtype(out_dtype));
     auto mean = torch::empty({N}, x.options()), rstd = torch::empty({N}, x.options());
-    const kernels::Rows shape{0, 0, C, static_cast<float>(eps), rms, out_dtype == torch::kBFloat16};
+    const norm_kernels::Rows shape{0, 0, C, static_cast<float>(eps), rms, out_dtype == torch::kBFloat16};
     at::parallel_for(0, N, row_grain(C), [&](int64_t begin, int64_t end) {
-      kernels::Rows part = shape;
+      norm_kernels::Rows part = shape;
       part.begin = begin;
       part.end = end;
-      (portable ? kernels::DEFAULT::forward_rows : kernels::AVX512::forward_rows)(
+      (portable ? norm_kernels::DEFAULT::forward_rows : norm_kernels::AVX512::forward_rows)(
           part, x2.data_ptr<float>(), w.data_ptr<float>(), data_or_null(b), y.data_ptr(), mean.data_ptr<float>(),
           rstd.data_ptr<float>());
     });
@@ -61,13 +60,13 @@ struct FusedNorm : public torch::autograd::Function<FusedNorm> {
     const int64_t threads = at::get_num_threads();
     auto dw = torch::zeros({threads, C}, x2.options());
     auto db = with_bias ? torch::zeros({threads, C}, x2.options()) : torch::Tensor();
-    const kernels::Rows shape{0, 0, C, 0.0f, rms, dy.scalar_type() == torch::kBFloat16};
+    const norm_kernels::Rows shape{0, 0, C, 0.0f, rms, dy.scalar_type() == torch::kBFloat16};
     at::parallel_for(0, N, row_grain(C), [&](int64_t begin, int64_t end) {
-      kernels::Rows part = shape;
+      norm_kernels::Rows part = shape;
       part.begin = begin;
       part.end = end;
       const int64_t t = at::get_thread_num();
-      (portable ? kernels::DEFAULT::backward_rows : kernels::AVX512::backward_rows)(
+      (portable ? norm_kernels::DEFAULT::backward_rows : norm_kernels::AVX512::backward_rows)(
           part, dy.data_ptr(), x2.data_ptr<float>(), w.data_ptr<float>(), mean.data_ptr<float>(),
           rstd.data_ptr<float>(), dx.data_ptr<float>(), dw[t].data_ptr<float>(),
           with_bias ? db[t].data_ptr<float>() : nullptr);

@@ -1,15 +1,16 @@
 // ZeRO-3's side of a model's forward (parallel.zero: 3): a unit is a set of parameters gathered and freed
-// together (each block; the embeddings with the final norm and head). LibTorch has no module hooks, so a
-// model's own stage forward calls these around each unit, as it takes TensorParallelism: the model says
-// where a unit starts and ends, the implementation (parallel/unit_gathers.h) what that costs. Unit 0 is
+// together (each block; the embeddings with the final norm and head). LibTorch has no module hooks, so the
+// stage forward calls these around each unit, through its BlockRunner (models/block_runner.h, the one place
+// a model's blocks and ends run): the model says where a unit starts and ends, the implementation
+// (parallel/unit_gathers.h) what that costs. Unit 0 is
 // the ends unit, units 1..n are the blocks in forward order (the encoder-decoder's encoder blocks, then its
 // decoder blocks). A pipeline stage's units are its own ends and blocks.
 // The ends serve the embeddings before the blocks and the head after them. A model whose embeddings'
 // backward needs no weights (a lookup's gradient is a scatter of its output's) runs them in run_embeddings
 // and its head in run_head: the ends are then gathered for the embeddings, freed over the blocks, gathered
 // again for the head and kept for the head's backward, and freed when that is done (the GPT). A model
-// that only calls before_forward(0) keeps them gathered until the step's gradients are reduced (the
-// encoder-decoder: its pre-norm encoder's final norm, in the ends, runs between its blocks).
+// that only calls before_forward(0) (BlockRunner::keep_ends) keeps them gathered until the step's gradients
+// are reduced (the encoder-decoder: its pre-norm encoder's final norm, in the ends, runs between its blocks).
 #pragma once
 #include <torch/torch.h>
 
@@ -43,7 +44,7 @@ torch::Tensor gather_before_backward(const torch::Tensor& x, ParameterUnits* uni
 torch::Tensor release_after_head_backward(const torch::Tensor& x, ParameterUnits* units);
 
 // A unit's forward between before_forward and after_forward, its output passed through
-// gather_before_backward; without units just forward(). What a model's stage forward wraps each block in.
+// gather_before_backward; without units just forward(). What BlockRunner wraps each block in.
 template <class Forward>
 torch::Tensor run_unit(ParameterUnits* units, size_t unit, Forward&& forward) {
   if (units == nullptr) return forward();

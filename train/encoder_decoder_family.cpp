@@ -67,7 +67,7 @@ ModelFamily encoder_decoder_family() {
   family.build = [](const Config& config, const TensorParallelism& tp, const ModelStage& stage,
                     const ContextParallelism& cp) {
     LOOM_CHECK(cp.size() == 1, "the encoder-decoder is not context-parallel (parallel.cp)");
-    return staged_model(EncoderDecoder(config.model, tp, stage), config);
+    return std::static_pointer_cast<StagedModel>(EncoderDecoder(config.model, tp, stage).ptr());
   };
   family.make_task = make_translation_task;
   family.use_synthetic_data = use_synthetic_pairs;

@@ -43,7 +43,7 @@ ModelFamily gpt_family() {
   family.rules = {validate_gpt, gpt_shape, "model.n_layers"};
   family.build = [](const Config& config, const TensorParallelism& tp, const ModelStage& stage,
                     const ContextParallelism& cp) {
-    return staged_model(Gpt(config.model, tp, stage, cp), config);
+    return std::static_pointer_cast<StagedModel>(Gpt(config.model, tp, stage, cp).ptr());
   };
   family.make_task = make_lm_task;
   // TaskData::kSynthetic: uniform random tokens (data/corpus/lm_batches.h SyntheticBatches).

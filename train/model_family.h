@@ -32,8 +32,8 @@ struct ModelFamily {
   ModelArch arch;
   FamilyRules rules;
   // The model a config describes, split over `tp` (and its sequences over `cp`) as pipeline stage `stage`
-  // (the whole model: the defaults), its weights drawn from the RNG as it stands, with
-  // train.activation_checkpointing where the family recomputes.
+  // (the whole model: the defaults), its weights drawn from the RNG as it stands. ZeRO-3 and activation
+  // checkpointing come later, from outside (StagedModel::parallelize: the Trainer).
   std::function<std::shared_ptr<StagedModel>(const Config& config, const TensorParallelism& tp,
                                              const ModelStage& stage, const ContextParallelism& cp)>
       build;
@@ -58,12 +58,6 @@ void register_builtin_model_families();
 const ModelFamily& model_family(ModelArch arch);
 // model.init_from into `model`, by its family's import_hf (the Trainer of a fresh run, `loom eval`).
 void load_init_weights(const Config& config, StagedModel& model);
-// What a family's build returns: `model` with train.activation_checkpointing set, as a StagedModel.
-template <class Holder>
-std::shared_ptr<StagedModel> staged_model(Holder model, const Config& config) {
-  model->set_activation_checkpointing(config.train.activation_checkpointing);
-  return std::static_pointer_cast<StagedModel>(model.ptr());
-}
 
 ModelFamily gpt_family();              // train/gpt_family.cpp
 ModelFamily encoder_decoder_family();  // train/encoder_decoder_family.cpp

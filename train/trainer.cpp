@@ -89,7 +89,7 @@ Trainer::Trainer(RunPlan plan, const ProcessGroup& processes, TaskData data)
       std::vector<ShardedParameters>{
           {weight_decay_groups(task_->model()), &mesh_.device_group(kShardAxes), &mesh_.device_group(kReplicaAxes)}},
       sharding);
-  task_->model().set_parameter_units(gradient_sync_->parameter_units());
+  task_->model().parallelize({config_.train.activation_checkpointing, gradient_sync_->parameter_units()});
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
   tp_sharded_ = tensor_parallel_ranges(task_->model(), gradient_sync_->optimizer_slices());
   // The last stage's copy of a tied embedding: its gradient is the first stage's, counted there.

@@ -153,7 +153,7 @@ TEST_CASE("document mask: activation checkpointing recomputes with the same docu
   const auto plain = gradients(*model);
   for (const auto mode : {loom::ActivationCheckpointing::kFull, loom::ActivationCheckpointing::kSelective}) {
     CAPTURE(int(mode));
-    model->set_activation_checkpointing(mode);
+    model->parallelize({mode});
     summed_loss(model->forward(c.tokens, nullptr, c.positions), c.targets).backward();
     const auto recomputed = gradients(*model);
     for (size_t i = 0; i < plain.size(); ++i) CHECK_THAT(recomputed[i], same_gradient_as(plain[i]));

@@ -120,7 +120,7 @@ TEST_CASE("linear_cross_entropy: the GPT's final_hidden and head_weight give for
     c.tie_embeddings = tied;
     torch::manual_seed(7);
     loom::Gpt model(c);
-    model->set_activation_checkpointing(loom::ActivationCheckpointing::kFull);
+    model->parallelize({loom::ActivationCheckpointing::kFull});
     const auto tokens = torch::randint(0, 53, {3, 16}, torch::kLong);
     const auto inputs = tokens.narrow(1, 0, 15), targets = tokens.narrow(1, 1, 15).flatten();
     auto grads = [&](bool fused) {

@@ -85,12 +85,12 @@ TEST_CASE("recompute: the encoder-decoder's blocks, pre- and post-norm, give the
     loom::EncoderDecoder model(config);
     model->train();
     for (const bool bf16 : {false, true}) {
-      model->set_activation_checkpointing(loom::ActivationCheckpointing::kNone);
+      model->parallelize({loom::ActivationCheckpointing::kNone});
       const Run plain = seq2seq_loss_and_grads(model, 11, bf16);
       const Run other_seed = seq2seq_loss_and_grads(model, 12, bf16);
       CHECK(plain.loss != other_seed.loss);  // dropout is on: a replay with the wrong RNG state would show
       for (const auto mode : {loom::ActivationCheckpointing::kFull, loom::ActivationCheckpointing::kSelective}) {
-        model->set_activation_checkpointing(mode);
+        model->parallelize({mode});
         const Run recomputed = seq2seq_loss_and_grads(model, 11, bf16);
         INFO(norm << "-norm, bf16 " << bf16 << " mode " << loom::enum_name(mode));
         CHECK(recomputed.loss == plain.loss);
@@ -136,12 +136,12 @@ TEST_CASE("recompute: full and selective checkpointing give the plain gradients,
   model->train();
   const auto tokens = torch::randint(0, 61, {4, 16}, torch::kLong);
   for (const bool bf16 : {false, true}) {
-    model->set_activation_checkpointing(loom::ActivationCheckpointing::kNone);
+    model->parallelize({loom::ActivationCheckpointing::kNone});
     const Run plain = loss_and_grads(model, tokens, 11, bf16);
     const Run other_seed = loss_and_grads(model, tokens, 12, bf16);
     CHECK(plain.loss != other_seed.loss);  // dropout is on: a replay with the wrong RNG state would show
     for (const auto mode : {loom::ActivationCheckpointing::kFull, loom::ActivationCheckpointing::kSelective}) {
-      model->set_activation_checkpointing(mode);
+      model->parallelize({mode});
       const Run recomputed = loss_and_grads(model, tokens, 11, bf16);
       INFO("bf16 " << bf16 << " mode " << static_cast<int>(mode));
       CHECK(recomputed.loss == plain.loss);
