@@ -1,8 +1,9 @@
 // Data-parallel gradient averaging in flat buckets (parallel.bucket_mb), and ZeRO-1, 2 and 3
 // (parallel.zero: 1, 2, 3), as the stage's sharding strategy (parallel/sharding.h) lays the buckets out. The
 // parameters come as a list of entries (ShardedParameters), each averaged and sharded over its own shard
-// group: a bucket holds one entry's parameters and runs its collectives on that entry's groups. Every parameter's .grad is a view into its bucket's flat buffer, so accumulation
-// over micro-batches writes straight into what is reduced. A bucket's reduction starts as soon as all its
+// group: a bucket holds one entry's parameters and runs its collectives on that entry's groups. Every
+// parameter's .grad is a view into its bucket's flat buffer, so accumulation over micro-batches writes
+// straight into what is reduced. A bucket's reduction starts as soon as all its
 // gradients are accumulated (post-accumulate-grad hooks), overlapping the rest of backward. A bucket never
 // mixes parameter groups (weight decay or not), so a bucket shard belongs to one optimizer group.
 //   zero 0: all-reduce each bucket during the step's last backward (earlier micro-batches only
