@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Serving throughput (issue 35): the inference engine (`loom generate --input`, continuous batching over a paged
-# KV cache) at 1, 8 and 32 concurrent requests (--max-batch) against sequential single-prompt generation
+# KV cache) at 1, 8, 32 and 64 concurrent requests (--max-batch) against sequential single-prompt generation
 # (--sequential: one prompt at a time on the contiguous cache), on the same prompts and model: by default a
 # one-step run of configs/gpt-kjv.yaml (its shape, nearly random weights), greedy, end-of-sequence ignored so every
 # prompt generates TOKENS tokens.
-#   scripts/bench_serve.sh [RUN_DIR]      env: LOOM (build/loom), KJV (datasets/kjv), PROMPTS (32), TOKENS (64)
+#   scripts/bench_serve.sh [RUN_DIR]      env: LOOM (build/loom), KJV (datasets/kjv), PROMPTS (64), TOKENS (64)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LOOM=${LOOM:-build/loom}; KJV=${KJV:-datasets/kjv}; PROMPTS=${PROMPTS:-32}; TOKENS=${TOKENS:-64}
+LOOM=${LOOM:-build/loom}; KJV=${KJV:-datasets/kjv}; PROMPTS=${PROMPTS:-64}; TOKENS=${TOKENS:-64}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 run=${1:-}
@@ -30,7 +30,7 @@ rate() { sed -E 's/.*: ([0-9.]+) tokens\/s.*/\1/' <<<"$1"; }
 sequential=$(gen sequential --sequential)
 printf '%-28s %10s %8s\n' "mode ($PROMPTS prompts x $TOKENS tokens)" "tokens/s" "speedup"
 printf '%-28s %10.1f %8s\n' "sequential generate" "$(rate "$sequential")" "1.00x"
-for batch in 1 8 32; do
+for batch in 1 8 32 64; do
   line=$(gen "engine-$batch" --max-batch "$batch")
   cmp -s "$out/engine-$batch.jsonl" "$out/sequential.jsonl" || echo "note: engine at $batch differs from sequential" >&2
   printf '%-28s %10.1f %7.2fx\n' "engine, $batch concurrent" "$(rate "$line")" \

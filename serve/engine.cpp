@@ -38,7 +38,8 @@ Engine::Engine(Gpt model, EngineOptions options) : model_(std::move(model)), opt
   const auto& config = model_->config();
   const auto weight = model_->parameters().front();
   const int64_t kv_heads = config.kv_heads(), head_dim = config.head_dim();
-  LOOM_CHECK(options_.block_size > 0 && options_.max_batch > 0, "the engine needs a block size and a batch > 0");
+  LOOM_CHECK(options_.block_size > 0 && options_.max_batch > 0 && options_.max_prefill_tokens > 0,
+             "the engine needs a block size, a batch and a prefill budget > 0");
   const int64_t per_block =
       KVBlockPool::block_bytes(model_->n_blocks(), options_.block_size, kv_heads, head_dim, weight.scalar_type());
   const int64_t blocks = options_.kv_blocks > 0 ? options_.kv_blocks : options_.kv_bytes / per_block;
@@ -133,31 +134,38 @@ void Engine::preempt(int64_t id) {
 }
 
 void Engine::decode_running(std::vector<Completion>& done) {
-  // Each running sequence needs a slot for its last token; the last admitted gives its blocks up first.
+  // Each sequence whose cache holds all but its last token decodes it; first each needs a slot for it, and when
+  // the pool is dry the sequence admitted last gives its blocks up.
+  const auto decodes = [&](int64_t id) {
+    const auto& sequence = *sequences_.at(id);
+    return sequence.table.length + 1 == static_cast<int64_t>(sequence.tokens.size());
+  };
   for (size_t i = 0; i < running_.size();) {
     auto& sequence = *sequences_.at(running_[i]);
-    if (pool_->reserve(sequence.table, sequence.table.length + 1)) {
+    if (!decodes(running_[i]) || pool_->reserve(sequence.table, sequence.table.length + 1)) {
       ++i;
       continue;
     }
     preempt(running_.back());  // may be this one: then i is past the end
   }
-  if (running_.empty()) return;
+  std::vector<int64_t> ids;
   std::vector<BlockTable*> rows;
   std::vector<int64_t> last;
   for (const int64_t id : running_) {
+    if (!decodes(id)) continue;
     auto& sequence = *sequences_.at(id);
+    ids.push_back(id);
     rows.push_back(&sequence.table);
     last.push_back(sequence.tokens.back());
   }
+  if (ids.empty()) return;
   const auto device = pool_->keys(0).device();
   auto caches = paged_kv_caches(*pool_, rows, model_->config().attention_window);
   const auto tokens = torch::tensor(last, torch::kLong).unsqueeze(1).to(device);
   const auto logits = model_->forward(tokens, &caches).select(1, -1).to(torch::kFloat).cpu();  // (B, V)
   ++stats_.forwards;
-  stats_.decode_tokens += static_cast<int64_t>(last.size());
+  stats_.decode_tokens += static_cast<int64_t>(ids.size());
   stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, pool_->used_blocks());
-  const auto ids = running_;  // take_token removes finished ones
   for (size_t b = 0; b < ids.size(); ++b) {
     auto& sequence = *sequences_.at(ids[b]);
     take_token(ids[b], sample_token(logits[static_cast<int64_t>(b)], sequence.request.sampling, sequence.generator),
@@ -165,28 +173,37 @@ void Engine::decode_running(std::vector<Completion>& done) {
   }
 }
 
-void Engine::admit_waiting(std::vector<Completion>& done) {
-  int64_t prefilled = 0;
-  const auto device = pool_->keys(0).device();
+void Engine::admit_waiting() {
+  // An admitted sequence holds the blocks of all its tokens: prefilled over the next steps, then decoded.
   while (!waiting_.empty() && running() < options_.max_batch) {
     const int64_t id = waiting_.front();
     auto& sequence = *sequences_.at(id);
     const int64_t length = static_cast<int64_t>(sequence.tokens.size());
-    if (prefilled > 0 && prefilled + length > options_.max_prefill_tokens) break;
-    // Room for its tokens and the one it samples next (within the context).
-    if (pool_->blocks_for(std::min(length + 1, model_->config().max_seq_len)) > pool_->free_blocks()) break;
-    LOOM_CHECK(pool_->reserve(sequence.table, length), "KV pool accounting");
+    if (!pool_->reserve(sequence.table, length)) break;
     waiting_.pop_front();
     running_.push_back(id);
+  }
+}
+
+void Engine::prefill_running() {
+  // Chunked prefill: every token but the last goes into the cache by prefill, max_prefill_tokens a step over all
+  // sequences in admission order, so a long prompt does not stall the decoding ones; the last is decoded.
+  int64_t budget = options_.max_prefill_tokens;
+  const auto device = pool_->keys(0).device();
+  for (const int64_t id : running_) {
+    auto& sequence = *sequences_.at(id);
+    const int64_t from = sequence.table.length;
+    const int64_t todo = static_cast<int64_t>(sequence.tokens.size()) - 1 - from;
+    if (todo <= 0) continue;
+    if (budget <= 0) break;
+    const int64_t n = std::min(todo, budget);
     std::vector<BlockTable*> rows{&sequence.table};
     auto caches = paged_kv_caches(*pool_, rows, model_->config().attention_window);
-    const auto tokens = torch::tensor(sequence.tokens, torch::kLong).unsqueeze(0).to(device);
-    const auto logits = model_->forward(tokens, &caches)[0][-1].to(torch::kFloat).cpu();
+    const std::vector<int64_t> chunk(sequence.tokens.begin() + from, sequence.tokens.begin() + from + n);
+    model_->forward(torch::tensor(chunk, torch::kLong).unsqueeze(0).to(device), &caches);
     ++stats_.forwards;
-    stats_.prefill_tokens += length;
-    stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, pool_->used_blocks());
-    prefilled += length;
-    take_token(id, sample_token(logits, sequence.request.sampling, sequence.generator), done);
+    stats_.prefill_tokens += n;
+    budget -= n;
   }
 }
 
@@ -196,7 +213,8 @@ std::vector<Completion> Engine::step() {
   done.swap(cancelled_);
   ++stats_.steps;
   decode_running(done);
-  admit_waiting(done);
+  admit_waiting();
+  prefill_running();
   return done;
 }
 

@@ -1,11 +1,13 @@
 // loom's inference engine: a queue of generation requests and an iteration-level scheduler over a paged KV
 // cache (models/paged_kv_cache.h), continuous batching as Orca and vLLM do it. Each step():
-//   1. decodes every running sequence by one token in one forward (a ragged batch: each row at its own
-//      position), first finding each a slot: when the pool runs dry the sequence admitted last is preempted
-//      (its blocks freed, re-queued at the front, later re-prefilled with its prompt and generated tokens:
-//      preemption by recompute);
-//   2. admits waiting sequences in order while the batch, the step's prefill budget and the free blocks allow,
-//      prefilling each (one forward of its tokens) and sampling its first token.
+//   1. decodes every running sequence whose cache holds all but its last token, by one token in one forward (a
+//      ragged batch: each row at its own position), first finding each a slot: when the pool runs dry the
+//      sequence admitted last is preempted (its blocks freed, re-queued at the front, later prefilled again
+//      with its prompt and generated tokens: preemption by recompute);
+//   2. admits waiting sequences in order while the batch and the free blocks allow (each takes the blocks of
+//      all its tokens);
+//   3. prefills the admitted ones in chunks: at most max_prefill_tokens a step over all of them (each a forward
+//      of its own), every token but the last, which the next step decodes with the others.
 // A sequence that finishes (max_tokens, its stop token or a stop string, the context) or is cancelled leaves
 // at once and its blocks go back to the pool. Each sequence samples with its own generator seeded by its
 // request (models/generate.h sample_token), so its tokens depend on its seed alone, never on the batch; greedy
@@ -51,7 +53,7 @@ struct EngineOptions {
   int64_t kv_blocks = 0;            // the pool's blocks; 0: as many as kv_bytes holds
   int64_t kv_bytes = int64_t{256} << 20;
   int64_t max_batch = 64;           // running sequences at most
-  int64_t max_prefill_tokens = 2048;  // tokens prefilled in one step (the first admitted sequence always is)
+  int64_t max_prefill_tokens = 512;  // prompt tokens prefilled in one step (chunked: a long prompt over several)
   std::function<std::string(const std::vector<int64_t>&)> detokenize;  // for stop strings and Completion::text
 };
 
@@ -89,7 +91,8 @@ class Engine {
   bool take_token(int64_t id, int64_t token, std::vector<Completion>& done);
   Completion finish(int64_t id, FinishReason reason);
   void decode_running(std::vector<Completion>& done);
-  void admit_waiting(std::vector<Completion>& done);
+  void admit_waiting();
+  void prefill_running();
 
   Gpt model_;
   EngineOptions options_;

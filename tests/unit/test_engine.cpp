@@ -1,7 +1,7 @@
 // The inference engine (serve/engine.h) over the paged KV cache (models/paged_kv_cache.h): the paged cache gives
 // the contiguous cache's outputs, also to a ragged batch of sequences at different positions; continuous
 // batching gives every request the tokens of decoding it alone, with a pool so small that sequences are
-// preempted and recomputed too; every block is free again after cancellations and stop strings.
+// preempted and recomputed and with prompts prefilled in chunks too; every block is free again after cancellations and stop strings.
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -117,7 +117,7 @@ TEST_CASE("engine: 64 requests arriving at random steps get the tokens of decodi
   options.block_size = 4;
   options.kv_blocks = small_pool ? 14 : 512;  // 14: one 48-position sequence and two more blocks
   options.max_batch = 32;
-  options.max_prefill_tokens = 40;
+  options.max_prefill_tokens = small_pool ? 7 : 40;  // 7: long prompts prefilled in chunks over several steps
   loom::Engine engine(gpt, options);
   std::vector<loom::Completion> completions;
   std::map<int64_t, size_t> request_of;
