@@ -28,11 +28,14 @@ gen() { "$LOOM" generate "$run" --input "$out/prompts.jsonl" --output "$out/$1.j
           --max-new-tokens "$TOKENS" --ignore-eos "${@:2}" 2>&1 >/dev/null | tail -1; }
 rate() { sed -E 's/.*: ([0-9.]+) tokens\/s.*/\1/' <<<"$1"; }
 sequential=$(gen sequential --sequential)
-printf '%-28s %10s %8s\n' "mode ($PROMPTS prompts x $TOKENS tokens)" "tokens/s" "speedup"
+printf '%-28s %10s %8s  %s\n' "mode ($PROMPTS prompts x $TOKENS tokens)" "tokens/s" "speedup" "peak KV blocks in use"
 printf '%-28s %10.1f %8s\n' "sequential generate" "$(rate "$sequential")" "1.00x"
 for batch in 1 8 32 64; do
   line=$(gen "engine-$batch" --max-batch "$batch")
   cmp -s "$out/engine-$batch.jsonl" "$out/sequential.jsonl" || echo "note: engine at $batch differs from sequential" >&2
-  printf '%-28s %10.1f %7.2fx\n' "engine, $batch concurrent" "$(rate "$line")" \
-    "$(python3 -c "print($(rate "$line") / $(rate "$sequential"))")"
+  printf '%-28s %10.1f %7.2fx  %s\n' "engine, $batch concurrent" "$(rate "$line")" \
+    "$(python3 -c "print($(rate "$line") / $(rate "$sequential"))")" "$(sed -E 's/.*peak ([0-9]+) of.*/\1/' <<<"$line")"
 done
+context=$("$LOOM" config "$run/config.yaml" --get model.max_seq_len)
+echo "(a block holds 16 positions; a contiguous cache of model.max_seq_len=$context positions takes" \
+     "$(( (context + 15) / 16 )) blocks' memory a sequence)"
