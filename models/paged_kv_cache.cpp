@@ -95,7 +95,7 @@ class PagedKVCache final : public KVCache {
     values.index_copy_(0, plan.write_slots, v.transpose(1, 2).reshape({B * T, K, D}).to(values.scalar_type()));
     const int64_t S = plan.kept;
     auto read = [&](const torch::Tensor& pool) {  // (B, K, S, D)
-      return pool.index_select(0, plan.read_slots).view({B, S, K, D}).transpose(1, 2).contiguous().to(k.scalar_type());
+      return pool.index_select(0, plan.read_slots).view({B, S, K, D}).transpose(1, 2).to(k.scalar_type());
     };
     for (size_t b = 0; b < seen_.size(); ++b) seen_[b] += T;
     ++appends_;
