@@ -1,6 +1,12 @@
 // `loom generate RUN_DIR --prompt TEXT`: samples a continuation of the prompt from a trained GPT and
 // prints it as it is sampled, a token at a time (flushed), ending at the tokenizer's end-of-sequence token
 // unless --ignore-eos; --json prints one object at the end instead.
+// `loom generate RUN_DIR --input prompts.jsonl --output out.jsonl`: every prompt of the file (serve/request_file.h)
+// through the inference engine (serve/engine.h: continuous batching over a paged KV cache), one output line per
+// prompt in file order; --sequential decodes them one at a time with the single-prompt path instead (the
+// benchmark's baseline: scripts/bench_serve.sh). Both print their throughput to stderr.
+#include <chrono>
+#include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +17,8 @@
 #include "data/tokenizers/incremental_decoder.h"
 #include "data/tokenizers/tokenizer.h"
 #include "models/generate.h"
+#include "serve/engine.h"
+#include "serve/request_file.h"
 #include "train/inference.h"
 
 namespace loom::cli {
@@ -19,14 +27,102 @@ namespace {
 // Far more than any sampling session wants, and few enough that a typo cannot run for days.
 constexpr int64_t kMaxNewTokens = int64_t{1} << 20;
 
+std::string generated_text(const Tokenizer& tokenizer, const std::vector<int64_t>& ids) {
+  return decode_lines(tokenizer, ids);
+}
+
+// --input/--output: every prompt of the file through the engine (or, --sequential, one at a time).
+int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, const GenerationRequest& defaults) {
+  const std::string input = *args.option("input");
+  const auto output = args.option("output");
+  if (!output) throw ConfigError("--input needs --output FILE for the completions");
+  auto lines = read_prompt_file(input, defaults);
+  const int64_t context = model->config().max_seq_len;
+  for (auto& line : lines) {
+    const auto ids = tokenizer.encode(line.prompt);
+    line.request.prompt.assign(ids.begin(), ids.end());
+    if (line.request.prompt.empty()) line.request.prompt.push_back(tokenizer.require_eos());
+    if (static_cast<int64_t>(line.request.prompt.size()) > context)
+      throw ConfigError(input + ":" + std::to_string(line.line) + ": \"prompt\" is " +
+                        std::to_string(line.request.prompt.size()) + " tokens, more than model.max_seq_len=" +
+                        std::to_string(context));
+  }
+  const auto detokenize = [&](const std::vector<int64_t>& ids) { return generated_text(tokenizer, ids); };
+  std::vector<Completion> completions;
+  const auto start = std::chrono::steady_clock::now();
+  std::string detail;
+  if (args.flag("sequential")) {
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const auto& r = lines[i].request;
+      Completion c;
+      c.id = static_cast<int64_t>(i);
+      bool cut = false;  // by a stop string: c.text is the text before it
+      generate(model, r.prompt, r.max_tokens, r.sampling, [&](int64_t id) {
+        c.tokens.push_back(id);
+        if (id == r.stop_token) {
+          c.tokens.pop_back();
+          c.finish = FinishReason::kStop;
+          return false;
+        }
+        if (r.stop.empty()) return true;
+        c.text = detokenize(c.tokens);
+        const size_t at = first_stop_string(c.text, r.stop);
+        if (at == std::string::npos) return true;
+        c.text.resize(at);
+        c.finish = FinishReason::kStop;
+        cut = true;
+        return false;
+      }, r.stop_token);
+      if (!cut) c.text = detokenize(c.tokens);
+      completions.push_back(std::move(c));
+    }
+  } else {
+    EngineOptions options;
+    options.max_batch = args.int_option("max-batch", 64, 1, 4096);
+    options.block_size = args.int_option("block-size", 16, 1, 4096);
+    options.kv_bytes = args.int_option("kv-mb", 256, 1, int64_t{1} << 20) << 20;
+    options.detokenize = detokenize;
+    Engine engine(model, options);
+    for (auto& line : lines) engine.add(std::move(line.request));
+    completions = engine.run();
+    const auto& stats = engine.stats();
+    detail = ", " + std::to_string(stats.forwards) + " forwards, " + std::to_string(stats.preemptions) +
+             " preemptions, peak " + std::to_string(stats.peak_used_blocks) + " of " +
+             std::to_string(engine.pool().blocks()) + " KV blocks";
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::ofstream out(*output);
+  if (!out) throw ConfigError("cannot write --output " + *output);
+  int64_t tokens = 0;
+  for (const auto& c : completions) {
+    tokens += static_cast<int64_t>(c.tokens.size());
+    out << nlohmann::json{{"index", c.id},
+                          {"text", c.text},
+                          {"tokens", c.tokens.size()},
+                          {"finish_reason", finish_reason_name(c.finish)}}
+               .dump()
+        << "\n";
+  }
+  out.close();
+  if (!out) throw Error("writing " + *output + " failed");
+  std::cerr << completions.size() << " prompts, " << tokens << " tokens in " << seconds << " s: "
+            << (seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0) << " tokens/s" << detail << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int generate_command(const Argv& argv, const ProcessGroup&) {
   const char* usage =
       "loom generate RUN_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] "
-      "[--seed S] [--step S] [--no-cache] [--ignore-eos] [--json]";
-  const auto args = parse_args(argv, {"prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "step"},
-                               {"no-cache", "ignore-eos", "json"}, 1, usage);
+      "[--seed S] [--step S] [--no-cache] [--ignore-eos] [--json]\n"
+      "       loom generate RUN_DIR --input PROMPTS.jsonl --output OUT.jsonl [--max-new-tokens N] [--temperature T] "
+      "[--top-k K] [--top-p P] [--seed S] [--step S] [--ignore-eos] [--max-batch N] [--kv-mb MB] [--block-size N] "
+      "[--sequential]";
+  const auto args = parse_args(argv,
+                               {"prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "step", "input",
+                                "output", "max-batch", "kv-mb", "block-size"},
+                               {"no-cache", "ignore-eos", "json", "sequential"}, 1, usage);
   SamplingOptions sampling;
   sampling.temperature = args.double_option("temperature", 0.8);
   sampling.top_k = args.int_option("top-k", 0);
@@ -46,13 +142,21 @@ int generate_command(const Argv& argv, const ProcessGroup&) {
              " run: loom translate decodes it");
   LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn the prompt into tokens");
   const auto tokenizer = load_tokenizer(loaded.config.tokenizer);
+  const auto eos = tokenizer->eos_id();
+  const int64_t stop = args.flag("ignore-eos") || !eos ? -1 : *eos;
+  if (args.option("input")) {
+    if (args.option("prompt")) throw ConfigError("give --prompt or --input, not both");
+    GenerationRequest defaults;
+    defaults.max_tokens = max_new;
+    defaults.sampling = sampling;
+    defaults.stop_token = stop;
+    return generate_file(args, model, *tokenizer, defaults);
+  }
   const std::string prompt_text = args.option_or("prompt", "");
   const auto ids = tokenizer->encode(prompt_text);
   // An empty prompt starts a fresh line, as after the end of a verse.
   std::vector<int64_t> prompt(ids.begin(), ids.end());
   if (prompt.empty()) prompt.push_back(tokenizer->require_eos());
-  const auto eos = tokenizer->eos_id();
-  const int64_t stop = args.flag("ignore-eos") || !eos ? -1 : *eos;
 
   const bool json = args.flag("json");
   const std::vector<int32_t> context(prompt.begin(), prompt.end());

@@ -180,6 +180,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
     // (B, T, (H + 2K) D) -> q (B, H, T, D), k and v (B, K, T, D)
     std::tie(q, k, v) = qkv_heads(qkv_->forward(x), H, K, D);
     first = cache != nullptr ? cache->seen() : 0;
+    // A batch of sequences at different positions (models/kv_cache.h, seen_rows): each row's own.
+    const torch::Tensor row_seen = cache != nullptr ? cache->seen_rows() : torch::Tensor();
     const bool packed = inputs.positions.defined();
     if (packed) {
       TORCH_CHECK(cache == nullptr && options_.causal, "packed documents are for causal training, without a cache");
@@ -189,15 +191,29 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
     TORCH_CHECK(!ring || cache == nullptr, "a context-parallel model does not generate: load it whole");
     if (options_.position == PositionKind::kRope) {
       // Each query and key turns by its position: in its document (packed), its global one (context
-      // parallelism), or the ones after what the cache has seen.
+      // parallelism), or the ones after what the cache (or, in a ragged batch, the row) has seen.
+      const auto rows_at = [&] {
+        return (row_seen.unsqueeze(1) + torch::arange(T, row_seen.options())).to(q.device());  // (B, T)
+      };
       const auto [cos, sin] =
-          packed ? rope_cos_sin_at(inputs.positions.to(q.device()), D, options_.rope, q.options())
-          : ring ? rope_cos_sin_at(options_.cp.positions(T, q.device()).unsqueeze(0), D, options_.rope, q.options())
-                 : rope_cos_sin(first, T, D, options_.rope, q.options());
+          packed             ? rope_cos_sin_at(inputs.positions.to(q.device()), D, options_.rope, q.options())
+          : ring             ? rope_cos_sin_at(options_.cp.positions(T, q.device()).unsqueeze(0), D, options_.rope, q.options())
+          : row_seen.defined() ? rope_cos_sin_at(rows_at(), D, options_.rope, q.options())
+                             : rope_cos_sin(first, T, D, options_.rope, q.options());
       q = apply_rope(q, cos, sin);
       k = apply_rope(k, cos, sin);
     }
-    if (cache != nullptr) std::tie(k, v) = cache->append(k, v);
+    if (cache != nullptr) {
+      std::tie(k, v) = cache->append(k, v);
+      // Keys a shorter row of a ragged batch does not have (right-aligned: the mask's distances hold for every row).
+      const auto padding = cache->key_padding();
+      if (padding.defined()) {
+        AttentionInputs padded = inputs;
+        padded.key_padding = inputs.key_padding.defined() ? inputs.key_padding.to(torch::kBool) | padding : padding;
+        padded.key_padding = padded.key_padding.to(q.device());
+        return out_->forward(attend(q, k, v, first, padded).transpose(1, 2).reshape({B, T, H * D}));
+      }
+    }
   }
   return out_->forward(attend(q, k, v, first, inputs).transpose(1, 2).reshape({B, T, H * D}));
 }

@@ -5,10 +5,8 @@
 #include "core/error.h"
 
 namespace loom {
-namespace {
 
-// logits: (V) float -> next token id.
-int64_t pick(torch::Tensor logits, const SamplingOptions& o, at::Generator& generator) {
+int64_t sample_token(torch::Tensor logits, const SamplingOptions& o, at::Generator& generator) {
   if (o.temperature <= 0) return logits.argmax().item<int64_t>();
   logits = logits / o.temperature;
   if (o.top_k > 0 && o.top_k < logits.size(0)) {
@@ -26,7 +24,7 @@ int64_t pick(torch::Tensor logits, const SamplingOptions& o, at::Generator& gene
   return torch::multinomial(logits.softmax(0), 1, false, generator).item<int64_t>();
 }
 
-}  // namespace
+at::Generator sampling_generator(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
 
 void generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens, const SamplingOptions& options,
               const std::function<bool(int64_t)>& on_token, int64_t stop_token) {
@@ -35,7 +33,7 @@ void generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t max_new_to
   model->eval();
   const size_t context = static_cast<size_t>(model->config().max_seq_len);
   const auto device = model->parameters().front().device();
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+  at::Generator generator = sampling_generator(options.seed);
 
   // The model sees `window`: all tokens while they fit the context and the cache holds their keys and
   // values, then the last max_seq_len tokens afresh each step.
@@ -61,7 +59,7 @@ void generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t max_new_to
       if (window.size() > context) window.erase(window.begin(), window.end() - static_cast<std::ptrdiff_t>(context));
       logits = model->forward(as_tensor(0));
     }
-    const int64_t next = pick(logits[0][-1].to(torch::kFloat).cpu(), options, generator);
+    const int64_t next = sample_token(logits[0][-1].to(torch::kFloat).cpu(), options, generator);
     window.push_back(next);
     if (!on_token(next) || next == stop_token) break;
   }

@@ -17,6 +17,12 @@ struct SamplingOptions {
   bool use_cache = true;
 };
 
+// logits: (V) float -> the next token: the argmax (temperature 0), else drawn from `generator` after the
+// temperature, top-k and top-p filters.
+int64_t sample_token(torch::Tensor logits, const SamplingOptions& options, at::Generator& generator);
+// The CPU generator sampling draws from, seeded: one per sequence, so its tokens depend on its seed alone.
+at::Generator sampling_generator(uint64_t seed);
+
 // Hands each new token to on_token as soon as it is sampled. Stops after max_new_tokens, at stop_token if
 // one is given (>= 0; it is handed on first), or when on_token returns false. Memory stays within the
 // context (model.max_seq_len tokens) however many tokens are generated.

@@ -76,7 +76,8 @@ GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const M
   if (position_embedding) torch::nn::init::normal_(position_embedding->weight, 0.0, config.init_std);
 }
 
-torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position, const torch::Tensor& positions) {
+torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position, const torch::Tensor& positions,
+                             const torch::Tensor& row_first) {
   const int64_t T = tokens.size(1);
   const bool split = cp_.split_group() != nullptr;  // context parallelism: T of T * cp positions
   TORCH_CHECK(!split || first_position == 0, "a context-parallel model does not generate: load it whole");
@@ -84,9 +85,11 @@ torch::Tensor GptImpl::embed(const torch::Tensor& tokens, int64_t first_position
               " positions exceeds model.max_seq_len=", config_.max_seq_len);
   if (positions.defined()) check_document_positions(positions, tokens.size(0), T);  // each below T: fits too
   // Each token's position: in its document (packed), its global one (context parallelism), or a range.
-  const torch::Tensor at = positions.defined() ? positions.to(tokens.device())
-                           : split             ? cp_.positions(T, tokens.device()).unsqueeze(0)
-                                               : torch::Tensor();
+  const torch::Tensor at =
+      positions.defined()   ? positions.to(tokens.device())
+      : split               ? cp_.positions(T, tokens.device()).unsqueeze(0)
+      : row_first.defined() ? (row_first.unsqueeze(1) + torch::arange(T, row_first.options())).to(tokens.device())
+                            : torch::Tensor();
   auto x = ends_.embed(tokens);  // (B, T, C)
   if (position_ == PositionKind::kLearned) {
     x = x + position_embedding_->forward(
@@ -131,7 +134,9 @@ torch::Tensor GptImpl::trunk(const torch::Tensor& tokens, KVCaches* caches,
   TORCH_CHECK(caches == nullptr || !positions.defined(), "packed documents' positions take no KV cache");
   TORCH_CHECK(caches == nullptr || !runner().gathers(), "a ZeRO-3 model does not generate: load it whole");
   const int64_t past = caches != nullptr ? caches->seen() : 0;
-  auto x = runner().embeddings([&] { return embed(tokens, past, positions); });
+  // A ragged batch (a paged cache's rows at different positions): each row from its own.
+  const auto row_first = caches != nullptr ? caches->seen_rows() : torch::Tensor();
+  auto x = runner().embeddings([&] { return embed(tokens, past, positions, row_first); });
   BlockInputs inputs;
   inputs.positions = positions;
   return run_blocks(x, caches, inputs);

@@ -54,8 +54,10 @@ class GptImpl : public StagedModel {
   std::vector<int64_t> hidden_shape(int64_t B, int64_t T) const;
 
   // (B, T) -> (B, T or T / tp, C); positions [first_position, first_position + T), or the given (B, T) ones;
-  // under context parallelism this rank's global positions (first_position 0)
-  torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position, const torch::Tensor& positions = {});
+  // under context parallelism this rank's global positions (first_position 0); row_first (B) int64: each row's
+  // from its own first position (a ragged batch of cached sequences, first_position their maximum)
+  torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position, const torch::Tensor& positions = {},
+                      const torch::Tensor& row_first = {});
   torch::Tensor head(const torch::Tensor& hidden);  // (B, T or T / tp, C) -> (B, T, V or V_r)
   // What the LM head multiplies, for a loss that fuses the head (optim/linear_cross_entropy.h):
   // forward(tokens) == final_hidden(tokens) @ head_weight()^T. tokens: (B, T) -> (B, T, C). Under ZeRO-3

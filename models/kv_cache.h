@@ -5,7 +5,7 @@
 //   ContiguousKVCache  one growing (B, K, S, D) tensor per layer, the last `window` positions with a
 //                      sliding window (loom generate, beam search);
 //   KVCaches           one cache per layer of a model, made by a factory (contiguous_kv_caches, or a paged
-//                      pool's);
+//                      pool's: models/paged_kv_cache.h);
 //   MemoryKeys         cross-attention's keys and values of the memory (the encoder output): computed by the
 //                      first decoding step, reused as they are.
 // Shapes: B batch rows, K key/value heads, T new positions, S kept positions, D head size.
@@ -30,6 +30,14 @@ class KVCache {
   virtual std::pair<torch::Tensor, torch::Tensor> append(const torch::Tensor& k, const torch::Tensor& v) = 0;
   // Keeps batch rows `rows` (int64), in that order.
   virtual void select(const torch::Tensor& rows) = 0;
+  // A batch whose rows have seen different numbers of positions (continuous batching over a paged cache):
+  // each row's positions fed so far (B) int64, seen() then being their maximum; undefined (the default) when
+  // every row has seen seen(). append then returns each row's keys right-aligned to the same S (newest
+  // last, a row's key j at position row_seen + T - S + j) and key_padding() says which are not there.
+  virtual torch::Tensor seen_rows() const { return {}; }
+  // (B, S) bool, true at the keys the last append returned that a row does not have (positions before its
+  // first); undefined (the default) when every row has all S.
+  virtual torch::Tensor key_padding() const { return {}; }
 };
 
 class ContiguousKVCache final : public KVCache {
@@ -53,10 +61,12 @@ class KVCaches {
   using Factory = std::function<std::unique_ptr<KVCache>()>;
   KVCaches() = default;
   KVCaches(int64_t layers, const Factory& make);
+  explicit KVCaches(std::vector<std::unique_ptr<KVCache>> layers) : layers_(std::move(layers)) {}
   KVCache& operator[](size_t layer) { return *layers_.at(layer); }
   const KVCache& operator[](size_t layer) const { return *layers_.at(layer); }
   size_t size() const { return layers_.size(); }
   int64_t seen() const { return layers_.empty() ? 0 : layers_.front()->seen(); }
+  torch::Tensor seen_rows() const { return layers_.empty() ? torch::Tensor() : layers_.front()->seen_rows(); }
   void select(const torch::Tensor& rows);
 
  private:

@@ -1,0 +1,60 @@
+// A paged KV cache (PagedAttention, Kwon et al. 2023): keys and values live in fixed-size blocks of one pool
+// per layer, each sequence owns a block table, and a forward over a batch of sequences at different positions
+// reads every row's keys through its table (models/kv_cache.h: seen_rows, key_padding).
+//   KVBlockPool      every layer's blocks (block id b names slots [b * block_size, (b + 1) * block_size) of each
+//                    layer's pool) and the free list, sized by a block count or a byte budget;
+//   BlockTable       one sequence's blocks and how many positions they hold;
+//   paged_kv_caches  one KVCache per layer for a forward of some sequences (the rows of a batch).
+// Shapes: K key/value heads, D head size, N = blocks * block_size slots.
+#pragma once
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "models/kv_cache.h"
+
+namespace loom {
+
+struct BlockTable {
+  std::vector<int64_t> blocks;  // the pool's block ids, in position order
+  int64_t length = 0;           // positions stored (in every layer)
+};
+
+class KVBlockPool {
+ public:
+  KVBlockPool(int64_t layers, int64_t blocks, int64_t block_size, int64_t kv_heads, int64_t head_dim,
+              const torch::TensorOptions& options);
+  // Bytes one block takes: keys and values of every layer.
+  static int64_t block_bytes(int64_t layers, int64_t block_size, int64_t kv_heads, int64_t head_dim,
+                             torch::ScalarType dtype);
+
+  int64_t layers() const { return static_cast<int64_t>(keys_.size()); }
+  int64_t block_size() const { return block_size_; }
+  int64_t blocks() const { return blocks_; }
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t used_blocks() const { return blocks_ - free_blocks(); }
+  // Blocks that hold `length` positions.
+  int64_t blocks_for(int64_t length) const { return (length + block_size_ - 1) / block_size_; }
+  // Grows `table` to hold `length` positions; false, taking nothing, when too few blocks are free.
+  bool reserve(BlockTable& table, int64_t length);
+  // Gives every block of `table` back; it then holds nothing.
+  void release(BlockTable& table);
+  // (N, K, D) of a layer
+  torch::Tensor& keys(int64_t layer) { return keys_.at(layer); }
+  torch::Tensor& values(int64_t layer) { return values_.at(layer); }
+
+ private:
+  int64_t blocks_, block_size_;
+  std::vector<torch::Tensor> keys_, values_;
+  std::vector<int64_t> free_;  // a stack: the block freed last is reused first
+};
+
+// One KVCache per layer of `pool` for forwards of the sequences `rows` (batch row b is *rows[b]), T new positions
+// each: every layer's append writes row b's keys and values at positions [length_b, length_b + T) of its table,
+// growing it from the pool (throws loom::Error when the pool is dry: the engine reserves first), and returns
+// row b's kept positions right-aligned; the last layer's append commits the new lengths. Rows of different
+// lengths make a ragged batch (seen_rows, key_padding). window > 0 reads at most the last `window` positions
+// kept before the new ones, as the contiguous cache keeps. select (beam search) is the contiguous cache's.
+KVCaches paged_kv_caches(KVBlockPool& pool, std::vector<BlockTable*> rows, int64_t window = 0);
+
+}  // namespace loom

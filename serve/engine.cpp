@@ -1,0 +1,231 @@
+#include "serve/engine.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "core/error.h"
+
+namespace loom {
+
+struct Engine::Sequence {
+  GenerationRequest request;
+  std::vector<int64_t> tokens;  // prompt + generated; running: the cache holds all but the last
+  int64_t generated = 0;
+  BlockTable table;
+  at::Generator generator;
+  int64_t preemptions = 0;
+  std::optional<std::string> text;  // ended by a stop string: the text before it
+};
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+size_t first_stop_string(const std::string& text, const std::vector<std::string>& stops) {
+  size_t cut = std::string::npos;
+  for (const auto& s : stops)
+    if (!s.empty()) cut = std::min(cut, text.find(s));
+  return cut;
+}
+
+Engine::Engine(Gpt model, EngineOptions options) : model_(std::move(model)), options_(std::move(options)) {
+  model_->eval();
+  const auto& config = model_->config();
+  const auto weight = model_->parameters().front();
+  const int64_t kv_heads = config.kv_heads(), head_dim = config.head_dim();
+  LOOM_CHECK(options_.block_size > 0 && options_.max_batch > 0 && options_.max_prefill_tokens > 0,
+             "the engine needs a block size, a batch and a prefill budget > 0");
+  const int64_t per_block =
+      KVBlockPool::block_bytes(model_->n_blocks(), options_.block_size, kv_heads, head_dim, weight.scalar_type());
+  const int64_t blocks = options_.kv_blocks > 0 ? options_.kv_blocks : options_.kv_bytes / per_block;
+  const int64_t needed = (config.max_seq_len + options_.block_size - 1) / options_.block_size;
+  if (blocks < needed)
+    throw Error("a KV pool of " + std::to_string(blocks) + " blocks of " + std::to_string(options_.block_size) +
+                " positions cannot hold one sequence of model.max_seq_len=" + std::to_string(config.max_seq_len) +
+                ": give it at least " + std::to_string(needed * per_block) + " bytes");
+  pool_ = std::make_unique<KVBlockPool>(model_->n_blocks(), blocks, options_.block_size, kv_heads, head_dim,
+                                        weight.options());
+}
+
+Engine::~Engine() = default;
+
+int64_t Engine::add(GenerationRequest request) {
+  const int64_t context = model_->config().max_seq_len;
+  const int64_t length = static_cast<int64_t>(request.prompt.size());
+  LOOM_CHECK(length > 0, "a request needs at least one prompt token");
+  LOOM_CHECK(length <= context, "a prompt of ", length, " tokens exceeds model.max_seq_len=", context);
+  LOOM_CHECK(request.max_tokens >= 0, "max_tokens must be >= 0");
+  LOOM_CHECK(request.stop.empty() || options_.detokenize, "stop strings need the engine's detokenize");
+  auto sequence = std::make_unique<Sequence>();
+  sequence->tokens = request.prompt;
+  sequence->generator = sampling_generator(request.sampling.seed);
+  sequence->request = std::move(request);
+  const int64_t id = next_id_++;
+  if (sequence->request.max_tokens == 0) {  // nothing to generate: done at the next step
+    sequences_[id] = std::move(sequence);
+    cancelled_.push_back(finish(id, FinishReason::kLength));
+    return id;
+  }
+  sequences_[id] = std::move(sequence);
+  waiting_.push_back(id);
+  return id;
+}
+
+bool Engine::cancel(int64_t id) {
+  const auto queued = std::find(waiting_.begin(), waiting_.end(), id);
+  const auto active = std::find(running_.begin(), running_.end(), id);
+  if (queued == waiting_.end() && active == running_.end()) return false;
+  if (queued != waiting_.end()) waiting_.erase(queued);
+  if (active != running_.end()) running_.erase(active);
+  cancelled_.push_back(finish(id, FinishReason::kCancelled));
+  return true;
+}
+
+Completion Engine::finish(int64_t id, FinishReason reason) {
+  auto& sequence = *sequences_.at(id);
+  pool_->release(sequence.table);
+  Completion done;
+  done.id = id;
+  done.tokens.assign(sequence.tokens.end() - sequence.generated, sequence.tokens.end());
+  if (reason == FinishReason::kStop && !done.tokens.empty() && done.tokens.back() == sequence.request.stop_token)
+    done.tokens.pop_back();
+  if (options_.detokenize) done.text = sequence.text ? *sequence.text : options_.detokenize(done.tokens);
+  done.finish = reason;
+  done.preemptions = sequence.preemptions;
+  sequences_.erase(id);
+  return done;
+}
+
+bool Engine::take_token(int64_t id, int64_t token, std::vector<Completion>& done) {
+  auto& sequence = *sequences_.at(id);
+  sequence.tokens.push_back(token);
+  ++sequence.generated;
+  const auto& request = sequence.request;
+  bool stop = token == request.stop_token;
+  if (!stop && !request.stop.empty()) {
+    const std::vector<int64_t> tokens(sequence.tokens.end() - sequence.generated, sequence.tokens.end());
+    const auto text = options_.detokenize(tokens);
+    const size_t cut = first_stop_string(text, request.stop);
+    if (cut != std::string::npos) {
+      sequence.text = text.substr(0, cut);
+      stop = true;
+    }
+  }
+  const bool length = sequence.generated >= request.max_tokens ||
+                      static_cast<int64_t>(sequence.tokens.size()) > model_->config().max_seq_len;
+  if (!stop && !length) return false;
+  running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+  done.push_back(finish(id, stop ? FinishReason::kStop : FinishReason::kLength));
+  return true;
+}
+
+void Engine::preempt(int64_t id) {
+  auto& sequence = *sequences_.at(id);
+  pool_->release(sequence.table);
+  ++sequence.preemptions;
+  ++stats_.preemptions;
+  running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+  waiting_.push_front(id);
+}
+
+void Engine::decode_running(std::vector<Completion>& done) {
+  // Each sequence whose cache holds all but its last token decodes it; first each needs a slot for it, and when
+  // the pool is dry the sequence admitted last gives its blocks up.
+  const auto decodes = [&](int64_t id) {
+    const auto& sequence = *sequences_.at(id);
+    return sequence.table.length + 1 == static_cast<int64_t>(sequence.tokens.size());
+  };
+  for (size_t i = 0; i < running_.size();) {
+    auto& sequence = *sequences_.at(running_[i]);
+    if (!decodes(running_[i]) || pool_->reserve(sequence.table, sequence.table.length + 1)) {
+      ++i;
+      continue;
+    }
+    preempt(running_.back());  // may be this one: then i is past the end
+  }
+  std::vector<int64_t> ids;
+  std::vector<BlockTable*> rows;
+  std::vector<int64_t> last;
+  for (const int64_t id : running_) {
+    if (!decodes(id)) continue;
+    auto& sequence = *sequences_.at(id);
+    ids.push_back(id);
+    rows.push_back(&sequence.table);
+    last.push_back(sequence.tokens.back());
+  }
+  if (ids.empty()) return;
+  const auto device = pool_->keys(0).device();
+  auto caches = paged_kv_caches(*pool_, rows, model_->config().attention_window);
+  const auto tokens = torch::tensor(last, torch::kLong).unsqueeze(1).to(device);
+  const auto logits = model_->forward(tokens, &caches).select(1, -1).to(torch::kFloat).cpu();  // (B, V)
+  ++stats_.forwards;
+  stats_.decode_tokens += static_cast<int64_t>(ids.size());
+  stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, pool_->used_blocks());
+  for (size_t b = 0; b < ids.size(); ++b) {
+    auto& sequence = *sequences_.at(ids[b]);
+    take_token(ids[b], sample_token(logits[static_cast<int64_t>(b)], sequence.request.sampling, sequence.generator),
+               done);
+  }
+}
+
+void Engine::admit_waiting() {
+  // An admitted sequence holds the blocks of all its tokens: prefilled over the next steps, then decoded.
+  while (!waiting_.empty() && running() < options_.max_batch) {
+    const int64_t id = waiting_.front();
+    auto& sequence = *sequences_.at(id);
+    const int64_t length = static_cast<int64_t>(sequence.tokens.size());
+    if (!pool_->reserve(sequence.table, length)) break;
+    waiting_.pop_front();
+    running_.push_back(id);
+  }
+}
+
+void Engine::prefill_running() {
+  // Chunked prefill: every token but the last goes into the cache by prefill, max_prefill_tokens a step over all
+  // sequences in admission order, so a long prompt does not stall the decoding ones; the last is decoded.
+  int64_t budget = options_.max_prefill_tokens;
+  const auto device = pool_->keys(0).device();
+  for (const int64_t id : running_) {
+    auto& sequence = *sequences_.at(id);
+    const int64_t from = sequence.table.length;
+    const int64_t todo = static_cast<int64_t>(sequence.tokens.size()) - 1 - from;
+    if (todo <= 0) continue;
+    if (budget <= 0) break;
+    const int64_t n = std::min(todo, budget);
+    std::vector<BlockTable*> rows{&sequence.table};
+    auto caches = paged_kv_caches(*pool_, rows, model_->config().attention_window);
+    const std::vector<int64_t> chunk(sequence.tokens.begin() + from, sequence.tokens.begin() + from + n);
+    model_->forward(torch::tensor(chunk, torch::kLong).unsqueeze(0).to(device), &caches);
+    ++stats_.forwards;
+    stats_.prefill_tokens += n;
+    budget -= n;
+  }
+}
+
+std::vector<Completion> Engine::step() {
+  torch::NoGradGuard no_grad;
+  std::vector<Completion> done;
+  done.swap(cancelled_);
+  ++stats_.steps;
+  decode_running(done);
+  admit_waiting();
+  prefill_running();
+  return done;
+}
+
+std::vector<Completion> Engine::run() {
+  std::vector<Completion> all;
+  do {
+    auto done = step();
+    all.insert(all.end(), std::make_move_iterator(done.begin()), std::make_move_iterator(done.end()));
+  } while (!idle() || !cancelled_.empty());
+  std::sort(all.begin(), all.end(), [](const Completion& a, const Completion& b) { return a.id < b.id; });
+  return all;
+}
+
+}  // namespace loom

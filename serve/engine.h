@@ -1,0 +1,108 @@
+// loom's inference engine: a queue of generation requests and an iteration-level scheduler over a paged KV
+// cache (models/paged_kv_cache.h), continuous batching as Orca and vLLM do it. Each step():
+//   1. decodes every running sequence whose cache holds all but its last token, by one token in one forward (a
+//      ragged batch: each row at its own position), first finding each a slot: when the pool runs dry the
+//      sequence admitted last is preempted (its blocks freed, re-queued at the front, later prefilled again
+//      with its prompt and generated tokens: preemption by recompute);
+//   2. admits waiting sequences in order while the batch and the free blocks allow (each takes the blocks of
+//      all its tokens);
+//   3. prefills the admitted ones in chunks: at most max_prefill_tokens a step over all of them (each a forward
+//      of its own), every token but the last, which the next step decodes with the others.
+// A sequence that finishes (max_tokens, its stop token or a stop string, the context) or is cancelled leaves
+// at once and its blocks go back to the pool. Each sequence samples with its own generator seeded by its
+// request (models/generate.h sample_token), so its tokens depend on its seed alone, never on the batch; greedy
+// gives the tokens of decoding it alone (up to the floating-point order of a batched product).
+#pragma once
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/generate.h"
+#include "models/gpt.h"
+#include "models/paged_kv_cache.h"
+
+namespace loom {
+
+struct GenerationRequest {
+  std::vector<int64_t> prompt;       // at least one token, at most model.max_seq_len
+  int64_t max_tokens = 16;           // new tokens at most
+  SamplingOptions sampling;          // temperature (0: greedy), top_k, top_p, seed; use_cache is ignored
+  std::vector<std::string> stop;     // stop strings (EngineOptions::detokenize turns tokens into text)
+  int64_t stop_token = -1;           // >= 0: ends the sequence (end of sequence), not part of its tokens
+};
+
+enum class FinishReason { kLength, kStop, kCancelled };
+const char* finish_reason_name(FinishReason reason);  // "length", "stop", "cancelled"
+
+struct Completion {
+  int64_t id = 0;
+  std::vector<int64_t> tokens;  // generated; without the stop token
+  std::string text;             // the tokens as text, cut before a stop string (only with detokenize)
+  FinishReason finish = FinishReason::kLength;
+  int64_t preemptions = 0;      // times its blocks were taken and it was recomputed
+};
+
+// Where the earliest of the (non-empty) stop strings starts in text, or npos.
+size_t first_stop_string(const std::string& text, const std::vector<std::string>& stops);
+
+struct EngineOptions {
+  int64_t block_size = 16;          // positions per KV block
+  int64_t kv_blocks = 0;            // the pool's blocks; 0: as many as kv_bytes holds
+  int64_t kv_bytes = int64_t{256} << 20;
+  int64_t max_batch = 64;           // running sequences at most
+  int64_t max_prefill_tokens = 512;  // prompt tokens prefilled in one step (chunked: a long prompt over several)
+  std::function<std::string(const std::vector<int64_t>&)> detokenize;  // for stop strings and Completion::text
+};
+
+struct EngineStats {
+  int64_t steps = 0, forwards = 0, prefill_tokens = 0, decode_tokens = 0, preemptions = 0, peak_used_blocks = 0;
+};
+
+class Engine {
+ public:
+  // The model generates in eval mode without gradients; its pool is on the model's device, in its dtype.
+  Engine(Gpt model, EngineOptions options);
+  ~Engine();
+
+  // Queues a request; its id (ids count from 0). Throws loom::Error for one it can never run.
+  int64_t add(GenerationRequest request);
+  // A waiting or running request leaves now, its blocks freed; its Completion (kCancelled) comes with the next
+  // step(). False for an id that is not waiting or running.
+  bool cancel(int64_t id);
+  // One iteration; the requests that finished in it (and those cancelled since the last).
+  std::vector<Completion> step();
+  // Steps until no request waits or runs; every Completion step() returned, by id.
+  std::vector<Completion> run();
+
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  int64_t running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  const KVBlockPool& pool() const { return *pool_; }
+  const EngineStats& stats() const { return stats_; }
+
+ private:
+  struct Sequence;
+  // Frees the sequence's blocks and moves it to the front of the queue.
+  void preempt(int64_t id);
+  // Takes the sampled token; true when the sequence is finished (then in done).
+  bool take_token(int64_t id, int64_t token, std::vector<Completion>& done);
+  Completion finish(int64_t id, FinishReason reason);
+  void decode_running(std::vector<Completion>& done);
+  void admit_waiting();
+  void prefill_running();
+
+  Gpt model_;
+  EngineOptions options_;
+  std::unique_ptr<KVBlockPool> pool_;
+  std::map<int64_t, std::unique_ptr<Sequence>> sequences_;  // waiting and running
+  std::deque<int64_t> waiting_;
+  std::vector<int64_t> running_;  // in admission order
+  std::vector<Completion> cancelled_;
+  int64_t next_id_ = 0;
+  EngineStats stats_;
+};
+
+}  // namespace loom

@@ -1,0 +1,194 @@
+// The inference engine (serve/engine.h) over the paged KV cache (models/paged_kv_cache.h): the paged cache gives
+// the contiguous cache's outputs, also to a ragged batch of sequences at different positions; continuous
+// batching gives every request the tokens of decoding it alone, with a pool so small that sequences are
+// preempted and recomputed and with prompts prefilled in chunks too; every block is free again after cancellations and stop strings.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "models/generate.h"
+#include "models/gpt.h"
+#include "models/paged_kv_cache.h"
+#include "serve/engine.h"
+#include "test_util.h"
+
+namespace {
+
+// A tiny GPT in double precision (batched and single products then agree far below any argmax gap).
+loom::Gpt engine_test_gpt(loom::PositionKind position, int64_t kv_heads, int64_t window, int64_t max_seq_len = 48) {
+  torch::manual_seed(7);
+  auto config = loom::test::small_gpt_config(/*vocab_size=*/61, /*d_model=*/32, /*n_layers=*/2, /*n_heads=*/4,
+                                             max_seq_len);
+  config.n_kv_heads = kv_heads;
+  config.position = position;
+  config.attention_window = window;
+  loom::Gpt gpt(config);
+  loom::test::perturb(*gpt);
+  gpt->to(torch::kDouble);
+  gpt->eval();
+  return gpt;
+}
+
+std::vector<int64_t> random_tokens(std::mt19937& rng, int64_t n) {
+  std::uniform_int_distribution<int64_t> token(0, 60);
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back(token(rng));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("engine: the paged cache gives the contiguous cache's outputs, to a ragged batch too", "[models][serve]") {
+  torch::NoGradGuard no_grad;
+  struct Variant {
+    loom::PositionKind position;
+    int64_t kv_heads, window;
+  };
+  const auto variant = GENERATE(Variant{loom::PositionKind::kRope, 2, 5}, Variant{loom::PositionKind::kAlibi, 4, 0},
+                                Variant{loom::PositionKind::kLearned, 1, 0});
+  INFO("position " << static_cast<int>(variant.position) << ", " << variant.kv_heads << " kv heads, window "
+                    << variant.window);
+  auto gpt = engine_test_gpt(variant.position, variant.kv_heads, variant.window, 32);
+  const int64_t K = gpt->config().kv_heads(), D = gpt->config().head_dim();
+  loom::KVBlockPool pool(gpt->n_blocks(), /*blocks=*/24, /*block_size=*/4, K, D, torch::kDouble);
+
+  // One sequence fed in chunks: the same keys, so the same logits (to the last bits: SDPA may take another path
+  // over a gathered tensor).
+  const auto tokens = torch::randint(0, 61, {1, 14}, torch::kLong);
+  loom::BlockTable table;
+  auto paged = loom::paged_kv_caches(pool, {&table});
+  auto contiguous = gpt->new_caches();
+  for (auto [from, to] : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {5, 6}, {6, 11}, {11, 14}}) {
+    const auto piece = tokens.narrow(1, from, to - from);
+    CHECK(torch::allclose(gpt->forward(piece, &paged), gpt->forward(piece, &contiguous), 1e-12, 1e-12));
+  }
+  CHECK(table.length == 14);
+  CHECK(table.blocks.size() == 4);
+
+  // Three sequences of 3, 9 and 14 positions, then a ragged batch of two new positions each: each row's logits
+  // are its sequence's alone.
+  std::vector<loom::BlockTable> tables(3);
+  std::vector<loom::KVCaches> alone;
+  const std::vector<int64_t> lengths{3, 9, 14};
+  const auto prompts = torch::randint(0, 61, {3, 14}, torch::kLong);
+  for (size_t i = 0; i < 3; ++i) {
+    auto caches = loom::paged_kv_caches(pool, {&tables[i]});
+    alone.push_back(gpt->new_caches());
+    const auto prompt = prompts.narrow(0, static_cast<int64_t>(i), 1).narrow(1, 0, lengths[i]);
+    gpt->forward(prompt, &caches);
+    gpt->forward(prompt, &alone.back());
+  }
+  auto batch = loom::paged_kv_caches(pool, {&tables[0], &tables[1], &tables[2]});
+  CHECK(batch.seen_rows().defined());
+  for (int step = 0; step < 2; ++step) {
+    const auto next = torch::randint(0, 61, {3, 2}, torch::kLong);
+    const auto logits = gpt->forward(next, &batch);
+    for (int64_t i = 0; i < 3; ++i) {
+      const auto expected = gpt->forward(next.narrow(0, i, 1), &alone[static_cast<size_t>(i)]);
+      CHECK(torch::allclose(logits.narrow(0, i, 1), expected, 1e-9, 1e-9));
+    }
+  }
+  CHECK(tables[0].length == 7);
+  CHECK(tables[2].length == 18);
+  for (auto& t : tables) pool.release(t);
+  pool.release(table);
+  CHECK(pool.free_blocks() == pool.blocks());
+}
+
+TEST_CASE("engine: 64 requests arriving at random steps get the tokens of decoding each alone", "[serve]") {
+  const bool small_pool = GENERATE(false, true);
+  const bool rope = GENERATE(true, false);
+  auto gpt = rope ? engine_test_gpt(loom::PositionKind::kRope, 2, 0) : engine_test_gpt(loom::PositionKind::kLearned, 4, 12);
+  std::mt19937 rng(small_pool ? 11 : 12);
+  std::uniform_int_distribution<int64_t> prompt_length(1, 20), max_tokens(1, 24), arrival(0, 40), seed(0, 1000);
+  std::vector<loom::GenerationRequest> requests(64);
+  std::vector<int64_t> arrives;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto& r = requests[i];
+    r.prompt = random_tokens(rng, prompt_length(rng));
+    r.max_tokens = max_tokens(rng);
+    r.sampling.temperature = i % 4 == 3 ? 0.9 : 0.0;  // a quarter sampled: their seeds alone decide
+    r.sampling.top_k = i % 8 == 3 ? 10 : 0;
+    r.sampling.top_p = i % 8 == 7 ? 0.8 : 1.0;
+    r.sampling.seed = static_cast<uint64_t>(seed(rng));
+    arrives.push_back(arrival(rng));
+  }
+  loom::EngineOptions options;
+  options.block_size = 4;
+  options.kv_blocks = small_pool ? 14 : 512;  // 14: one 48-position sequence and two more blocks
+  options.max_batch = 32;
+  options.max_prefill_tokens = small_pool ? 7 : 40;  // 7: long prompts prefilled in chunks over several steps
+  loom::Engine engine(gpt, options);
+  std::vector<loom::Completion> completions;
+  std::map<int64_t, size_t> request_of;
+  for (int64_t step = 0; completions.size() < requests.size(); ++step) {
+    for (size_t i = 0; i < requests.size(); ++i)
+      if (arrives[i] == step) request_of[engine.add(requests[i])] = i;
+    for (auto& c : engine.step()) completions.push_back(std::move(c));
+    REQUIRE(step < 5000);
+  }
+  CHECK(engine.idle());
+  CHECK(engine.pool().free_blocks() == engine.pool().blocks());
+  if (small_pool) CHECK(engine.stats().preemptions > 0);
+  for (const auto& c : completions) {
+    const auto& r = requests[request_of.at(c.id)];
+    const auto expected = loom::generate(gpt, r.prompt, r.max_tokens, r.sampling);
+    INFO("request " << request_of.at(c.id) << " temperature " << r.sampling.temperature << " preempted "
+                    << c.preemptions << " times");
+    CHECK(c.finish == loom::FinishReason::kLength);
+    CHECK(c.tokens == expected);
+  }
+}
+
+TEST_CASE("engine: every block is free again after random cancellations, stop tokens and stop strings", "[serve]") {
+  auto gpt = engine_test_gpt(loom::PositionKind::kRope, 2, 0, 32);
+  loom::EngineOptions options;
+  options.block_size = 4;
+  options.kv_blocks = 12;
+  options.max_batch = 16;
+  // token t reads as the letter 'a' + t % 26
+  options.detokenize = [](const std::vector<int64_t>& tokens) {
+    std::string text;
+    for (const auto t : tokens) text += static_cast<char>('a' + t % 26);
+    return text;
+  };
+  loom::Engine engine(gpt, options);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int64_t> length(1, 24), max_tokens(0, 20), coin(0, 9);
+  std::vector<int64_t> live;
+  std::map<loom::FinishReason, int64_t> reasons;
+  std::map<int64_t, bool> has_stop;
+  int64_t added = 0, finished = 0;
+  for (int step = 0; step < 400 || !engine.idle(); ++step) {
+    if (step < 400 && coin(rng) < 6) {
+      loom::GenerationRequest r;
+      r.prompt = random_tokens(rng, length(rng));
+      r.max_tokens = max_tokens(rng);
+      r.sampling.temperature = 1.0;
+      r.sampling.seed = static_cast<uint64_t>(step);
+      if (coin(rng) < 3) r.stop = {"e", "xy"};
+      if (coin(rng) < 3) r.stop_token = 0;
+      live.push_back(engine.add(r));
+      has_stop[live.back()] = !r.stop.empty();
+      ++added;
+    }
+    if (!live.empty() && coin(rng) < 2) {
+      const size_t pick = static_cast<size_t>(rng() % live.size());
+      engine.cancel(live[pick]);  // false when it already finished
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(pick));
+    }
+    for (const auto& c : engine.step()) {
+      ++finished;
+      ++reasons[c.finish];
+      if (has_stop[c.id]) CHECK(c.text.find('e') == std::string::npos);  // cut before the first stop string
+      CHECK(c.text.size() <= c.tokens.size());
+    }
+    CHECK(engine.pool().used_blocks() <= engine.pool().blocks());
+  }
+  CHECK(finished == added);
+  CHECK(reasons[loom::FinishReason::kCancelled] > 0);
+  CHECK(reasons[loom::FinishReason::kStop] > 0);
+  CHECK(engine.stats().preemptions > 0);
+  CHECK(engine.pool().free_blocks() == engine.pool().blocks());
+  CHECK_FALSE(engine.cancel(0));
+}
