@@ -53,18 +53,17 @@ torch::Tensor BertImpl::embed(const torch::Tensor& tokens, const torch::Tensor& 
   return embedding_dropout(embedding_norm_->forward(x), dropout_, tp_);
 }
 
-torch::Tensor BertImpl::head(const torch::Tensor& hidden) {
-  return runner().head(hidden, [&](const torch::Tensor& h) {
-    const auto normed = final_norm_ ? final_norm_->forward(h) : h;
-    return mlm_bias_->forward(ends_.logits(mlm_norm_->forward(activate(mlm_dense_->forward(normed)))));
-  });
+torch::Tensor BertImpl::head(const torch::Tensor& h) {
+  const auto normed = final_norm_ ? final_norm_->forward(h) : h;
+  return mlm_bias_->forward(ends_.logits(mlm_norm_->forward(activate(mlm_dense_->forward(normed)))));
 }
 
 torch::Tensor BertImpl::forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden,
                                       const torch::Tensor& padding, const torch::Tensor& token_types,
                                       const torch::Tensor& selected) {
-  // ZeRO-3's ends unit: gathered for the embeddings and again for the head, freed over the blocks.
-  auto x = stage_.first ? runner().embeddings([&] { return embed(tokens, token_types); }) : hidden;
+  // ZeRO-3's ends unit, kept gathered over the step: the embedding norm's backward needs its weights.
+  runner().keep_ends();
+  auto x = stage_.first ? embed(tokens, token_types) : hidden;
   BlockInputs inputs;
   inputs.padding = padding;
   for (size_t i = 0; i < blocks_.size(); ++i) x = runner().block(i, x, nullptr, inputs);

@@ -7,8 +7,9 @@
 // mlm_dense, mlm_norm, mlm_bias); models/bert_weights.h maps them to BertForMaskedLM's.
 // Built as one pipeline stage of the model like the GPT (models/model_stage.h: the first stage embeds, the
 // last holds the head), split over a TP group like the GPT (heads, MLP columns, the vocabulary of the
-// embedding, the untied head and the output bias; the dense layer and norms replicated). Its embeddings,
-// blocks and head run through the stage's BlockRunner, so ZeRO-3 and activation checkpointing apply.
+// embedding, the untied head and the output bias; the dense layer and norms replicated). Its blocks run
+// through the stage's BlockRunner, so ZeRO-3 and activation checkpointing apply; ZeRO-3's ends are kept
+// gathered over a step (keep_ends: the embedding norm's backward needs its weights).
 // Shapes: B batch, T positions, C d_model, V vocabulary (V_r: this TP rank's columns).
 #pragma once
 #include <torch/torch.h>
@@ -60,7 +61,7 @@ class BertImpl : public StagedModel {
 
  private:
   torch::Tensor embed(const torch::Tensor& tokens, const torch::Tensor& token_types);  // (B, T) -> (B, T, C)
-  torch::Tensor head(const torch::Tensor& hidden);  // (..., C) -> (..., V or V_r)
+  torch::Tensor head(const torch::Tensor& h);  // (..., C) -> (..., V or V_r)
   torch::Tensor activate(const torch::Tensor& x) const;
 
   ModelConfig config_;

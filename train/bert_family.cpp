@@ -39,6 +39,7 @@ ModelShape bert_shape(const ModelConfig& m) {
   shape.token_types = kBertTokenTypes;
   shape.embedding_norm = true;
   shape.mlm_head = true;
+  shape.ends_kept = true;  // ZeRO-3 (models/bert.h)
   return shape;
 }
 

@@ -3,8 +3,10 @@
 # equals the single-process run of the same global batch (fp32, dropout off, 2 post-norm blocks, 20 steps
 # with a validation MLM loss and accuracy at 10 and 20; losses within 1e-5, clipped gradient norms within
 # 1e-4 relative): DP=2, TP=2 (heads, MLP, the vocabulary of the tied embedding and of the MLM output bias)
-# and PP=2 (1F1B, the tied embedding's gradients summed across the first and last stage). The validation
-# rows carry the MLM accuracy, and `loom eval` of the run repeats the last one.
+# and PP=2 (1F1B, the tied embedding's gradients summed across the first and last stage), and a ZeRO-3 smoke
+# test at DP=2 (the ends kept gathered over the step). The validation
+# rows carry the MLM accuracy, and `loom eval` of the run repeats the last one. With dropout, a run resumed
+# from its step-10 checkpoint repeats the uninterrupted losses bit for bit.
 source "$(dirname "$0")/common.sh"
 train_args() {
   echo "$SRC/configs/bert-kjv.yaml --set run.dir=$1 --set data.train=$KJV_DATA/train.bin" \
@@ -40,4 +42,15 @@ mpi_train 2 "$WORK/tp2" --set parallel.tp=2 --set parallel.dp=1 || fail "TP=2 fa
 same_losses_and_grad_norms "$WORK/single" "$WORK/tp2" "BERT TP=2"
 mpi_train 2 "$WORK/pp2" --set parallel.pp=2 --set parallel.dp=1 --set parallel.microbatches=2 || fail "PP=2 failed"
 same_losses_and_grad_norms "$WORK/single" "$WORK/pp2" "BERT PP=2"
+mpi_train 2 "$WORK/zero3" --set parallel.dp=2 --set parallel.zero=3 || fail "ZeRO-3 DP=2 failed"
+same_losses_and_grad_norms "$WORK/single" "$WORK/zero3" "BERT ZeRO-3 DP=2"
+# Dropout on: a run stopped at its step-10 checkpoint and trained on to 20 repeats the uninterrupted losses bit
+# for bit (the masks are a function of seed, step and sequence; dropout's RNG state is in the checkpoint).
+drop=(--set model.dropout=0.1 --set checkpoint.every=10)
+tiny_train "$WORK/whole" "${drop[@]}" >"$WORK/whole.log" 2>&1 || fail "dropout run"
+tiny_train "$WORK/resumed" "${drop[@]}" --set train.max_steps=10 --set schedule.total_steps=20 >"$WORK/resumed.log" 2>&1 \
+  || fail "first half"
+tiny_train "$WORK/resumed" "${drop[@]}" >>"$WORK/resumed.log" 2>&1 || fail "resumed half"
+grep -q "resum" "$WORK/resumed.log" || fail "the second half did not resume"
+same_losses "$WORK/whole" "$WORK/resumed" "BERT resumed at step 10 with dropout"
 echo "PASS"
