@@ -102,6 +102,10 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
   const EvalLoss result = evaluate_loss(*task, config, mesh, device);
   nlohmann::json out = {{"loss", result.loss}, {"ppl", std::exp(result.loss)}, {"split", split}, {"tokens", result.tokens}};
   std::string quality;
+  for (const auto& [name, value] : result.metrics) {  // the task's other measures (BERT's MLM accuracy)
+    out[name] = value;
+    quality += " | " + name + " " + std::to_string(value);
+  }
   if (const auto scores = task->score_outputs(config)) {  // a translation task: its decoded translations' quality
     out.update(scores->fields);
     quality = scores->summary;

@@ -28,7 +28,7 @@ struct ModelConfig {
   int64_t d_ff = 0;        // 0: 4 * d_model
   int64_t max_seq_len = 256;
   NormKind norm = NormKind::kLayerNorm;
-  NormPosition norm_position = NormPosition::kPre;  // post: transformer only
+  NormPosition norm_position = NormPosition::kPre;  // post: transformer and bert only
   double norm_eps = 1e-5;
   PositionKind position = PositionKind::kLearned;
   double rope_theta = 10000.0;

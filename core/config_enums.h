@@ -11,12 +11,12 @@
 
 namespace loom {
 
-enum class ModelArch { kGpt, kTransformer };
+enum class ModelArch { kGpt, kTransformer, kBert };
 enum class NormKind { kLayerNorm, kRmsNorm };
 enum class NormPosition { kPre, kPost };
 enum class PositionKind { kLearned, kSinusoidal, kRope, kAlibi };
 enum class RopeScaling { kNone, kLinear, kNtk };
-enum class Activation { kGelu, kRelu, kSwiglu, kGeglu };
+enum class Activation { kGelu, kRelu, kSwiglu, kGeglu, kGeluErf };
 enum class SyntheticTask { kNone, kReverse, kCopy };
 enum class ScheduleKind { kWarmupCosine, kInverseSqrt, kConstant, kLinear, kWsd };
 enum class ActivationCheckpointing { kNone, kFull, kSelective };
@@ -49,7 +49,9 @@ struct EnumTable<ModelArch> {
       {ModelArch::kGpt, "gpt",
        "the decoder-only pre-norm stack: GPT-2, LLaMA and the others are its options below, presets in configs/"},
       {ModelArch::kTransformer, "transformer",
-       "the encoder-decoder of Vaswani et al. with one source/target embedding, configs/transformer-*.yaml"}};
+       "the encoder-decoder of Vaswani et al. with one source/target embedding, configs/transformer-*.yaml"},
+      {ModelArch::kBert, "bert",
+       "the encoder-only BERT trained by masked language modelling, configs/bert-*.yaml (docs/models.md)"}};
 };
 template <>
 struct EnumTable<NormKind> {
@@ -61,7 +63,7 @@ struct EnumTable<NormPosition> {
   static constexpr EnumValue<NormPosition> values[] = {
       {NormPosition::kPre, "pre", "x + f(norm(x)) with a final norm after the stack"},
       {NormPosition::kPost, "post",
-       "norm(x + f(x)) as in the original Transformer, no final norm; model.arch=transformer only"}};
+       "norm(x + f(x)) as in the original Transformer and BERT, no final norm; model.arch=transformer or bert"}};
 };
 template <>
 struct EnumTable<PositionKind> {
@@ -84,7 +86,8 @@ struct EnumTable<Activation> {
       {Activation::kGelu, "gelu", "tanh approximation"},
       {Activation::kRelu, "relu", ""},
       {Activation::kSwiglu, "swiglu", "gated, three matrices: down(silu(gate x) * up x)"},
-      {Activation::kGeglu, "geglu", "gated, three matrices: down(gelu(gate x) * up x)"}};
+      {Activation::kGeglu, "geglu", "gated, three matrices: down(gelu(gate x) * up x)"},
+      {Activation::kGeluErf, "gelu_erf", "the exact erf GELU (BERT's)"}};
 };
 template <>
 struct EnumTable<SyntheticTask> {

@@ -26,6 +26,11 @@ struct ModelShape {
   // ZeRO-3 keeps the ends (embeddings, final norms, head) gathered over a step; false: gathers them for the
   // embeddings and again for the head, freed over the blocks.
   bool ends_kept = false;
+  // BERT's ends: a token-type table of this many rows and a norm after the embeddings; an MLM head (a
+  // C x C dense layer with bias and a norm before the vocabulary product, and an output bias of V).
+  int64_t token_types = 0;
+  bool embedding_norm = false;
+  bool mlm_head = false;
 
   int64_t pipeline_layers() const { return encoder_layers + decoder_layers; }
 };

@@ -10,15 +10,7 @@
 namespace loom {
 namespace {
 
-// One stored tensor: rows [row_begin, row_begin + rows) of a loom parameter (rows < 0: all of it),
-// transposed on disk when `transpose`.
-struct Piece {
-  std::string name;
-  std::string param;
-  bool transpose = false;
-  int64_t row_begin = 0;
-  int64_t rows = -1;
-};
+using Piece = HfPiece;
 
 const char* kGpt2Prefix = "transformer.";
 
@@ -76,7 +68,7 @@ torch::Tensor slice(const torch::Tensor& param, const Piece& piece) {
   return piece.rows < 0 ? param : param.narrow(0, piece.row_begin, piece.rows);
 }
 
-std::map<std::string, torch::Tensor> parameters_by_name(GptImpl& model) {
+std::map<std::string, torch::Tensor> parameters_by_name(torch::nn::Module& model) {
   std::map<std::string, torch::Tensor> out;
   for (const auto& p : model.named_parameters()) out[p.key()] = p.value();
   return out;
@@ -132,38 +124,34 @@ std::string weight_names_label(WeightNames names) {
   return "loom";
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> export_weights(GptImpl& model) {
+std::vector<std::pair<std::string, torch::Tensor>> export_pieces(torch::nn::Module& model,
+                                                                 const std::vector<HfPiece>& pieces,
+                                                                 const std::string& label) {
   const auto params = parameters_by_name(model);
   std::vector<std::pair<std::string, torch::Tensor>> out;
   std::set<std::string> covered;
-  for (const auto& piece : pieces(model.config(), model)) {
+  for (const auto& piece : pieces) {
     auto t = slice(params.at(piece.param).detach(), piece);
     out.emplace_back(piece.name, (piece.transpose ? t.t() : t).to(torch::kCPU).contiguous());
     covered.insert(piece.param);
   }
-  LOOM_CHECK(covered.size() == params.size(), "internal: the ", weight_names_label(weight_names(model.config())),
-             " name mapping misses ", params.size() - covered.size(), " parameters");
+  LOOM_CHECK(covered.size() == params.size(), "internal: the ", label, " name mapping misses ",
+             params.size() - covered.size(), " parameters");
   return out;
 }
 
-void import_weights(GptImpl& model, const SafetensorsFile& file, const std::string& source) {
-  const ModelConfig& c = model.config();
-  const WeightNames names = weight_names(c);
-  const std::string family = weight_names_label(names);
-  // GPT-2 files come with and without the "transformer." prefix; compare without it.
-  auto key = [&](const std::string& name) {
-    const std::string prefix = kGpt2Prefix;
-    return names == WeightNames::kGpt2 && name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
-  };
-  std::map<std::string, torch::Tensor> stored;
-  for (const auto& [name, tensor] : file.tensors) stored[key(name)] = tensor;
+std::vector<std::pair<std::string, torch::Tensor>> export_weights(GptImpl& model) {
+  return export_pieces(model, pieces(model.config(), model), weight_names_label(weight_names(model.config())));
+}
 
+void import_pieces(torch::nn::Module& model, Communicator* tp, const std::vector<HfPiece>& pieces,
+                   std::map<std::string, torch::Tensor> stored, const std::string& source, const std::string& label,
+                   const std::function<bool(const std::string&)>& ignorable) {
   // The file holds the whole model. A pipeline stage takes only its own parameters; a tensor-parallel
   // parameter is assembled at its full size and then cut into this rank's shard (ShardLayout), so that
   // every layout starts from the same weights.
   const auto params = parameters_by_name(model);
   const auto layouts = shard_layouts(model);
-  Communicator* tp = model.tp_group();
   std::map<std::string, torch::Tensor> full;  // the sharded parameters at full size, on the CPU
   for (const auto& [name, layout] : layouts) {
     auto shape = params.at(name).sizes().vec();
@@ -172,14 +160,14 @@ void import_weights(GptImpl& model, const SafetensorsFile& file, const std::stri
     full[name] = torch::empty(shape, params.at(name).options().device(torch::kCPU));
   }
   torch::NoGradGuard no_grad;
-  for (const auto& piece : pieces(c, model)) {
-    auto found = stored.find(key(piece.name));
+  for (const auto& piece : pieces) {
+    auto found = stored.find(piece.name);
     if (params.count(piece.param) == 0) {  // another pipeline stage's
       if (found != stored.end()) stored.erase(found);
       continue;
     }
     LOOM_CHECK(found != stored.end(), source, ": no tensor ", piece.name, " (the model.* config names its weights as ",
-               family, ", see models/hf_weights.h)");
+               label, ", see models/hf_weights.h)");
     const torch::Tensor& t = found->second;
     const auto whole = full.find(piece.param);
     auto target = slice(whole != full.end() ? whole->second : params.at(piece.param), piece);
@@ -194,20 +182,42 @@ void import_weights(GptImpl& model, const SafetensorsFile& file, const std::stri
   for (const auto& [name, whole] : full)
     params.at(name).copy_(take_shard(whole, layouts.at(name), tp_size(tp), tp != nullptr ? tp->rank() : 0));
   for (const auto& [name, tensor] : stored)
-    LOOM_CHECK(ignorable(names, c, name) || (names == WeightNames::kLoom && held_by_another_stage(model, params, name)),
-               source, ": tensor ", name, " has no place in the model (", family,
+    LOOM_CHECK(ignorable(name), source, ": tensor ", name, " has no place in the model (", label,
                " names; does the model.* config match the file?)");
 }
 
-void load_weights_file(GptImpl& model, const std::filesystem::path& path) {
-  // A Hugging Face model directory (save_pretrained's, or loom export's) holds its weights in model.safetensors.
-  if (std::filesystem::is_directory(path)) {
-    const auto file = path / "model.safetensors";
-    LOOM_CHECK(std::filesystem::is_regular_file(file), path.string(), " is a directory without model.safetensors "
-               "(save the model with safe_serialization, or point model.init_from at the .safetensors file)");
-    return load_weights_file(model, file);
+void import_weights(GptImpl& model, const SafetensorsFile& file, const std::string& source) {
+  const ModelConfig& c = model.config();
+  const WeightNames names = weight_names(c);
+  const auto all = pieces(c, model);
+  // GPT-2 files come with and without the "transformer." prefix: a name without it takes it.
+  std::set<std::string> names_of_pieces;
+  for (const auto& piece : all) names_of_pieces.insert(piece.name);
+  std::map<std::string, torch::Tensor> stored;
+  for (const auto& [name, tensor] : file.tensors) {
+    const std::string prefixed = kGpt2Prefix + name;
+    stored[names == WeightNames::kGpt2 && names_of_pieces.count(prefixed) > 0 ? prefixed : name] = tensor;
   }
-  import_weights(model, read_safetensors(path), path.string());
+  const auto params = parameters_by_name(model);
+  import_pieces(model, model.tp_group(), all, std::move(stored), source, weight_names_label(names),
+                [&](const std::string& name) {
+                  return ignorable(names, c, name) ||
+                         (names == WeightNames::kLoom && held_by_another_stage(model, params, name));
+                });
+}
+
+std::filesystem::path hf_weights_file(const std::filesystem::path& path) {
+  // A Hugging Face model directory (save_pretrained's, or loom export's) holds its weights in model.safetensors.
+  if (!std::filesystem::is_directory(path)) return path;
+  const auto file = path / "model.safetensors";
+  LOOM_CHECK(std::filesystem::is_regular_file(file), path.string(), " is a directory without model.safetensors "
+             "(save the model with safe_serialization, or point model.init_from at the .safetensors file)");
+  return file;
+}
+
+void load_weights_file(GptImpl& model, const std::filesystem::path& path) {
+  const auto file = hf_weights_file(path);
+  import_weights(model, read_safetensors(file), file.string());
 }
 
 nlohmann::ordered_json hf_config_json(const ModelConfig& c, const SpecialTokenIds& tokens) {

@@ -17,6 +17,8 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -28,6 +30,31 @@
 #include "models/safetensors.h"
 
 namespace loom {
+
+// One stored tensor: rows [row_begin, row_begin + rows) of a loom parameter (rows < 0: all of it),
+// transposed on disk when `transpose`. A family's Hugging Face names are a list of these (the GPT's here,
+// BERT's in models/bert_weights.h), which the two functions below read and write for any model.
+struct HfPiece {
+  std::string name;
+  std::string param;
+  bool transpose = false;
+  int64_t row_begin = 0;
+  int64_t rows = -1;
+};
+// Every parameter of `model` under the pieces' names, CPU tensors in the stored layout; `label` names the
+// mapping in the internal error of a parameter no piece covers.
+std::vector<std::pair<std::string, torch::Tensor>> export_pieces(torch::nn::Module& model,
+                                                                 const std::vector<HfPiece>& pieces,
+                                                                 const std::string& label);
+// Copies every parameter of `model` from the file's tensors `stored` (by the pieces' names; any float dtype,
+// converted). The file holds the whole model: a pipeline stage (a model without a piece's parameter) takes
+// its own part, a TP rank (tp) its shard of each split parameter. A missing tensor, a shape that differs or a
+// stored tensor neither used nor `ignorable` is a loom::Error naming `source`, the tensor and `label`.
+void import_pieces(torch::nn::Module& model, Communicator* tp, const std::vector<HfPiece>& pieces,
+                   std::map<std::string, torch::Tensor> stored, const std::string& source, const std::string& label,
+                   const std::function<bool(const std::string&)>& ignorable);
+// path: a .safetensors file, or a Hugging Face model directory -> the file (its model.safetensors).
+std::filesystem::path hf_weights_file(const std::filesystem::path& path);
 
 enum class WeightNames { kLoom, kGpt2, kLlama };
 WeightNames weight_names(const ModelConfig& config);

@@ -29,6 +29,7 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
     case Activation::kRelu: return down_->forward(torch::relu(up_->forward(x)));
     case Activation::kSwiglu: return down_->forward(torch::silu(gate_->forward(x)) * up_->forward(x));
     case Activation::kGeglu: return down_->forward(gelu_tanh(gate_->forward(x)) * up_->forward(x));
+    case Activation::kGeluErf: return down_->forward(torch::gelu(up_->forward(x)));
   }
   throw Error("unreachable activation");
 }

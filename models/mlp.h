@@ -1,4 +1,5 @@
-// The position-wise feed-forward block: down(act(up x)) for GELU (tanh approximation, as GPT-2) and ReLU,
+// The position-wise feed-forward block: down(act(up x)) for GELU (tanh approximation, as GPT-2; gelu_erf the
+// exact one, as BERT) and ReLU,
 // or the gated down(act(gate x) * up x) for SwiGLU (SiLU) and GeGLU (GELU), each projection C <-> F.
 // Gate and up are separate matrices so that tensor parallelism splits each by columns as it is: given a
 // TP group, gate and up are column-parallel and down row-parallel (one all-reduce per direction).

@@ -5,6 +5,10 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "core/config.h"
 #include "parallel/mesh.h"
 #include "train/task.h"
@@ -14,6 +18,8 @@ namespace loom {
 struct EvalLoss {
   double loss = 0;     // mean per token
   int64_t tokens = 0;  // tokens it averages over, all ranks together
+  // The task's other measures (Task::eval_metric_names), each its sum over the mesh / tokens.
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 // Each DP rank of the mesh evaluates its slice in micro-batches; the mean is over the mesh's DP group.

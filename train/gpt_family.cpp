@@ -13,7 +13,7 @@ namespace {
 void validate_gpt(const Config& c, ConfigChecks& check) {
   const ModelConfig& m = c.model;
   check.require(m.norm_position == NormPosition::kPre, "model.norm_position",
-                "post applies to model.arch=transformer only");
+                "post applies to model.arch=transformer and bert only");
   check.require(m.n_encoder_layers == 0, "model.n_encoder_layers", "applies to model.arch=transformer only");
   check.require(c.data.synthetic == SyntheticTask::kNone, "data.synthetic",
                 "synthetic pairs train model.arch=transformer, not gpt");

@@ -94,36 +94,46 @@ std::vector<std::vector<int64_t>> LmTask::stage_output_shapes(const TaskBatch& b
   return {model_->hidden_shape(b.inputs.size(0), b.inputs.size(1))};
 }
 
-std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const ModelSource& model) {
-  std::unique_ptr<LmBatches> train_batches;
-  if (data == TaskData::kSynthetic)
-    train_batches = std::make_unique<SyntheticBatches>(static_cast<uint64_t>(config.run.seed), config.data.seq_len,
-                                                       config.model.vocab_size);
-  std::vector<LmSource> sources;
+LmData open_lm_data(const Config& config, TaskData data) {
+  LmData out;
   if (data == TaskData::kTraining) {
     if (config.data.train.empty())
       throw ConfigError(config.where("data.train") + ": data.train: no training data given (a token file, a "
                         "directory made by loom prepare, or a list of {path, weight})");
     for (const auto& source : config.data.train)
-      sources.push_back({source.path, source.weight, open_token_corpus(source.path, "data.train", "train", config)});
+      out.sources.push_back({source.path, source.weight, open_token_corpus(source.path, "data.train", "train", config)});
   }
-  auto valid = open_token_corpus(config.data.valid, "data.valid", "valid", config);
-  if (data == TaskData::kEvaluation && !valid)
+  out.valid = open_token_corpus(config.data.valid, "data.valid", "valid", config);
+  if (data == TaskData::kEvaluation && !out.valid)
     throw ConfigError(config.where("data.valid") + ": data.valid: no evaluation token file (pass --set data.valid=FILE)");
-  std::vector<TokenCorpus*> corpora;
-  for (const auto& s : sources) corpora.push_back(s.corpus.get());
-  if (valid) corpora.push_back(valid.get());
-  read_documents(config, corpora);
+  const auto corpora = out.corpora();
   if (!corpora.empty()) {
     check_tokenizer(config, {corpora.begin(), corpora.end()});
     for (const TokenCorpus* c : corpora) check_vocab(config, c->vocab_size(), c->name());
   }
-  if (!sources.empty())
+  return out;
+}
+
+std::vector<TokenCorpus*> LmData::corpora() const {
+  std::vector<TokenCorpus*> out;
+  for (const auto& s : sources) out.push_back(s.corpus.get());
+  if (valid) out.push_back(valid.get());
+  return out;
+}
+
+std::unique_ptr<LmTask> make_lm_task(const Config& config, TaskData data, const ModelSource& model) {
+  std::unique_ptr<LmBatches> train_batches;
+  if (data == TaskData::kSynthetic)
+    train_batches = std::make_unique<SyntheticBatches>(static_cast<uint64_t>(config.run.seed), config.data.seq_len,
+                                                       config.model.vocab_size);
+  LmData opened = open_lm_data(config, data);
+  read_documents(config, opened.corpora());
+  if (!opened.sources.empty())
     train_batches = std::make_unique<LmMixture>(
-        std::move(sources), LmSampler(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
+        std::move(opened.sources), LmSampler(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
         config.train.batch_size);
   TaskModel built = model();
-  return std::make_unique<LmTask>(built.as<Gpt>(), std::move(train_batches), std::move(valid), config,
+  return std::make_unique<LmTask>(built.as<Gpt>(), std::move(train_batches), std::move(opened.valid), config,
                                   std::move(built.tp_rng));
 }
 

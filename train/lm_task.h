@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "data/corpus/lm_batches.h"
+#include "data/corpus/lm_mixture.h"
 #include "data/corpus/token_corpus.h"
 #include "models/gpt.h"
 #include "train/task.h"
@@ -40,6 +41,16 @@ class LmTask : public Task {
   int64_t batch_size_;  // train.batch_size
   int64_t loss_chunk_tokens_;  // train.loss_chunk_tokens: the fused head + loss, 0 the plain logits
 };
+
+// The token data of a task trained on windows (the GPT's, BERT's): data.train's sources (TaskData::kTraining,
+// data.train required) and data.valid (required for TaskData::kEvaluation), checked against tokenizer.model
+// and model.vocab_size.
+struct LmData {
+  std::vector<LmSource> sources;
+  std::unique_ptr<TokenCorpus> valid;  // null: none
+  std::vector<TokenCorpus*> corpora() const;  // every source's, then valid
+};
+LmData open_lm_data(const Config& config, TaskData data);
 
 // The gpt family's task (train/gpt_family.cpp): opens data.train (each source: a token file or a prepared
 // directory's train split) and data.valid (a token file or a prepared directory's valid split) as `data`

@@ -22,6 +22,7 @@ void register_model_family(ModelFamily family) {
 void register_builtin_model_families() {
   register_model_family(gpt_family());
   register_model_family(encoder_decoder_family());
+  register_model_family(bert_family());
 }
 
 const ModelFamily& model_family(ModelArch arch) {

@@ -2,7 +2,7 @@
 // the config and its model's shape (core/family_rules.h, which validation, the pipeline split, the parameter
 // and memory estimates and `loom info` read), how its model is built, which Task trains it, what `loom bench`
 // feeds it and its Hugging Face names. The built-in families are register_builtin_model_families()'s, each in
-// its own file (train/gpt_family.cpp, train/encoder_decoder_family.cpp). The Trainer, the pipeline runner,
+// its own file (train/gpt_family.cpp, train/encoder_decoder_family.cpp, train/bert_family.cpp). The Trainer, the pipeline runner,
 // checkpoints, `loom eval`, `loom info`, `loom bench` and `loom export` take any family as it is.
 #pragma once
 #include <filesystem>
@@ -61,5 +61,6 @@ void load_init_weights(const Config& config, StagedModel& model);
 
 ModelFamily gpt_family();              // train/gpt_family.cpp
 ModelFamily encoder_decoder_family();  // train/encoder_decoder_family.cpp
+ModelFamily bert_family();             // train/bert_family.cpp
 
 }  // namespace loom

@@ -4,6 +4,7 @@
 // checkpoints, metrics) for every task; a task knows only what a batch is and how a model scores it.
 //   LmTask (train/lm_task.h):                   the GPT on windows of a token file
 //   TranslationTask (train/translation_task.h): the encoder-decoder on Seq2SeqBatch pairs
+//   MlmTask (train/mlm_task.h):                 BERT's masked language modelling on windows of token files
 // Which task and model a config means (model.arch) is train/model_family.h's; make_task() below builds
 // any of them the one way (seed, TP stream, model, stage dropout).
 #pragma once
@@ -87,6 +88,12 @@ class Task {
   // global batch of `step`, for metrics.jsonl's tokens_by_source. Empty: one source.
   virtual std::vector<std::string> source_names() const { return {}; }
   virtual std::vector<int64_t> source_tokens(int64_t) const { return {}; }
+
+  // Evaluation's measures besides the loss (the MLM's "accuracy"): their names, and per name a sum over the
+  // loss tokens that the evaluation-mode forwards counted since the last call (which resets them), which
+  // evaluation sums over the mesh and divides by the loss tokens (train/evaluate.h). None by default.
+  virtual std::vector<std::string> eval_metric_names() const { return {}; }
+  virtual std::vector<double> take_eval_metric_sums() { return {}; }
 
   // Forward pass: the mean loss over the batch's tokens() (a scalar with gradient).
   virtual torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) = 0;

@@ -330,22 +330,29 @@ bool Trainer::any_rank_stopping() {
   return stopping.item<int>() > 0;
 }
 
-double Trainer::evaluate() {
+EvalLoss Trainer::evaluate() {
   LOOM_CHECK(task_->can_evaluate(), "no validation data (data.valid)");
-  const double loss = evaluate_loss(*task_, config_, mesh_, device_).loss;
+  EvalLoss result = evaluate_loss(*task_, config_, mesh_, device_);
   gradient_sync_->free_parameters();  // ZeRO-3: what the evaluation's forwards left gathered
-  return loss;
+  return result;
 }
 
 void Trainer::maybe_evaluate(bool final_step) {
   const int64_t every = config_.train.eval_every;
   if (!task_->can_evaluate() || config_.train.eval_batches == 0) return;
   if (!final_step && (every == 0 || state_.step % every != 0)) return;
-  const double loss = evaluate();
+  const EvalLoss result = evaluate();
   if (!is_leader()) return;
-  spdlog::info("step {} | valid loss {:.4f} | ppl {:.2f}", state_.step, loss, std::exp(loss));
-  metrics_->write({{"step", state_.step}, {"split", "valid"}, {"loss", loss}, {"ppl", std::exp(loss)},
-                   {"tokens", state_.tokens}, {"elapsed_s", state_.elapsed_s}});
+  const double loss = result.loss;
+  nlohmann::json row = {{"step", state_.step}, {"split", "valid"}, {"loss", loss}, {"ppl", std::exp(loss)},
+                        {"tokens", state_.tokens}, {"elapsed_s", state_.elapsed_s}};
+  std::string extra;
+  for (const auto& [name, value] : result.metrics) {
+    row[name] = value;
+    extra += fmt::format(" | {} {:.4f}", name, value);
+  }
+  spdlog::info("step {} | valid loss {:.4f} | ppl {:.2f}{}", state_.step, loss, std::exp(loss), extra);
+  metrics_->write(row);
 }
 
 void Trainer::log_step(const StepResult& result) {

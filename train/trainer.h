@@ -19,6 +19,7 @@
 #include "parallel/mesh.h"
 #include "parallel/process_group.h"
 #include "train/checkpoint.h"
+#include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/nonfinite_guard.h"
 #include "train/pipeline_runner.h"
@@ -54,7 +55,9 @@ class Trainer {
   void reset_pipeline_stats() { pipeline_stats_ = {}; }
   void synchronize_phases(bool on) { synchronize_phases_ = on; }
 
-  double evaluate();  // mean validation loss over train.eval_batches batches of train.batch_size sequences
+  // the mean validation loss (and the task's other measures) over train.eval_batches batches of
+  // train.batch_size sequences
+  EvalLoss evaluate();
   Task& task() { return *task_; }
   const Config& config() const { return config_; }
   const RunPlan& plan() const { return plan_; }

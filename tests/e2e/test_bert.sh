@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# BERT (model.arch: bert, masked language modelling on the KJV token files; train/mlm_task.h) under mpirun
+# equals the single-process run of the same global batch (fp32, dropout off, 2 post-norm blocks, 20 steps
+# with a validation MLM loss and accuracy at 10 and 20; losses within 1e-5, clipped gradient norms within
+# 1e-4 relative): DP=2, TP=2 (heads, MLP, the vocabulary of the tied embedding and of the MLM output bias)
+# and PP=2 (1F1B, the tied embedding's gradients summed across the first and last stage), and a ZeRO-3 smoke
+# test at DP=2 (the ends kept gathered over the step). The validation
+# rows carry the MLM accuracy, and `loom eval` of the run repeats the last one. With dropout, a run resumed
+# from its step-10 checkpoint repeats the uninterrupted losses bit for bit.
+source "$(dirname "$0")/common.sh"
+train_args() {
+  echo "$SRC/configs/bert-kjv.yaml --set run.dir=$1 --set data.train=$KJV_DATA/train.bin" \
+       "--set data.valid=$KJV_DATA/valid.bin --set tokenizer.model=$KJV_DATA/tokenizer.model" \
+       "--set model.d_model=64 --set model.n_layers=2 --set model.n_heads=2 --set model.max_seq_len=32" \
+       "--set data.seq_len=32 --set model.dropout=0 --set precision.dtype=fp32 --set train.max_steps=20" \
+       "--set train.batch_size=8 --set train.log_every=1 --set train.eval_every=10 --set train.eval_batches=1" \
+       "--set schedule.warmup_steps=5 --set checkpoint.every=0 --set runtime.threads=1" \
+       "--set runtime.device=$E2E_DEVICE --set runtime.deterministic=$([ "$E2E_DEVICE" = cpu ] && echo false || echo true)"
+}
+
+tiny_train "$WORK/single" >"$WORK/single.log" 2>&1 || { tail -20 "$WORK/single.log"; fail "single run"; }
+python3 - "$WORK/single" <<'PY' || fail "no validation MLM accuracy, or a loss that did not fall"
+import json, sys
+rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
+valid = [r for r in rows if r["split"] == "valid"]
+train = [r["loss"] for r in rows if r["split"] == "train"]
+assert [r["step"] for r in valid] == [10, 20] and all(0 <= r["accuracy"] <= 1 for r in valid), valid
+assert train[-1] < train[0], train
+print(f"single: train loss {train[0]:.3f} -> {train[-1]:.3f}, valid accuracy {valid[-1]['accuracy']:.3f}")
+PY
+# loom eval of the run repeats training's last validation row, accuracy included.
+"$LOOM" eval "$WORK/single" --json >"$WORK/eval.json" || fail "loom eval of a BERT run"
+python3 - "$WORK/single" "$WORK/eval.json" <<'PY' || fail "loom eval differs from training's validation"
+import json, sys
+last = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl") if '"valid"' in l][-1]
+out = json.load(open(sys.argv[2]))
+assert abs(out["loss"] - last["loss"]) < 1e-6 and abs(out["accuracy"] - last["accuracy"]) < 1e-9, (out, last)
+PY
+mpi_train 2 "$WORK/dp2" --set parallel.dp=2 || fail "DP=2 failed"
+same_losses_and_grad_norms "$WORK/single" "$WORK/dp2" "BERT DP=2"
+mpi_train 2 "$WORK/tp2" --set parallel.tp=2 --set parallel.dp=1 || fail "TP=2 failed"
+same_losses_and_grad_norms "$WORK/single" "$WORK/tp2" "BERT TP=2"
+mpi_train 2 "$WORK/pp2" --set parallel.pp=2 --set parallel.dp=1 --set parallel.microbatches=2 || fail "PP=2 failed"
+same_losses_and_grad_norms "$WORK/single" "$WORK/pp2" "BERT PP=2"
+mpi_train 2 "$WORK/zero3" --set parallel.dp=2 --set parallel.zero=3 || fail "ZeRO-3 DP=2 failed"
+same_losses_and_grad_norms "$WORK/single" "$WORK/zero3" "BERT ZeRO-3 DP=2"
+# Dropout on: a run stopped at its step-10 checkpoint and trained on to 20 repeats the uninterrupted losses bit
+# for bit (the masks are a function of seed, step and sequence; dropout's RNG state is in the checkpoint).
+drop=(--set model.dropout=0.1 --set checkpoint.every=10)
+tiny_train "$WORK/whole" "${drop[@]}" >"$WORK/whole.log" 2>&1 || fail "dropout run"
+tiny_train "$WORK/resumed" "${drop[@]}" --set train.max_steps=10 --set schedule.total_steps=20 >"$WORK/resumed.log" 2>&1 \
+  || fail "first half"
+tiny_train "$WORK/resumed" "${drop[@]}" >>"$WORK/resumed.log" 2>&1 || fail "resumed half"
+grep -q "resum" "$WORK/resumed.log" || fail "the second half did not resume"
+same_losses "$WORK/whole" "$WORK/resumed" "BERT resumed at step 10 with dropout"
+echo "PASS"

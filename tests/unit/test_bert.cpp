@@ -1,0 +1,137 @@
+// BERT (models/bert.h, train/bert_family.cpp): its closed-form parameter count against transformers'
+// BertForMaskedLM and against the built model, its Hugging Face weights both ways against transformers
+// (tests/golden/hf_bert.py), and the MLM masking rule (data/corpus/mlm_masking.h).
+
+#include <fstream>
+
+#include "core/config.h"
+#include "data/corpus/mlm_masking.h"
+#include "models/bert.h"
+#include "models/bert_weights.h"
+#include "models/estimates.h"
+#include "models/safetensors.h"
+#include "test_util.h"
+
+namespace {
+
+loom::ModelConfig bert_config(const std::vector<std::string>& sets = {}) {
+  std::vector<std::string> all = {"model.arch=bert", "model.vocab_size=50", "model.d_model=32", "model.n_layers=2",
+                                  "model.n_heads=4", "model.d_ff=48", "model.max_seq_len=16", "model.dropout=0",
+                                  "model.norm_position=post", "model.norm_eps=1e-12", "model.activation=gelu_erf",
+                                  "data.seq_len=16"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  return loom::parse_config("", "test", all).model;
+}
+
+// tokens (2, 8), the second row's last 3 positions padded, both segments used.
+struct BertInputs {
+  torch::Tensor tokens, padding, token_types;
+};
+BertInputs bert_inputs(int64_t vocab) {
+  BertInputs in;
+  in.tokens = torch::randint(0, vocab, {2, 8}, torch::kLong);
+  in.padding = torch::zeros({2, 8}, torch::kBool);
+  in.padding.index_put_({1, torch::indexing::Slice(5, 8)}, true);
+  in.token_types = (torch::arange(8) >= 4).to(torch::kLong).unsqueeze(0).repeat({2, 1});
+  return in;
+}
+
+torch::Tensor hf_bert(const std::string& mode, const loom::ModelConfig& c, const BertInputs& in,
+                      const std::filesystem::path& dir) {
+  const nlohmann::json config = {{"vocab_size", c.vocab_size}, {"d_model", c.d_model}, {"n_layers", c.n_layers},
+                                 {"n_heads", c.n_heads}, {"d_ff", c.ffn_dim()}, {"max_seq_len", c.max_seq_len},
+                                 {"norm_eps", c.norm_eps}, {"tie_embeddings", c.tie_embeddings}};
+  const nlohmann::json input = {{"config", config}, {"tokens", loom::test::tensor_json(in.tokens)},
+                                {"padding", loom::test::tensor_json(in.padding.to(torch::kLong))},
+                                {"token_types", loom::test::tensor_json(in.token_types)}, {"seed", 5}};
+  const auto path = dir.string() + ".json";
+  std::ofstream(path) << input.dump();
+  const auto out = loom::test::python_golden("hf_bert.py", mode + " " + path + " " + dir.string() + " 2>/dev/null");
+  return loom::test::json_tensor(out["logits"], torch::kFloat);
+}
+
+}  // namespace
+
+TEST_CASE("bert: parameter counts equal transformers' and the built model's", "[bert]") {
+  // transformers' BertForMaskedLM(BertConfig()): sum(p.numel() for p in model.parameters()).
+  CHECK(loom::count_parameters(loom::load_config("configs/bert-base-uncased.yaml").model) == 109514298);
+  for (const auto& sets : std::vector<std::vector<std::string>>{
+           {}, {"model.norm_position=pre"}, {"model.tie_embeddings=false"}, {"model.activation=relu"}}) {
+    const auto config = bert_config(sets);
+    loom::Bert model(config);
+    CHECK(loom::test::numel_sum(*model) == loom::count_parameters(config));
+  }
+}
+
+TEST_CASE("bert: transformers' random BertForMaskedLM loads with equal logits, and loom's export loads back",
+          "[bert][hf][golden]") {
+  torch::manual_seed(11);
+  for (const bool tied : {true, false}) {
+    INFO("tie_embeddings " << tied);
+    const auto config = bert_config({tied ? "model.tie_embeddings=true" : "model.tie_embeddings=false"});
+    const auto in = bert_inputs(config.vocab_size);
+    const auto dir = loom::test::scratch_dir(std::string("hf-bert-") + (tied ? "tied" : "untied"));
+    const auto expected = hf_bert("write", config, in, dir / "hf");
+    loom::Bert model(config);
+    loom::load_bert_weights(*model, dir / "hf");
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const auto logits = model->forward(in.tokens, in.padding, in.token_types);
+    CHECK_THAT(logits, loom::test::reference_logits(expected));
+    const double relative = ((logits - expected).abs().max() / expected.abs().max()).item<double>();
+    CHECK(relative < 1e-6);  // measured: about 5e-7 of the largest logit
+    WARN("import: max |loom - transformers| / max |transformers| = " << relative);
+
+    // Export: changed weights, written as `loom export` does, read by from_pretrained.
+    loom::test::perturb(*model);
+    const auto exported = dir / "export";
+    std::filesystem::create_directories(exported);
+    loom::write_safetensors(exported / "model.safetensors", loom::export_bert_weights(*model), {{"format", "pt"}});
+    std::ofstream(exported / "config.json") << loom::bert_config_json(config, {}).dump(2);
+    CHECK_THAT(model->forward(in.tokens, in.padding, in.token_types),
+               loom::test::reference_logits(hf_bert("read", config, in, exported)));
+  }
+}
+
+TEST_CASE("bert: a pre-norm BERT has no BertForMaskedLM names", "[bert][hf]") {
+  loom::Bert model(bert_config({"model.norm_position=pre"}));
+  CHECK_THAT(loom::test::message_of([&] { loom::export_bert_weights(*model); }),
+             Catch::Contains("model.norm_position"));
+}
+
+TEST_CASE("bert: MLM masking chooses 15%, then 80/10/10, as a pure function of seed, step and index", "[bert][data]") {
+  loom::MlmTokenIds ids{100, 101, 102, 103, 99, 99};
+  const auto windows = torch::randint(0, 99, {1000, 126}, torch::kLong);  // 126,000 text positions
+  const auto m = loom::mask_for_mlm(windows, ids, 7, 3, 0);
+  const auto text = m.inputs.index({torch::indexing::Slice(), torch::indexing::Slice(1, 127)});
+  CHECK((m.inputs.select(1, 0) == 100).all().item<bool>());
+  CHECK((m.inputs.select(1, 127) == 101).all().item<bool>());
+  CHECK(m.selected.numel() == 1000 * 19);  // round(0.15 * 126) per window
+  const auto chosen_inputs = m.inputs.flatten().index_select(0, m.selected);
+  const auto chosen_targets = m.targets.flatten().index_select(0, m.selected);
+  CHECK((chosen_targets == windows.flatten().index_select(0, torch::nonzero(m.targets.index({torch::indexing::Slice(),
+      torch::indexing::Slice(1, 127)}).flatten() != -100).flatten())).all().item<bool>());
+  CHECK((m.targets != -100).sum().item<int64_t>() == m.selected.numel());
+  const double n = static_cast<double>(m.selected.numel());
+  const double masked = (chosen_inputs == 102).sum().item<double>() / n;
+  const double kept = (chosen_inputs == chosen_targets).sum().item<double>() / n;
+  const double replaced = 1.0 - masked - kept;
+  // A random replacement equal to the original counts as kept: 1/99 of the 10%.
+  CHECK(std::abs(masked - 0.8) < 0.005);
+  CHECK(std::abs(kept - (0.1 + 0.1 / 99)) < 0.005);
+  CHECK(std::abs(replaced - (0.1 - 0.1 / 99)) < 0.005);
+  // Unchosen positions are untouched.
+  CHECK((text.flatten().index_select(0, torch::nonzero(m.targets.index({torch::indexing::Slice(),
+      torch::indexing::Slice(1, 127)}).flatten() == -100).flatten()) ==
+         windows.flatten().index_select(0, torch::nonzero(m.targets.index({torch::indexing::Slice(),
+      torch::indexing::Slice(1, 127)}).flatten() == -100).flatten())).all().item<bool>());
+  // Sequence 500 masked alone (as a DP rank's slice) equals its row in the whole batch; another step differs.
+  const auto alone = loom::mask_for_mlm(windows.slice(0, 500, 501), ids, 7, 3, 500);
+  CHECK(torch::equal(alone.inputs[0], m.inputs[500]));
+  CHECK(!torch::equal(loom::mask_for_mlm(windows.slice(0, 500, 501), ids, 7, 4, 500).inputs[0], m.inputs[500]));
+  // The document end becomes [SEP] (its target too, where chosen).
+  const auto ends = loom::mask_for_mlm(torch::full({1, 20}, int64_t{99}), ids, 7, 3, 0);
+  const auto unchosen = torch::nonzero(ends.targets.flatten() == -100).flatten();
+  CHECK((ends.inputs.flatten().index_select(0, unchosen).slice(0, 1) == 101).all().item<bool>());  // after [CLS]
+  CHECK((ends.targets.flatten().index_select(0, ends.selected) == 101).all().item<bool>());
+}
