@@ -51,7 +51,7 @@ struct EnumTable<ModelArch> {
       {ModelArch::kTransformer, "transformer",
        "the encoder-decoder of Vaswani et al. with one source/target embedding, configs/transformer-*.yaml"},
       {ModelArch::kBert, "bert",
-       "the encoder-only BERT trained by masked language modelling, configs/bert-*.yaml (docs/models.md)"}};
+       "the encoder-only BERT trained by masked language modelling, configs/bert-*.yaml; docs/models.md"}};
 };
 template <>
 struct EnumTable<NormKind> {
@@ -87,7 +87,7 @@ struct EnumTable<Activation> {
       {Activation::kRelu, "relu", ""},
       {Activation::kSwiglu, "swiglu", "gated, three matrices: down(silu(gate x) * up x)"},
       {Activation::kGeglu, "geglu", "gated, three matrices: down(gelu(gate x) * up x)"},
-      {Activation::kGeluErf, "gelu_erf", "the exact erf GELU (BERT's)"}};
+      {Activation::kGeluErf, "gelu_erf", "the exact erf GELU, as BERT has it"}};
 };
 template <>
 struct EnumTable<SyntheticTask> {
