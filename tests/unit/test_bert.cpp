@@ -54,7 +54,8 @@ torch::Tensor hf_bert(const std::string& mode, const loom::ModelConfig& c, const
 
 TEST_CASE("bert: parameter counts equal transformers' and the built model's", "[bert]") {
   // transformers' BertForMaskedLM(BertConfig()): sum(p.numel() for p in model.parameters()).
-  CHECK(loom::count_parameters(loom::load_config("configs/bert-base-uncased.yaml").model) == 109514298);
+  const auto preset = (loom::test::source_dir() / "configs" / "bert-base-uncased.yaml").string();
+  CHECK(loom::count_parameters(loom::load_config(preset).model) == 109514298);
   for (const auto& sets : std::vector<std::vector<std::string>>{
            {}, {"model.norm_position=pre"}, {"model.tie_embeddings=false"}, {"model.activation=relu"}}) {
     const auto config = bert_config(sets);
