@@ -64,8 +64,10 @@ for kill in "3 0.013" "1 0.007" "save 2" "5 0.019" "2 0.002"; do
 done
 logged=$(wc -l <"$run.log")
 tiny_train "$run" "${steps[@]}" "${every_step[@]}" >>"$run.log" 2>&1
-tail -n +$((logged + 1)) "$run.log" | grep -q "resumed from .*/checkpoints/$last " ||
-  fail "the run after the SIGKILLs did not resume from checkpoint $last"
+# The last session's lines, read whole: `tail | grep -q` under pipefail fails when grep's early exit cuts tail off.
+last_session=$(tail -n +$((logged + 1)) "$run.log")
+grep -q "resumed from .*/checkpoints/$last " <<<"$last_session" ||
+  fail "the run after the SIGKILLs did not resume from checkpoint $last: $(grep -m3 'resum' <<<"$last_session")"
 same_as_reference "$run" "${#kills[@]} SIGKILLs (after checkpoints ${kills[*]}, one inside a save)"
 # (d) runtime.deterministic (deterministic kernels; what a GPU run needs to repeat itself): on the CPU the
 # same losses, and no operator of the run refuses it.
