@@ -193,10 +193,10 @@ void Engine::prefill_running() {
   for (const int64_t id : running_) {
     auto& sequence = *sequences_.at(id);
     const int64_t from = sequence.table.length;
-    const int64_t todo = static_cast<int64_t>(sequence.tokens.size()) - 1 - from;
-    if (todo <= 0) continue;
+    const int64_t unfilled = static_cast<int64_t>(sequence.tokens.size()) - 1 - from;  // tokens not in the cache yet, but the last
+    if (unfilled <= 0) continue;
     if (budget <= 0) break;
-    const int64_t n = std::min(todo, budget);
+    const int64_t n = std::min(unfilled, budget);
     std::vector<BlockTable*> rows{&sequence.table};
     auto caches = paged_kv_caches(*pool_, rows, model_->config().attention_window);
     const std::vector<int64_t> chunk(sequence.tokens.begin() + from, sequence.tokens.begin() + from + n);
