@@ -193,7 +193,8 @@ void Engine::prefill_running() {
   for (const int64_t id : running_) {
     auto& sequence = *sequences_.at(id);
     const int64_t from = sequence.table.length;
-    const int64_t unfilled = static_cast<int64_t>(sequence.tokens.size()) - 1 - from;  // tokens not in the cache yet, but the last
+    // The tokens not in the cache yet, but the last (decoded with the batch).
+    const int64_t unfilled = static_cast<int64_t>(sequence.tokens.size()) - 1 - from;
     if (unfilled <= 0) continue;
     if (budget <= 0) break;
     const int64_t n = std::min(unfilled, budget);
