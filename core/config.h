@@ -73,6 +73,7 @@ struct DataConfig {
   int64_t seq_len = 128;
   // Packed documents: attention stays inside each document of a window and positions restart there.
   bool document_mask = false;
+  bool whole_word_masking = false;  // bert: MLM chooses whole words
   // Synthetic source -> target pairs for the encoder-decoder (data/pairs/synthetic_pairs.h) instead of files.
   SyntheticTask synthetic = SyntheticTask::kNone;
   int64_t synthetic_vocab = 32;

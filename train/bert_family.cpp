@@ -33,6 +33,8 @@ void validate_bert(const Config& c, ConfigChecks& check) {
                 "model.arch=bert is not sequence-parallel yet: set it false");
   check.require(m.num_labels == 0 || m.num_labels >= 2, "model.num_labels", m.num_labels,
                 ": 0 pretrains the MLM head, a classifier has at least 2 labels");
+  check.require(m.num_labels == 0 || !c.data.whole_word_masking, "data.whole_word_masking",
+                "applies to masked language modelling (model.num_labels 0), not to a classifier");
   check.require(m.num_labels == 0 || c.parallel.pp == 1, "parallel.pp",
                 "a BERT classifier (model.num_labels > 0) is not pipelined yet: set it 1");
 }

@@ -23,6 +23,7 @@ void validate_encoder_decoder(const Config& c, ConfigChecks& check) {
                 "its sinusoid layout, output bias, activation, special token ids and tokenizers): leave it empty "
                 "and train from the random init");
   check.require(m.num_labels == 0, "model.num_labels", "applies to model.arch=bert only");
+  check.require(!c.data.whole_word_masking, "data.whole_word_masking", "applies to model.arch=bert only");
   check.require(!c.data.document_mask, "data.document_mask", "packs documents into model.arch=gpt windows; pair "
                 "batches hold one pair per row, grouped by length (train.batch_tokens), so little padding is left "
                 "to pack away: set it false");

@@ -16,6 +16,7 @@ void validate_gpt(const Config& c, ConfigChecks& check) {
                 "post applies to model.arch=transformer and bert only");
   check.require(m.n_encoder_layers == 0, "model.n_encoder_layers", "applies to model.arch=transformer only");
   check.require(m.num_labels == 0, "model.num_labels", "applies to model.arch=bert only");
+  check.require(!c.data.whole_word_masking, "data.whole_word_masking", "applies to model.arch=bert only");
   check.require(c.data.synthetic == SyntheticTask::kNone, "data.synthetic",
                 "synthetic pairs train model.arch=transformer, not gpt");
   check.require(c.data.pad_to_multiple == 1, "data.pad_to_multiple", "applies to model.arch=transformer only "

@@ -2,6 +2,8 @@
 
 #include "train/lm_task.h"
 
+#include <cctype>
+
 #include "core/error.h"
 #include "data/tokenizers/tokenizer.h"
 #include "optim/cross_entropy.h"
@@ -9,13 +11,43 @@
 
 namespace loom {
 
+namespace {
+
+// Whole-word masking: which ids continue the word of the token before them, told by decoding each after a
+// reference word ("a"): a continuation follows it with no whitespace between. Ids that decode to nothing
+// (specials, control pieces) or not at all stand alone.
+std::shared_ptr<const std::vector<bool>> word_continuations(const Tokenizer& tokenizer, const std::string& path) {
+  std::vector<int32_t> reference;
+  tokenizer.encode_to("a", reference);
+  LOOM_CHECK(!reference.empty(), path, ": encodes \"a\" to nothing: data.whole_word_masking cannot tell its words");
+  const int32_t word = reference.back();
+  const std::string alone = tokenizer.decode({word});
+  auto continues = std::make_shared<std::vector<bool>>(static_cast<size_t>(tokenizer.vocab_size()), false);
+  for (int32_t id = 0; id < static_cast<int32_t>(continues->size()); ++id) {
+    std::string both;
+    try {
+      both = tokenizer.decode({word, id});
+    } catch (const Error&) {
+      continue;  // an id the tokenizer does not use
+    }
+    (*continues)[static_cast<size_t>(id)] = both.size() > alone.size() && both.compare(0, alone.size(), alone) == 0 &&
+                                            !std::isspace(static_cast<unsigned char>(both[alone.size()]));
+  }
+  return continues;
+}
+
+}  // namespace
+
 MlmTokenIds mlm_token_ids(const Config& config) {
   MlmTokenIds ids;
   const int64_t V = config.model.vocab_size;
+  if (config.data.whole_word_masking && config.tokenizer.model.empty())
+    throw ConfigError(config.where("data.whole_word_masking") + ": data.whole_word_masking: words are told apart by "
+                      "tokenizer.model: name it");
   if (config.tokenizer.model.empty()) {  // synthetic text: the specials are the last four ids
     if (V < 5) throw ConfigError(config.where("model.vocab_size") + ": model.vocab_size: model.arch=bert needs at "
                                  "least 5 ids ([CLS], [SEP], [MASK], [PAD] and text)");
-    ids = {V - 4, V - 3, V - 2, V - 1, std::nullopt, V - 4};
+    ids = {V - 4, V - 3, V - 2, V - 1, std::nullopt, V - 4, nullptr};
     return ids;
   }
   const auto tokenizer = load_tokenizer(config.tokenizer);
@@ -33,6 +65,7 @@ MlmTokenIds mlm_token_ids(const Config& config) {
   ids.sep = find("[SEP]", std::nullopt);
   ids.mask = find("[MASK]", std::nullopt);
   ids.pad = find("[PAD]", tokenizer->pad_id());
+  if (config.data.whole_word_masking) ids.continues_word = word_continuations(*tokenizer, config.tokenizer.model);
   if (next > V)
     throw ConfigError(config.where("model.vocab_size") + ": model.vocab_size: " + std::to_string(V) + ", but " +
                       config.tokenizer.model + " has no " + appended + " (ids after its " +

@@ -4,11 +4,16 @@
 // a uniform random text token with 0.1, and stays itself with 0.1; the loss is on the chosen positions
 // only. The choice is a pure function of (seed, step, sequence index) by SplitMix64 (never a library RNG),
 // so masking is dynamic (a window drawn again is masked anew) and resuming at any layout is bit-exact.
+// Whole-word masking (MlmTokenIds::continues_word): words (a token and the tokens that continue it) are
+// chosen in a random order, a word skipped when it would pass the max(1, round(15%)) tokens, until no word
+// fits; each chosen token's fate is then drawn as above.
 #pragma once
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <vector>
 
 namespace loom {
 
@@ -17,6 +22,9 @@ struct MlmTokenIds {
   int64_t cls = 0, sep = 0, mask = 0, pad = 0;
   std::optional<int64_t> eos;  // the token files' document end, if any
   int64_t text_vocab = 0;
+  // Whole-word masking: per text id, whether the token continues the word of the one before it; null: tokens
+  // are chosen one by one.
+  std::shared_ptr<const std::vector<bool>> continues_word;
 };
 
 struct MlmMasked {

@@ -1,6 +1,7 @@
 // BERT (models/bert.h, train/bert_family.cpp): its closed-form parameter count against transformers'
-// BertForMaskedLM and against the built model, its Hugging Face weights both ways against transformers
-// (tests/golden/hf_bert.py), and the MLM masking rule (data/corpus/mlm_masking.h).
+// BertForMaskedLM (and BertForSequenceClassification) and against the built model, its Hugging Face weights
+// both ways against transformers (tests/golden/hf_bert.py), and the MLM masking rule, by tokens and by whole
+// words (data/corpus/mlm_masking.h).
 
 #include <fstream>
 
@@ -10,6 +11,7 @@
 #include "models/bert_weights.h"
 #include "models/estimates.h"
 #include "models/safetensors.h"
+#include "train/mlm_task.h"
 #include "test_util.h"
 
 namespace {
@@ -150,7 +152,7 @@ TEST_CASE("bert: a pre-norm BERT has no BertForMaskedLM names", "[bert][hf]") {
 }
 
 TEST_CASE("bert: MLM masking chooses 15%, then 80/10/10, as a pure function of seed, step and index", "[bert][data]") {
-  loom::MlmTokenIds ids{100, 101, 102, 103, 99, 99};
+  loom::MlmTokenIds ids{100, 101, 102, 103, 99, 99, nullptr};
   const auto windows = torch::randint(0, 99, {1000, 126}, torch::kLong);  // 126,000 text positions
   const auto m = loom::mask_for_mlm(windows, ids, 7, 3, 0);
   const auto text = m.inputs.index({torch::indexing::Slice(), torch::indexing::Slice(1, 127)});
@@ -184,4 +186,62 @@ TEST_CASE("bert: MLM masking chooses 15%, then 80/10/10, as a pure function of s
   const auto unchosen = torch::nonzero(ends.targets.flatten() == -100).flatten();
   CHECK((ends.inputs.flatten().index_select(0, unchosen).slice(0, 1) == 101).all().item<bool>());  // after [CLS]
   CHECK((ends.targets.flatten().index_select(0, ends.selected) == 101).all().item<bool>());
+}
+
+TEST_CASE("bert: whole-word masking chooses every piece of a word or none, up to 15% of the tokens",
+          "[bert][data]") {
+  // Ids 0-49 start a word, 50-99 continue one; [CLS] 101, [SEP] 102, [MASK] 103.
+  loom::MlmTokenIds ids{101, 102, 103, 100, std::nullopt, 100, nullptr};
+  auto continues = std::make_shared<std::vector<bool>>(100, false);
+  for (int64_t id = 50; id < 100; ++id) (*continues)[static_cast<size_t>(id)] = true;
+  ids.continues_word = continues;
+  torch::manual_seed(5);
+  const int64_t B = 2000, T = 40, chosen = 6;  // round(0.15 * 40)
+  const auto windows = torch::randint(0, 100, {B, T}, torch::kLong);
+  const auto m = loom::mask_for_mlm(windows, ids, 7, 3, 0);
+  const auto targets = m.targets.index({torch::indexing::Slice(), torch::indexing::Slice(1, T + 1)});
+  const auto is_chosen = (targets != -100).to(torch::kLong);
+  const auto per_row = is_chosen.sum(1);
+  CHECK(per_row.max().item<int64_t>() <= chosen);
+  CHECK(per_row.to(torch::kDouble).mean().item<double>() > 5.5);  // words of 1-3 pieces mostly fill the 6
+  // Within a word (a continuing token and the one before it) both are chosen or neither.
+  const auto continuing = (windows >= 50).index({torch::indexing::Slice(), torch::indexing::Slice(1, T)});
+  const auto here = is_chosen.index({torch::indexing::Slice(), torch::indexing::Slice(1, T)});
+  const auto before = is_chosen.index({torch::indexing::Slice(), torch::indexing::Slice(0, T - 1)});
+  CHECK((here.masked_select(continuing) == before.masked_select(continuing)).all().item<bool>());
+  // A whole word is more than one piece often enough that the rule was exercised.
+  CHECK((here.masked_select(continuing) == 1).sum().item<int64_t>() > B);
+  // The fates are as for single tokens: 80% [MASK].
+  const auto inputs = m.inputs.index({torch::indexing::Slice(), torch::indexing::Slice(1, T + 1)});
+  const double masked = (inputs.masked_select(is_chosen.to(torch::kBool)) == 103).to(torch::kDouble).mean().item<double>();
+  CHECK(std::abs(masked - 0.8) < 0.01);
+  // A pure function of (seed, step, index): sequence 77 alone equals its row.
+  const auto alone = loom::mask_for_mlm(windows.slice(0, 77, 78), ids, 7, 3, 77);
+  CHECK(torch::equal(alone.inputs[0], m.inputs[77]));
+}
+
+TEST_CASE("bert: whole-word masking tells a WordPiece tokenizer's ## pieces as continuations", "[bert][data]") {
+  const auto dir = loom::test::scratch_dir("bert-whole-word");
+  nlohmann::json vocab = {{"[PAD]", 0}, {"[UNK]", 1}, {"[CLS]", 2}, {"[SEP]", 3}, {"[MASK]", 4}, {"a", 5},
+                          {"begin", 6}, {"##ning", 7}, {"the", 8}, {"##s", 9}};
+  nlohmann::json added = nlohmann::json::array();  // as bert-base-uncased's file: the specials are added tokens
+  for (const auto& [text, id] : vocab.items())
+    if (text[0] == '[') added.push_back({{"id", id}, {"content", text}, {"special", true}});
+  const nlohmann::json spec = {
+      {"added_tokens", added},
+      {"normalizer", {{"type", "BertNormalizer"}}},
+      {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+      {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+      {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"vocab", vocab}}}};
+  std::ofstream(dir / "tokenizer.json") << spec.dump();
+  const auto config = loom::parse_config("", "test",
+                                         {"model.arch=bert", "model.vocab_size=10", "data.whole_word_masking=true",
+                                          "tokenizer.model=" + (dir / "tokenizer.json").string()});
+  const auto ids = loom::mlm_token_ids(config);
+  REQUIRE(ids.continues_word);
+  std::vector<int64_t> continuing;
+  for (size_t id = 0; id < ids.continues_word->size(); ++id)
+    if ((*ids.continues_word)[id]) continuing.push_back(static_cast<int64_t>(id));
+  CHECK(continuing == std::vector<int64_t>{7, 9});
+  CHECK((ids.cls == 2 && ids.sep == 3 && ids.mask == 4 && ids.pad == 0));
 }
