@@ -12,6 +12,8 @@
 // at once and its blocks go back to the pool. Each sequence samples with its own generator seeded by its
 // request (models/generate.h sample_token), so its tokens depend on its seed alone, never on the batch; greedy
 // gives the tokens of decoding it alone (up to the floating-point order of a batched product).
+// A streamed request (GenerationRequest::stream) also hands out its output as it is made: take_deltas() after a
+// step gives each one's new tokens and the text they add that no stop string can take back any more.
 #pragma once
 #include <deque>
 #include <functional>
@@ -32,6 +34,8 @@ struct GenerationRequest {
   SamplingOptions sampling;          // temperature (0: greedy), top_k, top_p, seed; use_cache is ignored
   std::vector<std::string> stop;     // stop strings (EngineOptions::detokenize turns tokens into text)
   int64_t stop_token = -1;           // >= 0: ends the sequence (end of sequence), not part of its tokens
+  bool stream = false;               // hand its output out as it is made (Engine::take_deltas)
+  bool logprobs = false;             // record each generated token's log-probability (Completion::logprobs)
 };
 
 enum class FinishReason { kLength, kStop, kCancelled };
@@ -43,7 +47,24 @@ struct Completion {
   std::string text;             // the tokens as text, cut before a stop string (only with detokenize)
   FinishReason finish = FinishReason::kLength;
   int64_t preemptions = 0;      // times its blocks were taken and it was recomputed
+  std::vector<double> logprobs;  // with GenerationRequest::logprobs: each token's log-probability under the model
 };
+
+// A piece of a streamed request's output: the tokens generated since its last piece and the text they add.
+// Text that a stop string could still cut (a suffix that begins one) or that ends in an incomplete UTF-8
+// character (decoded as U+FFFD) is held back, so a request's pieces, in order, add up to its Completion's tokens
+// and text exactly; its last piece comes with the step() that finishes it (final set), even when empty.
+struct TextDelta {
+  int64_t id = 0;
+  std::vector<int64_t> tokens;
+  std::vector<double> logprobs;  // with GenerationRequest::logprobs: one per token
+  std::string text;
+  bool final = false;
+};
+
+// How much of text may be streamed: all of it but a suffix that begins one of the stop strings (it may yet
+// become one) or an incomplete UTF-8 character at its end (U+FFFD).
+size_t streamable_length(const std::string& text, const std::vector<std::string>& stops);
 
 // Where the earliest of the (non-empty) stop strings starts in text, or npos.
 size_t first_stop_string(const std::string& text, const std::vector<std::string>& stops);
@@ -76,6 +97,8 @@ class Engine {
   std::vector<Completion> step();
   // Steps until no request waits or runs; every Completion step() returned, by id.
   std::vector<Completion> run();
+  // The pieces of the streamed requests' output since the last call (the steps' and the cancellations'), in order.
+  std::vector<TextDelta> take_deltas();
 
   bool idle() const { return waiting_.empty() && running_.empty(); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
@@ -88,8 +111,10 @@ class Engine {
   // Frees the sequence's blocks and moves it to the front of the queue.
   void preempt(int64_t id);
   // Takes the sampled token; true when the sequence is finished (then in done).
-  bool take_token(int64_t id, int64_t token, std::vector<Completion>& done);
+  bool take_token(int64_t id, int64_t token, double logprob, std::vector<Completion>& done);
   Completion finish(int64_t id, FinishReason reason);
+  // A streamed sequence's new tokens and the text that can no longer be cut (all of it when final).
+  void stream(Sequence& sequence, int64_t id, const std::string* text, const Completion* done);
   void decode_running(std::vector<Completion>& done);
   void admit_waiting();
   void prefill_running();
@@ -101,6 +126,7 @@ class Engine {
   std::deque<int64_t> waiting_;
   std::vector<int64_t> running_;  // in admission order
   std::vector<Completion> cancelled_;
+  std::vector<TextDelta> deltas_;
   int64_t next_id_ = 0;
   EngineStats stats_;
 };

@@ -192,3 +192,68 @@ TEST_CASE("engine: every block is free again after random cancellations, stop to
   CHECK(engine.pool().free_blocks() == engine.pool().blocks());
   CHECK_FALSE(engine.cancel(0));
 }
+
+TEST_CASE("engine: streamable_length holds back a suffix that begins a stop string and an incomplete character",
+          "[serve]") {
+  CHECK(loom::streamable_length("hello wor", {"world"}) == 6);
+  CHECK(loom::streamable_length("hello wor", {"xyz"}) == 9);
+  CHECK(loom::streamable_length("hello w", {"world", "w"}) == 7);  // "w" itself would have ended it: never held
+  CHECK(loom::streamable_length("ab\xEF\xBF\xBD", {}) == 2);
+  CHECK(loom::streamable_length("abc", {""}) == 3);
+  CHECK(loom::streamable_length("", {"a"}) == 0);
+}
+
+TEST_CASE("engine: a streamed request's pieces add up to its completion and never pass a stop string", "[serve]") {
+  auto gpt = engine_test_gpt(loom::PositionKind::kRope, 2, 0, 32);
+  loom::EngineOptions options;
+  options.block_size = 4;
+  options.kv_blocks = 40;
+  options.max_batch = 8;
+  options.detokenize = [](const std::vector<int64_t>& tokens) {  // two letters a token: stops can span tokens
+    std::string text;
+    for (const auto t : tokens) text += std::string{static_cast<char>('a' + t % 5), static_cast<char>('a' + t % 3)};
+    return text;
+  };
+  loom::Engine engine(gpt, options);
+  std::mt19937 rng(9);
+  std::map<int64_t, std::vector<int64_t>> tokens;
+  std::map<int64_t, std::vector<double>> logprobs;
+  std::map<int64_t, std::string> text;
+  std::map<int64_t, int64_t> finals;
+  std::vector<loom::Completion> done;
+  for (int i = 0; i < 24; ++i) {
+    loom::GenerationRequest r;
+    r.prompt = random_tokens(rng, 1 + i % 7);
+    r.max_tokens = 4 + i % 9;
+    r.sampling.temperature = 1.0;
+    r.sampling.seed = static_cast<uint64_t>(i);
+    r.stream = true;
+    r.logprobs = i % 2 == 0;
+    if (i % 3 != 0) r.stop = {"dc", "eab"};
+    engine.add(r);
+  }
+  int64_t cut = 0;
+  while (!engine.idle()) {
+    for (auto& c : engine.step()) done.push_back(std::move(c));
+    for (const auto& d : engine.take_deltas()) {
+      CHECK(finals[d.id] == 0);  // nothing after the final piece
+      tokens[d.id].insert(tokens[d.id].end(), d.tokens.begin(), d.tokens.end());
+      logprobs[d.id].insert(logprobs[d.id].end(), d.logprobs.begin(), d.logprobs.end());
+      text[d.id] += d.text;
+      finals[d.id] += d.final;
+      if (d.id % 3 != 0) CHECK(text[d.id].find("dc") == std::string::npos);
+      if (d.id % 3 != 0) CHECK(text[d.id].find("eab") == std::string::npos);
+    }
+  }
+  REQUIRE(done.size() == 24);
+  for (const auto& c : done) {
+    CHECK(finals[c.id] == 1);
+    CHECK(tokens[c.id] == c.tokens);
+    CHECK(text[c.id] == c.text);
+    CHECK(logprobs[c.id] == c.logprobs);
+    CHECK(c.logprobs.size() == (c.id % 2 == 0 ? c.tokens.size() : 0));
+    for (const double l : c.logprobs) CHECK((l <= 0 && l > -50));
+    cut += c.finish == loom::FinishReason::kStop;
+  }
+  CHECK(cut > 0);
+}
