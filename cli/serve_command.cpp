@@ -5,6 +5,8 @@
 // address it listens on (with --port 0, the free port it picked) on stdout once it accepts connections.
 // The chat endpoint renders conversations with a chat template: --chat-template FILE, else the one the run's
 // training data was prepared with (loom prepare --sft --chat-template, recorded in the data's manifest.json).
+// --dry-run prints what the KV cache budget holds (bytes per token, blocks, tokens of context, full-context
+// sequences) and exits without serving.
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -61,11 +63,11 @@ std::optional<ChatFormat> data_chat_format(const Config& config, std::string& so
 int serve_command(const Argv& argv, const ProcessGroup&) {
   const char* usage =
       "loom serve RUN_DIR [--port N] [--host 127.0.0.1] [--step S] [--max-batch N] [--kv-mb MB] [--block-size N] "
-      "[--max-prefill-tokens N] [--threads N] [--model-name NAME] [--chat-template FILE] [--ignore-eos]";
+      "[--max-prefill-tokens N] [--threads N] [--model-name NAME] [--chat-template FILE] [--ignore-eos] [--dry-run]";
   const auto args = parse_args(argv,
                                {"port", "host", "step", "max-batch", "kv-mb", "block-size", "max-prefill-tokens",
                                 "threads", "model-name", "chat-template"},
-                               {"ignore-eos"}, 1, usage);
+                               {"ignore-eos", "dry-run"}, 1, usage);
   const int port = static_cast<int>(args.int_option("port", 8000, 0, 65535));
   const std::string run_dir = args.positional[0];
   EngineOptions engine_options;
@@ -81,6 +83,25 @@ int serve_command(const Argv& argv, const ProcessGroup&) {
   LOOM_CHECK(model, run_dir, " is a model.arch=", enum_name(loaded.config.model.arch),
              " run: loom serve serves decoder-only (GPT-family) runs");
   LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn prompts into tokens");
+  if (args.flag("dry-run")) {
+    const auto& c = model->config();
+    const auto dtype = model->parameters().front().scalar_type();
+    const int64_t block = KVBlockPool::block_bytes(model->n_blocks(), engine_options.block_size, c.kv_heads(),
+                                                   c.head_dim(), dtype);
+    const int64_t blocks = engine_options.kv_bytes / block;
+    const int64_t per_sequence = (c.max_seq_len + engine_options.block_size - 1) / engine_options.block_size;
+    std::cout << "KV cache: " << block / engine_options.block_size << " bytes per token (" << model->n_blocks()
+              << " layers x keys and values x " << c.kv_heads() << " heads x " << c.head_dim() << " x "
+              << c10::elementSize(dtype) << " bytes)\n"
+              << "budget --kv-mb " << (engine_options.kv_bytes >> 20) << ": " << blocks << " blocks of "
+              << engine_options.block_size << " positions (" << block << " bytes each) = " << blocks * engine_options.block_size
+              << " tokens of context, " << blocks / per_sequence << " sequences of the full context ("
+              << c.max_seq_len << " positions, model.max_seq_len)" << std::endl;
+    if (blocks < per_sequence)
+      throw ConfigError("--kv-mb " + std::to_string(engine_options.kv_bytes >> 20) +
+                        " cannot hold one sequence of the full context: raise it");
+    return 0;
+  }
   const auto tokenizer = load_tokenizer(loaded.config.tokenizer);
   engine_options.detokenize = [&tokenizer](const std::vector<int64_t>& ids) { return decode_lines(*tokenizer, ids); };
 

@@ -18,6 +18,12 @@ JSONL
 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/generate.jsonl" 2>/dev/null \
   || fail "loom generate --input failed"
 
+# --dry-run: the tiny model's KV bytes per token, 2 layers x (K, V) x 2 heads x 32 dims x 4 bytes = 1024, and
+# what 1 MiB holds: 256 blocks of 4 positions = 1024 tokens = 16 sequences of the 64-token context.
+dry=$("$LOOM" serve "$run" --dry-run --kv-mb 1 --block-size 4) || fail "--dry-run failed: $dry"
+grep -q "1024 bytes per token" <<<"$dry" && grep -q "256 blocks of 4 positions (4096 bytes each) = 1024 tokens of context, 16 sequences" <<<"$dry" \
+  || fail "--dry-run: $dry"
+
 log=$WORK/serve.log
 timeout 300 "$LOOM" serve "$run" --port 0 --max-batch 32 --block-size 4 --kv-mb 4 --threads 64 >"$log" 2>&1 &
 pid=$!  # common.sh's trap kills it whatever happens
@@ -173,5 +179,45 @@ timeout 30 tail --pid=$pid -f /dev/null || fail "loom serve did not stop on SIGT
 wait $pid || code=$?
 [ $code -eq 0 ] || fail "loom serve exited $code on SIGTERM: $(tail -5 "$log")"
 grep -q "loom serve: stopped" "$log" || fail "no clean stop: $(tail -5 "$log")"
+pid=
+
+# Chat with a template: the conversation tokenized piece by piece (its prompt tokens are the pieces' own), the
+# reply cut at the assistant's suffix, streamed or not the same.
+cat > "$WORK/chat.yaml" <<'YAML'
+roles:
+  user: {prefix: "Question: ", suffix: "\n"}
+  assistant: {prefix: "Answer:", suffix: " And"}
+YAML
+timeout 120 "$LOOM" serve "$run" --port 0 --chat-template "$WORK/chat.yaml" >"$log" 2>&1 &
+pid=$!
+port=
+for _ in $(seq 300); do
+  port=$(sed -nE 's/.*listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$log")
+  [ -n "$port" ] && break
+  kill -0 $pid 2>/dev/null || fail "loom serve --chat-template exited: $(cat "$log")"
+  sleep 0.1
+done
+grep -q "chat template from $WORK/chat.yaml" "$log" || fail "the chat template is not named: $(cat "$log")"
+timeout 60 python3 - "$port" "$KJV_DATA/tokenizer.model" <<'PY' || fail "the chat checks"
+import sys, openai, sentencepiece
+port, sp = int(sys.argv[1]), sentencepiece.SentencePieceProcessor(model_file=sys.argv[2])
+client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
+args = dict(model="run", messages=[{"role": "user", "content": "Who made the heaven?"}], temperature=0,
+            max_tokens=30)
+reply = client.chat.completions.create(**args)
+text = reply.choices[0].message.content
+pieces = ["Question: ", "Who made the heaven?", "\n", "Answer:"]
+assert reply.usage.prompt_tokens == sum(len(sp.encode(p)) for p in pieces), (reply.usage, [sp.encode(p) for p in pieces])
+assert "And" not in text and reply.choices[0].finish_reason in ("stop", "length"), reply
+streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **args))
+assert streamed == text, (streamed, text)
+try:
+    client.chat.completions.create(model="run", messages=[{"role": "system", "content": "x"}])
+    raise AssertionError("a role the template lacks was accepted")
+except openai.BadRequestError as e:
+    assert "system" in str(e), e
+print("chat:", repr(text), reply.choices[0].finish_reason)
+PY
+kill -TERM $pid; wait $pid || fail "loom serve --chat-template did not stop cleanly"
 pid=
 echo "PASS"
