@@ -63,11 +63,11 @@ std::optional<ChatFormat> data_chat_format(const Config& config, std::string& so
 int serve_command(const Argv& argv, const ProcessGroup&) {
   const char* usage =
       "loom serve RUN_DIR [--port N] [--host 127.0.0.1] [--step S] [--max-batch N] [--kv-mb MB] [--block-size N] "
-      "[--max-prefill-tokens N] [--threads N] [--model-name NAME] [--chat-template FILE] [--ignore-eos] [--dry-run]";
+      "[--max-prefill-tokens N] [--threads N] [--model-name NAME] [--chat-template FILE] [--ignore-eos] [--prefix-caching] [--dry-run]";
   const auto args = parse_args(argv,
                                {"port", "host", "step", "max-batch", "kv-mb", "block-size", "max-prefill-tokens",
                                 "threads", "model-name", "chat-template"},
-                               {"ignore-eos", "dry-run"}, 1, usage);
+                               {"ignore-eos", "dry-run", "prefix-caching"}, 1, usage);
   const int port = static_cast<int>(args.int_option("port", 8000, 0, 65535));
   const std::string run_dir = args.positional[0];
   EngineOptions engine_options;
@@ -75,6 +75,7 @@ int serve_command(const Argv& argv, const ProcessGroup&) {
   engine_options.block_size = args.int_option("block-size", 16, 1, 4096);
   engine_options.kv_bytes = args.int_option("kv-mb", 256, 1, int64_t{1} << 20) << 20;
   engine_options.max_prefill_tokens = args.int_option("max-prefill-tokens", 512, 1, int64_t{1} << 20);
+  engine_options.prefix_caching = args.flag("prefix-caching");
   std::optional<int64_t> step;
   if (args.option("step")) step = args.int_option("step", 0);
 

@@ -27,7 +27,7 @@ for clients in 8 32; do
     "$(python3 -c "print($PROMPTS / $seconds)")" "$(python3 -c "print($tokens / $seconds)")"
   "$LOOM" serve "$run" --port 0 --max-batch "$clients" > "$out/serve.log" 2>&1 &
   server=$!
-  for _ in $(seq 600); do grep -q "listening on" "$out/serve.log" && break; sleep 0.1; done
+  for _ in $(seq 600); do grep -qs "listening on" "$out/serve.log" && break; sleep 0.1; done
   port=$(sed -nE 's/.*listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$out/serve.log")
   python3 - "$port" "$out/prompts.jsonl" "$TOKENS" "$clients" "$out/generate.jsonl" <<'PY'
 import http.client, json, sys, threading, time

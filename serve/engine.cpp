@@ -68,6 +68,7 @@ Engine::Engine(Gpt model, EngineOptions options) : model_(std::move(model)), opt
                 ": give it at least " + std::to_string(needed * per_block) + " bytes");
   pool_ = std::make_unique<KVBlockPool>(model_->n_blocks(), blocks, options_.block_size, kv_heads, head_dim,
                                         weight.options());
+  pool_->set_prefix_caching(options_.prefix_caching);
 }
 
 Engine::~Engine() = default;
@@ -240,7 +241,13 @@ void Engine::admit_waiting() {
     const int64_t id = waiting_.front();
     auto& sequence = *sequences_.at(id);
     const int64_t length = static_cast<int64_t>(sequence.tokens.size());
-    if (!pool_->reserve(sequence.table, length)) break;
+    // Cached blocks first (never the last token's: it is decoded), then fresh ones for the rest.
+    const int64_t shared = pool_->share_prefix(sequence.table, sequence.tokens, length - 1);
+    if (!pool_->reserve(sequence.table, length)) {
+      pool_->release(sequence.table);
+      break;
+    }
+    stats_.prefix_hit_tokens += shared;
     waiting_.pop_front();
     running_.push_back(id);
   }
@@ -277,6 +284,8 @@ std::vector<Completion> Engine::step() {
   decode_running(done);
   admit_waiting();
   prefill_running();
+  if (options_.prefix_caching)
+    for (const int64_t id : running_) pool_->publish(sequences_.at(id)->table, sequences_.at(id)->tokens);
   return done;
 }
 

@@ -5,9 +5,10 @@
 //      sequence admitted last is preempted (its blocks freed, re-queued at the front, later prefilled again
 //      with its prompt and generated tokens: preemption by recompute);
 //   2. admits waiting sequences in order while the batch and the free blocks allow (each takes the blocks of
-//      all its tokens);
+//      all its tokens; with prefix caching, first the cached blocks its tokens start with, which it skips);
 //   3. prefills the admitted ones in chunks: at most max_prefill_tokens a step over all of them (each a forward
 //      of its own), every token but the last, which the next step decodes with the others.
+// With prefix caching, each step ends by filing the running sequences' full blocks for later ones to share.
 // A sequence that finishes (max_tokens, its stop token or a stop string, the context) or is cancelled leaves
 // at once and its blocks go back to the pool. Each sequence samples with its own generator seeded by its
 // request (models/generate.h sample_token), so its tokens depend on its seed alone, never on the batch; greedy
@@ -75,11 +76,13 @@ struct EngineOptions {
   int64_t kv_bytes = int64_t{256} << 20;
   int64_t max_batch = 64;           // running sequences at most
   int64_t max_prefill_tokens = 512;  // prompt tokens prefilled in one step (chunked: a long prompt over several)
+  bool prefix_caching = false;      // share the KV blocks of identical prefixes (models/paged_kv_cache.h)
   std::function<std::string(const std::vector<int64_t>&)> detokenize;  // for stop strings and Completion::text
 };
 
 struct EngineStats {
   int64_t steps = 0, forwards = 0, prefill_tokens = 0, decode_tokens = 0, preemptions = 0, peak_used_blocks = 0;
+  int64_t prefix_hit_tokens = 0;  // prompt positions found in the prefix cache (not prefilled)
 };
 
 class Engine {

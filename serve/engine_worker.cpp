@@ -156,6 +156,8 @@ void EngineWorker::loop() {
     const auto& stats = engine_.stats();
     metrics_.steps = stats.steps;
     metrics_.preemptions = stats.preemptions;
+    metrics_.prefix_hit_tokens = stats.prefix_hit_tokens;
+    metrics_.kv_blocks_cached = engine_.pool().cached_blocks();
     metrics_.running = engine_.running();
     metrics_.waiting = engine_.waiting();
     metrics_.kv_blocks_used = engine_.pool().used_blocks();

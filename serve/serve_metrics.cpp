@@ -29,6 +29,10 @@ std::string ServeMetrics::prometheus() const {
         tokens_per_second);
   gauge("loom_engine_steps_total", "Engine iterations.", "counter", steps);
   gauge("loom_preemptions_total", "Sequences preempted (blocks taken, recomputed later).", "counter", preemptions);
+  gauge("loom_prefix_cache_hit_tokens_total", "Prompt positions found in the prefix cache, not prefilled.", "counter",
+        prefix_hit_tokens);
+  gauge("loom_kv_blocks_cached", "KV cache blocks filed in the prefix cache (in use or evictable).", "gauge",
+        kv_blocks_cached);
   gauge("loom_requests_total", "Generation requests received.", "counter", requests);
   out << "# HELP loom_requests_finished_total Requests finished, by reason.\n"
       << "# TYPE loom_requests_finished_total counter\n";

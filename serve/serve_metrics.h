@@ -1,6 +1,6 @@
 // What `loom serve` reports on GET /metrics, and its Prometheus text exposition format: requests running and
 // waiting, KV blocks in use and in the pool, prompt and generated tokens, the generation rate over the last
-// seconds, engine steps and preemptions, finished requests by reason, and the time to first token as a histogram.
+// seconds, engine steps and preemptions, prefix cache hits, finished requests by reason, and the time to first token as a histogram.
 #pragma once
 #include <array>
 #include <chrono>
@@ -15,6 +15,7 @@ struct ServeMetrics {
                                                        0.5,   1.0,  2.5,   5.0,  10.0, 30.0};
   int64_t running = 0, waiting = 0, kv_blocks_used = 0, kv_blocks_total = 0, kv_block_size = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0, preemptions = 0, requests = 0;
+  int64_t prefix_hit_tokens = 0, kv_blocks_cached = 0;  // prefix caching: positions not prefilled, blocks filed
   double tokens_per_second = 0;  // generated, over the last RateWindow
   std::map<std::string, int64_t> finished;  // by finish reason ("stop", "length", "cancelled", "error")
   std::array<int64_t, kTtftBuckets.size()> ttft_counts{};  // not cumulative: [i] holds (bucket i-1, bucket i]

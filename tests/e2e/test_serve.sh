@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # loom serve, the OpenAI-compatible server, driven by the official `openai` Python client and raw sockets: greedy
-# completions equal `loom generate`'s, a stream's text equals the non-streamed text (with a stop string too), the
+# completions equal `loom generate`'s (the server with prefix caching, generate without), a stream's text equals the non-streamed text (with a stop string too), the
 # model is listed; each bad request gets its 4xx JSON error naming the field and the server answers after it;
 # 500 concurrent connections are all answered; a client gone mid-stream has its request cancelled (0 KV blocks in
 # use and 0 running after), and SIGTERM stops the server cleanly (exit 0).
@@ -14,6 +14,7 @@ cat > "$WORK/prompts.jsonl" <<'JSONL'
 {"prompt": "And God said", "max_tokens": 20, "temperature": 0}
 {"prompt": "In the beginning", "max_tokens": 12, "temperature": 0}
 {"prompt": "And he said", "max_tokens": 40, "temperature": 0, "stop": " the"}
+{"prompt": "And it came to pass, when the king heard the words of the law", "max_tokens": 16, "temperature": 0}
 JSONL
 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/generate.jsonl" 2>/dev/null \
   || fail "loom generate --input failed"
@@ -25,7 +26,8 @@ grep -q "1024 bytes per token" <<<"$dry" && grep -q "256 blocks of 4 positions (
   || fail "--dry-run: $dry"
 
 log=$WORK/serve.log
-timeout 300 "$LOOM" serve "$run" --port 0 --max-batch 32 --block-size 4 --kv-mb 4 --threads 64 >"$log" 2>&1 &
+timeout 300 "$LOOM" serve "$run" --port 0 --max-batch 32 --block-size 4 --kv-mb 4 --threads 64 --prefix-caching \
+  >"$log" 2>&1 &
 pid=$!  # common.sh's trap kills it whatever happens
 port=
 for _ in $(seq 300); do
@@ -170,6 +172,8 @@ assert m["loom_kv_blocks_used"] == 0 and m["loom_requests_running"] == 0, m
 assert m['loom_requests_finished_total{reason="cancelled"}'] == cancelled_before + 1, m
 assert m["loom_generated_tokens_total"] > 0 and m["loom_time_to_first_token_seconds_count"] >= N, m
 assert m["loom_kv_blocks_total"] > 0, m
+# The long prompt asked again (streamed) found its first blocks filed by its first asking, same text.
+assert m["loom_prefix_cache_hit_tokens_total"] >= 8 and m["loom_kv_blocks_cached"] > 0, m
 print("client gone mid-stream: cancelled, 0 of", int(m["loom_kv_blocks_total"]), "KV blocks in use, 0 running")
 PY
 

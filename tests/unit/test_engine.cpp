@@ -257,3 +257,85 @@ TEST_CASE("engine: a streamed request's pieces add up to its completion and neve
   }
   CHECK(cut > 0);
 }
+
+TEST_CASE("engine: prefix caching shares the blocks of identical prefixes and changes no output", "[serve]") {
+  // Prompts that share a 13-token start (a system prompt) and some that repeat whole; a pool so small (kv_blocks)
+  // that cached blocks are evicted and sequences preempted; greedy and sampled outputs equal those without sharing.
+  std::mt19937 rng(17);
+  const auto system = random_tokens(rng, 13);
+  std::vector<loom::GenerationRequest> requests;
+  for (int i = 0; i < 24; ++i) {
+    loom::GenerationRequest r;
+    r.prompt = system;
+    const auto tail = random_tokens(rng, i % 4 == 3 ? 0 : 1 + i % 9);
+    r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+    if (i % 5 == 4) r.prompt = requests[static_cast<size_t>(i - 2)].prompt;  // the same prompt again
+    r.max_tokens = 3 + i % 6;
+    r.sampling.temperature = i % 2 ? 1.0 : 0.0;
+    r.sampling.seed = static_cast<uint64_t>(i);
+    requests.push_back(r);
+  }
+  for (const int64_t kv_blocks : {64, 18}) {
+    std::map<bool, std::vector<loom::Completion>> out;
+    std::map<bool, loom::EngineStats> stats;
+    for (const bool caching : {false, true}) {
+      auto gpt = engine_test_gpt(loom::PositionKind::kRope, 2, 0, 32);
+      loom::EngineOptions options;
+      options.block_size = 4;
+      options.kv_blocks = kv_blocks;
+      options.max_batch = 6;
+      options.prefix_caching = caching;
+      loom::Engine engine(gpt, options);
+      // In waves, so later requests find what earlier ones filed.
+      std::vector<loom::Completion> done;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        engine.add(requests[i]);
+        if (i % 3 == 2)
+          for (auto& c : engine.step()) done.push_back(std::move(c));
+      }
+      for (auto& c : engine.run()) done.push_back(std::move(c));
+      std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+      out[caching] = done;
+      stats[caching] = engine.stats();
+      CHECK(engine.pool().used_blocks() == 0);  // every reference released; cached blocks are evictable
+      CHECK(engine.pool().free_blocks() == engine.pool().blocks());
+      if (caching) CHECK(engine.pool().cached_blocks() > 0);
+    }
+    REQUIRE(out[false].size() == requests.size());
+    REQUIRE(out[true].size() == requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) CHECK(out[true][i].tokens == out[false][i].tokens);
+    CHECK(stats[false].prefix_hit_tokens == 0);
+    CHECK(stats[true].prefix_hit_tokens >= 8 * 12);  // most requests skip at least the 3 full system blocks
+    if (stats[true].preemptions == 0 && stats[false].preemptions == 0)  // every position prefilled or found once
+      CHECK(stats[true].prefill_tokens + stats[true].prefix_hit_tokens == stats[false].prefill_tokens);
+    CHECK(stats[true].prefill_tokens < stats[false].prefill_tokens);
+    if (kv_blocks == 18) CHECK(stats[true].preemptions + stats[false].preemptions > 0);
+  }
+}
+
+TEST_CASE("KV block pool: shared blocks are counted by reference and evicted least recently released first",
+          "[serve]") {
+  loom::KVBlockPool pool(1, 4, 2, 1, 1, torch::TensorOptions().dtype(torch::kFloat));
+  pool.set_prefix_caching(true);
+  const std::vector<int64_t> a{1, 2, 3, 4, 5}, b{1, 2, 3, 9, 9}, c{7, 7, 7};
+  loom::BlockTable ta, tb, tc;
+  REQUIRE(pool.reserve(ta, 5));
+  ta.length = 4;  // positions 0-3 written: two full blocks
+  pool.publish(ta, a);
+  CHECK(pool.cached_blocks() == 2);
+  CHECK(pool.share_prefix(tb, b, 4) == 2);  // the first block (1, 2) matches, the second (3, 4) does not
+  CHECK(tb.blocks.front() == ta.blocks.front());
+  CHECK(pool.used_blocks() == 3);           // a's three, one of them shared
+  pool.release(ta);
+  CHECK(pool.used_blocks() == 1);           // b still holds the shared one
+  CHECK(pool.free_blocks() == 3);           // one never used, a's (3, 4) cached, a's third free
+  pool.release(tb);
+  CHECK(pool.used_blocks() == 0);
+  CHECK(pool.cached_blocks() == 2);
+  REQUIRE(pool.reserve(tc, 8));             // all four: both cached blocks evicted
+  CHECK(pool.cached_blocks() == 0);
+  loom::BlockTable td;
+  CHECK(pool.share_prefix(td, a, 4) == 0);  // forgotten
+  pool.release(tc);
+  CHECK(pool.free_blocks() == 4);
+}
