@@ -22,9 +22,10 @@ EngineWorker::~EngineWorker() {
   thread_.join();
 }
 
-std::shared_ptr<EngineWorker::Job> EngineWorker::submit(GenerationRequest request) {
+std::shared_ptr<EngineWorker::Job> EngineWorker::submit(GenerationRequest request, bool streaming) {
   auto job = std::make_shared<Job>();
   job->request = std::move(request);
+  job->streaming = streaming;
   job->request.stream = true;  // every token as it comes: streams, the time to first token, the rate
   job->submitted = std::chrono::steady_clock::now();
   {
@@ -177,6 +178,7 @@ void EngineWorker::deliver(const std::vector<TextDelta>& deltas, std::vector<Com
       metrics_.observe_ttft(std::chrono::duration<double>(now - job.submitted).count());
     }
     generated += static_cast<int64_t>(delta.tokens.size());
+    if (!job.streaming) continue;
     job.deltas.push_back(delta);
     job.changed.notify_all();
   }

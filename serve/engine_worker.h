@@ -32,6 +32,7 @@ class EngineWorker {
     std::string error;  // the engine refused it or failed: no completion follows
     bool cancel_requested = false;
     bool first_token_seen = false;
+    bool streaming = false;  // its waiter takes the pieces as they come; else it is woken for the end only
     int64_t id = -1;  // the engine's, once added
     std::condition_variable changed;
   };
@@ -40,9 +41,10 @@ class EngineWorker {
   explicit EngineWorker(Engine& engine);
   ~EngineWorker();  // close(), then joins the thread
 
-  // Queues a request (streamed: GenerationRequest::stream is set, so every token arrives as a TextDelta). After
+  // Queues a request. streaming: its pieces (TextDelta) are handed to wait() as they come; else wait() returns
+  // at its end only (the engine streams every request all the same: the time to first token, the rate). After
   // close() the job comes back with its error set.
-  std::shared_ptr<Job> submit(GenerationRequest request);
+  std::shared_ptr<Job> submit(GenerationRequest request, bool streaming);
   // Waits (at most `timeout`) until the job has new pieces, its completion or an error; moves the pieces into
   // `deltas`. True when the job is over (done or error): then `done` is its completion (or empty on error).
   bool wait(Job& job, std::vector<TextDelta>& deltas, std::optional<Completion>& done, std::string& error,

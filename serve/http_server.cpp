@@ -81,7 +81,7 @@ struct HttpServer::Impl {
     const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
-    auto job = worker.submit(std::move(request));
+    auto job = worker.submit(std::move(request), api.request.stream);
     if (!api.request.stream) {
       std::vector<TextDelta> deltas;
       std::optional<Completion> done;
