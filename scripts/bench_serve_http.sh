@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `loom serve` under load (issue 35): PROMPTS prompts (the first words of the KJV's validation verses), greedy,
 # end-of-sequence ignored so each generates TOKENS tokens, sent by 8 and 32 concurrent clients (Python threads, one
-# HTTP connection each) to the server, against `loom generate --input` at the same --max-batch on the same prompts:
+# HTTP connection each) to the server, against `loom generate --input` at the same --max-batch on the same prompts
+# (and one prompt at a time, --sequential):
 # requests/s, tokens/s, and the server's time to first token (mean, from its /metrics).
 #   scripts/bench_serve_http.sh RUN_DIR     env: LOOM (build/loom), KJV (datasets/kjv), PROMPTS (64), TOKENS (64)
 set -euo pipefail
@@ -18,13 +19,19 @@ for i in range(int(sys.argv[2])):
     print(json.dumps({"prompt": " ".join(lines[i % len(lines)][: 2 + i % 11])}))
 PY
 printf '%-34s %10s %10s %12s\n' "mode ($PROMPTS prompts x $TOKENS tokens)" "requests/s" "tokens/s" "mean TTFT s"
-for clients in 8 32; do
+# generate LABEL ARGS...: loom generate --input on the prompts, its requests/s and tokens/s.
+generate() {
+  local label=$1 line seconds tokens; shift
   line=$("$LOOM" generate "$run" --input "$out/prompts.jsonl" --output "$out/generate.jsonl" --temperature 0 \
-           --max-new-tokens "$TOKENS" --ignore-eos --max-batch "$clients" 2>&1 >/dev/null | tail -1)
+           --max-new-tokens "$TOKENS" --ignore-eos "$@" 2>&1 >/dev/null | tail -1)
   seconds=$(sed -E 's/.* tokens in ([0-9.e+-]+) s.*/\1/' <<<"$line")
   tokens=$(sed -E 's/.* prompts, ([0-9]+) tokens.*/\1/' <<<"$line")
-  printf '%-34s %10.2f %10.1f\n' "loom generate --max-batch $clients" \
-    "$(python3 -c "print($PROMPTS / $seconds)")" "$(python3 -c "print($tokens / $seconds)")"
+  printf '%-34s %10.2f %10.1f\n' "$label" "$(python3 -c "print($PROMPTS / $seconds)")" \
+    "$(python3 -c "print($tokens / $seconds)")"
+}
+generate "loom generate --sequential" --sequential
+for clients in 8 32; do
+  generate "loom generate --max-batch $clients" --max-batch "$clients"
   "$LOOM" serve "$run" --port 0 --max-batch "$clients" > "$out/serve.log" 2>&1 &
   server=$!
   for _ in $(seq 600); do grep -qs "listening on" "$out/serve.log" && break; sleep 0.1; done

@@ -110,7 +110,8 @@ struct HttpServer::Impl {
               generated += static_cast<int64_t>(d.tokens.size());
               if (d.final) {
                 last = std::move(d);
-              } else if (!d.text.empty() && !send(http_event(stream_chunk(api, id, created, d, "")))) {
+              } else if ((!d.text.empty() || api.request.logprobs) &&  // held-back text: its tokens' logprobs
+                         !send(http_event(stream_chunk(api, id, created, d, "")))) {
                 worker_ptr->cancel(job);  // the client is gone: its blocks go back to the pool
                 return false;
               }
