@@ -1,15 +1,19 @@
 // The inference engine (serve/engine.h) over the paged KV cache (models/paged_kv_cache.h): the paged cache gives
 // the contiguous cache's outputs, also to a ragged batch of sequences at different positions; continuous
 // batching gives every request the tokens of decoding it alone, with a pool so small that sequences are
-// preempted and recomputed and with prompts prefilled in chunks too; every block is free again after cancellations and stop strings.
+// preempted and recomputed and with prompts prefilled in chunks too; every block is free again after cancellations and stop strings;
+// streamed pieces add up to the completions; prefix caching changes no output; the server's engine worker thread
+// gives requests from many threads the engine's own outputs.
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <thread>
 
 #include "models/generate.h"
 #include "models/gpt.h"
 #include "models/paged_kv_cache.h"
 #include "serve/engine.h"
+#include "serve/engine_worker.h"
 #include "test_util.h"
 
 namespace {
@@ -338,4 +342,84 @@ TEST_CASE("KV block pool: shared blocks are counted by reference and evicted lea
   CHECK(pool.share_prefix(td, a, 4) == 0);  // forgotten
   pool.release(tc);
   CHECK(pool.free_blocks() == 4);
+}
+
+TEST_CASE("engine worker: requests from many threads get the engine's own outputs; cancel and close free every block",
+          "[serve]") {
+  auto gpt = engine_test_gpt(loom::PositionKind::kRope, 2, 0, 32);
+  std::mt19937 rng(23);
+  std::vector<loom::GenerationRequest> requests;
+  for (int i = 0; i < 24; ++i) {
+    loom::GenerationRequest r;
+    r.prompt = random_tokens(rng, 1 + i % 11);
+    r.max_tokens = 2 + i % 7;
+    r.sampling.temperature = i % 3 ? 1.0 : 0.0;
+    r.sampling.seed = static_cast<uint64_t>(i);
+    requests.push_back(r);
+  }
+  loom::EngineOptions options;
+  options.block_size = 4;
+  options.kv_blocks = 40;
+  options.max_batch = 8;
+  std::vector<loom::Completion> alone;
+  {
+    loom::Engine engine(gpt, options);
+    for (const auto& r : requests) engine.add(r);
+    alone = engine.run();
+  }
+  loom::Engine engine(gpt, options);
+  std::vector<std::vector<int64_t>> got(requests.size());
+  std::vector<std::vector<int64_t>> streamed(requests.size());
+  std::vector<std::string> errors(requests.size());
+  {
+    loom::EngineWorker worker(engine);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < requests.size(); ++i)
+      threads.emplace_back([&, i] {
+        const bool streaming = i % 2 == 0;
+        auto job = worker.submit(requests[i], streaming);
+        std::vector<loom::TextDelta> deltas;
+        std::optional<loom::Completion> done;
+        std::string error;
+        while (!worker.wait(*job, deltas, done, error, std::chrono::milliseconds(50))) {
+        }
+        errors[i] = error;  // Catch2's assertions are for the main thread
+        if (done) got[i] = done->tokens;
+        for (const auto& d : deltas) streamed[i].insert(streamed[i].end(), d.tokens.begin(), d.tokens.end());
+      });
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      CHECK(errors[i].empty());
+      CHECK(got[i] == alone[i].tokens);
+      if (i % 2 == 0) CHECK(streamed[i] == got[i]);
+      else CHECK(streamed[i].empty());  // a non-streaming waiter is woken at the end only
+    }
+    // A long request cancelled, then one left running when the worker closes: both end cancelled, no block held.
+    auto long_request = requests[0];
+    long_request.max_tokens = 1000;
+    auto cancelled = worker.submit(long_request, true);
+    std::vector<loom::TextDelta> deltas;
+    std::optional<loom::Completion> done;
+    std::string error;
+    worker.cancel(cancelled);  // at once: it cannot have generated its ~30 tokens yet
+    while (!worker.wait(*cancelled, deltas, done, error, std::chrono::milliseconds(50))) {
+    }
+    CHECK((done && done->finish == loom::FinishReason::kCancelled));
+    auto closing = worker.submit(long_request, false);
+    worker.close();
+    done.reset();
+    while (!worker.wait(*closing, deltas, done, error, std::chrono::milliseconds(50))) {
+    }
+    CHECK(((done && done->finish == loom::FinishReason::kCancelled) || !error.empty()));
+    CHECK_FALSE(worker.submit(requests[0], false)->error.empty());  // refused after close
+    const auto m = worker.metrics();
+    CHECK(m.requests == static_cast<int64_t>(requests.size()) + 2);
+    CHECK(m.ttft_count >= static_cast<int64_t>(requests.size()));
+    CHECK(m.finished.at("cancelled") >= 1);
+    int64_t tokens = 0;
+    for (const auto& c : alone) tokens += static_cast<int64_t>(c.tokens.size());
+    CHECK(m.generated_tokens >= tokens);
+  }
+  CHECK(engine.idle());
+  CHECK(engine.pool().used_blocks() == 0);
 }
