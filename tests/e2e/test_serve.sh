@@ -3,7 +3,8 @@
 # completions equal `loom generate`'s (the server with prefix caching, generate without), a stream's text equals the non-streamed text (with a stop string too), the
 # model is listed; each bad request gets its 4xx JSON error naming the field and the server answers after it;
 # 500 concurrent connections are all answered; a client gone mid-stream has its request cancelled (0 KV blocks in
-# use and 0 running after), and SIGTERM stops the server cleanly (exit 0).
+# use and 0 running after), and SIGTERM stops the server cleanly (exit 0); --dry-run's KV arithmetic; chat on a run
+# trained on chat records, with the template its data was prepared with.
 source "$(dirname "$0")/common.sh"
 python3 -c "import openai" 2>/dev/null || fail "the openai package is missing: scripts/setup.sh --tests installs it"
 run=$WORK/run
@@ -185,29 +186,42 @@ wait $pid || code=$?
 grep -q "loom serve: stopped" "$log" || fail "no clean stop: $(tail -5 "$log")"
 pid=
 
-# Chat with a template: the conversation tokenized piece by piece (its prompt tokens are the pieces' own), the
-# reply cut at the assistant's suffix, streamed or not the same.
+# Chat on a run fine-tuned on chat records (loom prepare --sft --chat-template): the server finds the template in
+# the data's manifest.json; the conversation is tokenized piece by piece (its prompt tokens are the pieces' own),
+# the reply cut at the assistant's suffix, streamed or not the same.
 cat > "$WORK/chat.yaml" <<'YAML'
 roles:
   user: {prefix: "Question: ", suffix: "\n"}
   assistant: {prefix: "Answer:", suffix: " And"}
 YAML
-timeout 120 "$LOOM" serve "$run" --port 0 --chat-template "$WORK/chat.yaml" >"$log" 2>&1 &
+python3 - "$KJV_DATA/valid.txt" > "$WORK/chats.jsonl" <<'PY'
+import json, sys
+for words in [l.split() for l in open(sys.argv[1]) if len(l.split()) > 6][:300]:
+    half = len(words) // 2
+    print(json.dumps({"messages": [{"role": "user", "content": " ".join(words[:half])},
+                                   {"role": "assistant", "content": " ".join(words[half:])}]}))
+PY
+"$LOOM" prepare "$WORK/chats.jsonl" --sft --chat-template "$WORK/chat.yaml" --tokenizer "$KJV_DATA/tokenizer.model" \
+  --out "$WORK/sft" >/dev/null 2>&1 || fail "loom prepare --sft failed"
+# shellcheck disable=SC2046
+"$LOOM" train $(tiny_args "$WORK/chat-run") --set data.train="$WORK/sft" --set data.valid="$WORK/sft" \
+  --set train.max_steps=3 >/dev/null 2>&1 || fail "training on the chat data failed"
+timeout 120 "$LOOM" serve "$WORK/chat-run" --port 0 >"$log" 2>&1 &
 pid=$!
 port=
 for _ in $(seq 300); do
   port=$(sed -nE 's/.*listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$log")
   [ -n "$port" ] && break
-  kill -0 $pid 2>/dev/null || fail "loom serve --chat-template exited: $(cat "$log")"
+  kill -0 $pid 2>/dev/null || fail "loom serve of the chat run exited: $(cat "$log")"
   sleep 0.1
 done
-grep -q "chat template from $WORK/chat.yaml" "$log" || fail "the chat template is not named: $(cat "$log")"
+grep -q "chat template from $WORK/sft/manifest.json" "$log" || fail "the data's chat template is not used: $(cat "$log")"
 timeout 60 python3 - "$port" "$KJV_DATA/tokenizer.model" <<'PY' || fail "the chat checks"
 import sys, openai, sentencepiece
 port, sp = int(sys.argv[1]), sentencepiece.SentencePieceProcessor(model_file=sys.argv[2])
 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
-args = dict(model="run", messages=[{"role": "user", "content": "Who made the heaven?"}], temperature=0,
-            max_tokens=30)
+args = dict(model="chat-run", messages=[{"role": "user", "content": "Who made the heaven?"}], temperature=0,
+            max_tokens=12)
 reply = client.chat.completions.create(**args)
 text = reply.choices[0].message.content
 pieces = ["Question: ", "Who made the heaven?", "\n", "Answer:"]
@@ -216,12 +230,12 @@ assert "And" not in text and reply.choices[0].finish_reason in ("stop", "length"
 streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **args))
 assert streamed == text, (streamed, text)
 try:
-    client.chat.completions.create(model="run", messages=[{"role": "system", "content": "x"}])
+    client.chat.completions.create(model="chat-run", messages=[{"role": "system", "content": "x"}])
     raise AssertionError("a role the template lacks was accepted")
 except openai.BadRequestError as e:
     assert "system" in str(e), e
 print("chat:", repr(text), reply.choices[0].finish_reason)
 PY
-kill -TERM $pid; wait $pid || fail "loom serve --chat-template did not stop cleanly"
+kill -TERM $pid; wait $pid || fail "loom serve of the chat run did not stop cleanly"
 pid=
 echo "PASS"
