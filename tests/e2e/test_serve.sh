@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # loom serve, the OpenAI-compatible server, driven by the official `openai` Python client and raw sockets: greedy
-# completions equal `loom generate`'s (the server with prefix caching, generate without), a stream's text equals the non-streamed text (with a stop string too), the
-# model is listed; each bad request gets its 4xx JSON error naming the field and the server answers after it;
+# completions equal `loom generate`'s (the server with prefix caching, generate without), a stream's text equals
+# the non-streamed text (with a stop string too), the model is listed; each bad request gets its 4xx JSON error naming the field and the server answers after it;
 # 500 concurrent connections are all answered; a client gone mid-stream has its request cancelled (0 KV blocks in
 # use and 0 running after), and SIGTERM stops the server cleanly (exit 0); --dry-run's KV arithmetic; chat on a run
 # trained on chat records, with the template its data was prepared with.
