@@ -191,6 +191,8 @@ struct HttpServer::Impl {
                                           " (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
                                           "GET /health, GET /metrics)",
                                       "", "not_found_error")));
+      } else if (res.status == 413) {
+        http_json(res, 413, error_body(ApiError(413, "the body is larger than 16 MiB")));
       } else {
         http_json(res, res.status, error_body(ApiError(res.status, "a malformed HTTP request")));
       }

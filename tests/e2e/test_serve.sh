@@ -109,6 +109,7 @@ bad = [
     (("GET", "/v1/completions"), 405, None),
     (("POST", "/v1/nothing", {}), 404, None),
     (("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}), 404, None),
+    (("POST", "/v1/completions", None, '{"prompt": "' + "a" * (17 << 20) + '"}'), 413, None),
 ]
 for args, status, param in bad:
     got, body = call(*args)
