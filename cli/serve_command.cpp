@@ -63,7 +63,8 @@ std::optional<ChatFormat> data_chat_format(const Config& config, std::string& so
 int serve_command(const Argv& argv, const ProcessGroup&) {
   const char* usage =
       "loom serve RUN_DIR [--port N] [--host 127.0.0.1] [--step S] [--max-batch N] [--kv-mb MB] [--block-size N] "
-      "[--max-prefill-tokens N] [--threads N] [--model-name NAME] [--chat-template FILE] [--ignore-eos] [--prefix-caching] [--dry-run]";
+      "[--max-prefill-tokens N] [--threads N] [--model-name NAME] [--chat-template FILE] [--ignore-eos] "
+      "[--prefix-caching] [--dry-run]";
   const auto args = parse_args(argv,
                                {"port", "host", "step", "max-batch", "kv-mb", "block-size", "max-prefill-tokens",
                                 "threads", "model-name", "chat-template"},
@@ -95,7 +96,8 @@ int serve_command(const Argv& argv, const ProcessGroup&) {
               << " layers x keys and values x " << c.kv_heads() << " heads x " << c.head_dim() << " x "
               << c10::elementSize(dtype) << " bytes)\n"
               << "budget --kv-mb " << (engine_options.kv_bytes >> 20) << ": " << blocks << " blocks of "
-              << engine_options.block_size << " positions (" << block << " bytes each) = " << blocks * engine_options.block_size
+              << engine_options.block_size << " positions (" << block
+              << " bytes each) = " << blocks * engine_options.block_size
               << " tokens of context, " << blocks / per_sequence << " sequences of the full context ("
               << c.max_seq_len << " positions, model.max_seq_len)" << std::endl;
     if (blocks < per_sequence)

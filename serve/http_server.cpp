@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <ctime>
 
@@ -27,10 +29,18 @@ std::string http_trim(std::string s) {
 
 }  // namespace
 
+// httplib's server with its listening socket in reach: Debian's build listens with a backlog of 5
+// (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the library), so a burst of connections would wait on SYN
+// retransmissions (seconds); listen() again on the bound socket raises the backlog.
+class HttpListener : public httplib::Server {
+ public:
+  bool raise_backlog() { return ::listen(svr_sock_, SOMAXCONN) == 0; }
+};
+
 struct HttpServer::Impl {
   EngineWorker& worker;
   HttpServerOptions options;
-  httplib::Server server;
+  HttpListener server;
   std::atomic<int64_t> next_id{0};
   int64_t started = static_cast<int64_t>(std::time(nullptr));
 
@@ -211,7 +221,6 @@ struct HttpServer::Impl {
     const int threads = options.threads;
     server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     server.set_payload_max_length(size_t{16} << 20);
-    server.set_keep_alive_timeout(2);
   }
 };
 
@@ -235,6 +244,7 @@ int HttpServer::bind() {
   if (port < 0)
     throw Error("cannot listen on " + o.host + ":" + std::to_string(o.port) +
                 ": the port is taken or the address is not this machine's (--port 0 picks a free port)");
+  if (!impl_->server.raise_backlog()) throw Error("cannot listen on " + o.host + ":" + std::to_string(port));
   return port;
 }
 

@@ -6,7 +6,8 @@
 //   POST /v1/completions        POST /v1/chat/completions (with a chat template; else 404 saying why)
 //   GET  /v1/models             GET /health              GET /metrics (Prometheus text, serve/serve_metrics.h)
 // Every error is a JSON {"error": {"message", "type", "param"}} with its 4xx/5xx status; the server keeps serving.
-// The tokenizer is reached through functions (serve/ does not depend on data/), thread-safe (data/tokenizers/tokenizer.h).
+// The tokenizer is reached through functions (serve/ does not depend on data/), thread-safe
+// (data/tokenizers/tokenizer.h).
 #pragma once
 #include <functional>
 #include <memory>

@@ -1,6 +1,7 @@
 // What `loom serve` reports on GET /metrics, and its Prometheus text exposition format: requests running and
 // waiting, KV blocks in use and in the pool, prompt and generated tokens, the generation rate over the last
-// seconds, engine steps and preemptions, prefix cache hits, finished requests by reason, and the time to first token as a histogram.
+// seconds, engine steps and preemptions, prefix cache hits, finished requests by reason, and the time to first
+// token as a histogram.
 #pragma once
 #include <array>
 #include <chrono>

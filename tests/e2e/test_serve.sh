@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # loom serve, the OpenAI-compatible server, driven by the official `openai` Python client and raw sockets: greedy
 # completions equal `loom generate`'s (the server with prefix caching, generate without), a stream's text equals
-# the non-streamed text (with a stop string too), the model is listed; each bad request gets its 4xx JSON error naming the field and the server answers after it;
-# 500 concurrent connections are all answered; a client gone mid-stream has its request cancelled (0 KV blocks in
-# use and 0 running after), and SIGTERM stops the server cleanly (exit 0); --dry-run's KV arithmetic; chat on a run
-# trained on chat records, with the template its data was prepared with.
+# the non-streamed text (with a stop string too), the model is listed; each bad request gets its 4xx JSON error
+# naming the field and the server answers after it; 500 concurrent connections are all answered; a client gone
+# mid-stream has its request cancelled (0 KV blocks in use and 0 running after); SIGTERM stops the server cleanly
+# (exit 0); --dry-run's KV arithmetic; chat on a run trained on chat records, with its data's chat template.
 source "$(dirname "$0")/common.sh"
 python3 -c "import openai" 2>/dev/null || fail "the openai package is missing: scripts/setup.sh --tests installs it"
 run=$WORK/run
@@ -23,7 +23,8 @@ JSONL
 # --dry-run: the tiny model's KV bytes per token, 2 layers x (K, V) x 2 heads x 32 dims x 4 bytes = 1024, and
 # what 1 MiB holds: 256 blocks of 4 positions = 1024 tokens = 16 sequences of the 64-token context.
 dry=$("$LOOM" serve "$run" --dry-run --kv-mb 1 --block-size 4) || fail "--dry-run failed: $dry"
-grep -q "1024 bytes per token" <<<"$dry" && grep -q "256 blocks of 4 positions (4096 bytes each) = 1024 tokens of context, 16 sequences" <<<"$dry" \
+grep -q "1024 bytes per token" <<<"$dry" &&
+  grep -q "256 blocks of 4 positions (4096 bytes each) = 1024 tokens of context, 16 sequences" <<<"$dry" \
   || fail "--dry-run: $dry"
 
 log=$WORK/serve.log
@@ -124,7 +125,7 @@ try:
 except openai.BadRequestError as e:
     assert e.status_code == 400
 
-# 500 concurrent connections, all open before any sends, all answered.
+# 500 concurrent connections, all open with their requests sent before any client reads, all answered.
 N = 500
 body = json.dumps({"prompt": "And", "max_tokens": 3, "temperature": 0}).encode()
 request = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -134,8 +135,8 @@ connected = threading.Barrier(N)
 def one(i):
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=60)
-        connected.wait(timeout=60)
         s.sendall(request)
+        connected.wait(timeout=60)
         data = b""
         while chunk := s.recv(65536):
             data += chunk
@@ -216,7 +217,8 @@ for _ in $(seq 300); do
   kill -0 $pid 2>/dev/null || fail "loom serve of the chat run exited: $(cat "$log")"
   sleep 0.1
 done
-grep -q "chat template from $WORK/sft/manifest.json" "$log" || fail "the data's chat template is not used: $(cat "$log")"
+grep -q "chat template from $WORK/sft/manifest.json" "$log" \
+  || fail "the data's chat template is not used: $(cat "$log")"
 timeout 60 python3 - "$port" "$KJV_DATA/tokenizer.model" <<'PY' || fail "the chat checks"
 import sys, openai, sentencepiece
 port, sp = int(sys.argv[1]), sentencepiece.SentencePieceProcessor(model_file=sys.argv[2])
@@ -226,7 +228,7 @@ args = dict(model="chat-run", messages=[{"role": "user", "content": "Who made th
 reply = client.chat.completions.create(**args)
 text = reply.choices[0].message.content
 pieces = ["Question: ", "Who made the heaven?", "\n", "Answer:"]
-assert reply.usage.prompt_tokens == sum(len(sp.encode(p)) for p in pieces), (reply.usage, [sp.encode(p) for p in pieces])
+assert reply.usage.prompt_tokens == sum(len(sp.encode(p)) for p in pieces), (reply.usage, pieces)
 assert "And" not in text and reply.choices[0].finish_reason in ("stop", "length"), reply
 streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **args))
 assert streamed == text, (streamed, text)

@@ -1,8 +1,8 @@
 // The inference engine (serve/engine.h) over the paged KV cache (models/paged_kv_cache.h): the paged cache gives
 // the contiguous cache's outputs, also to a ragged batch of sequences at different positions; continuous
 // batching gives every request the tokens of decoding it alone, with a pool so small that sequences are
-// preempted and recomputed and with prompts prefilled in chunks too; every block is free again after cancellations and stop strings;
-// streamed pieces add up to the completions; prefix caching changes no output; the server's engine worker thread
+// preempted and recomputed and with prompts prefilled in chunks too; every block is free again after
+// cancellations and stop strings; streamed pieces add up to the completions; prefix caching changes no output; the server's engine worker thread
 // gives requests from many threads the engine's own outputs.
 #include <catch2/catch.hpp>
 
@@ -344,7 +344,7 @@ TEST_CASE("KV block pool: shared blocks are counted by reference and evicted lea
   CHECK(pool.free_blocks() == 4);
 }
 
-TEST_CASE("engine worker: requests from many threads get the engine's own outputs; cancel and close free every block",
+TEST_CASE("engine worker: requests from many threads get the engine's own outputs, cancel and close free every block",
           "[serve]") {
   auto gpt = engine_test_gpt(loom::PositionKind::kRope, 2, 0, 32);
   std::mt19937 rng(23);

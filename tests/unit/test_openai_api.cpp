@@ -102,7 +102,7 @@ TEST_CASE("openai api: a chat renders as the template's pieces, the assistant's 
   CHECK_THROWS_AS(loom::render_chat(format, {{"tool", "x"}}), loom::ApiError);
 }
 
-TEST_CASE("openai api: responses and stream chunks carry the completion; metrics' histogram is cumulative",
+TEST_CASE("openai api: responses and stream chunks carry the completion, metrics' histogram is cumulative",
           "[serve]") {
   auto api = loom::parse_api_request(R"({"prompt": "a", "model": "m", "logprobs": 1})", false);
   loom::Completion c;
