@@ -42,7 +42,7 @@ done
 
 timeout 120 python3 - "$port" "$WORK/prompts.jsonl" "$WORK/generate.jsonl" "$(basename "$run")" <<'PY' \
   || fail "the client checks (server log: $(tail -5 "$log"))"
-import json, socket, sys, threading, time, http.client
+import json, socket, struct, sys, threading, time, http.client
 import openai
 
 port, prompts, generated, model = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
@@ -154,10 +154,16 @@ texts = {json.loads(a.split(b"\r\n\r\n", 1)[1])["choices"][0]["text"] for a in a
 assert sum(a.startswith(b"HTTP/1.1 200") for a in answers) == N and len(texts) == 1, [a[:80] for a in answers[:3]]
 print(f"{N} concurrent connections answered in {time.time() - start:.1f} s")
 
-# A client gone mid-stream: its request is cancelled and its blocks freed.
+# A client gone mid-stream: its request is cancelled and its blocks freed. Other long requests keep the batch busy
+# (steps slower), so the stream is far from its end when the client goes, however the machine schedules it.
 cancelled_before = metrics()['loom_requests_finished_total{reason="cancelled"}']
+busy = [threading.Thread(target=call, args=("POST", "/v1/completions",
+                                            {"prompt": "And", "max_tokens": 60, "ignore_eos": True}))
+        for _ in range(16)]
+for t in busy: t.start()
 body = json.dumps({"prompt": "And", "max_tokens": 60, "temperature": 0, "ignore_eos": True, "stream": True}).encode()
 s = socket.create_connection(("127.0.0.1", port), timeout=30)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = reset: the next write fails
 s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
            f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
 received = b""
@@ -166,7 +172,8 @@ while b"data: " not in received:  # the headers, then the first piece of text
     assert chunk, received
     received += chunk
 s.close()
-for _ in range(100):
+for t in busy: t.join()
+for _ in range(300):
     m = metrics()
     if m["loom_requests_running"] == 0 and m["loom_kv_blocks_used"] == 0 and m["loom_requests_waiting"] == 0:
         break
