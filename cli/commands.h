@@ -13,6 +13,7 @@ using Argv = std::vector<std::string>;
 // Every command gets the process group (MPI under mpirun, else this process alone).
 int train_command(const Argv& argv, const ProcessGroup& processes);
 int generate_command(const Argv& argv, const ProcessGroup& processes);
+int serve_command(const Argv& argv, const ProcessGroup& processes);
 int info_command(const Argv& argv, const ProcessGroup& processes);
 int tokenize_command(const Argv& argv, const ProcessGroup& processes);
 int prepare_command(const Argv& argv, const ProcessGroup& processes);

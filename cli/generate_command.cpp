@@ -81,6 +81,7 @@ int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, cons
     options.max_batch = args.int_option("max-batch", 64, 1, 4096);
     options.block_size = args.int_option("block-size", 16, 1, 4096);
     options.kv_bytes = args.int_option("kv-mb", 256, 1, int64_t{1} << 20) << 20;
+    options.prefix_caching = args.flag("prefix-caching");
     options.detokenize = detokenize;
     Engine engine(model, options);
     for (auto& line : lines) engine.add(std::move(line.request));
@@ -89,6 +90,8 @@ int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, cons
     detail = ", " + std::to_string(stats.forwards) + " forwards, " + std::to_string(stats.preemptions) +
              " preemptions, peak " + std::to_string(stats.peak_used_blocks) + " of " +
              std::to_string(engine.pool().blocks()) + " KV blocks";
+    if (options.prefix_caching)
+      detail += ", " + std::to_string(stats.prefix_hit_tokens) + " prompt tokens from the prefix cache";
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::ofstream out(*output);
@@ -118,11 +121,11 @@ int generate_command(const Argv& argv, const ProcessGroup&) {
       "[--seed S] [--step S] [--no-cache] [--ignore-eos] [--json]\n"
       "       loom generate RUN_DIR --input PROMPTS.jsonl --output OUT.jsonl [--max-new-tokens N] [--temperature T] "
       "[--top-k K] [--top-p P] [--seed S] [--step S] [--ignore-eos] [--max-batch N] [--kv-mb MB] [--block-size N] "
-      "[--sequential]";
+      "[--prefix-caching] [--sequential]";
   const auto args = parse_args(argv,
                                {"prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "step", "input",
                                 "output", "max-batch", "kv-mb", "block-size"},
-                               {"no-cache", "ignore-eos", "json", "sequential"}, 1, usage);
+                               {"no-cache", "ignore-eos", "json", "sequential", "prefix-caching"}, 1, usage);
   SamplingOptions sampling;
   sampling.temperature = args.double_option("temperature", 0.8);
   sampling.top_k = args.int_option("top-k", 0);

@@ -2,7 +2,8 @@
 // exact parameter count, training FLOPs per token, and memory per rank (weights, gradients, AdamW state,
 // activations of the micro-batches a rank keeps) for the config's precision and parallel layout (ZeRO
 // stage and hybrid sharding's shard size included), per pipeline stage when parallel.pp > 1, and the bytes a
-// rank hands to the data-parallel collectives per step. --json for scripts.
+// rank hands to the data-parallel collectives per step; for decoder-only models the KV cache's bytes per token (what
+// loom serve's budget holds). --json for scripts.
 #include <algorithm>
 #include <iostream>
 #include <string>
@@ -14,6 +15,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/family_rules.h"
+#include "models/paged_kv_cache.h"
 #include "train/run_plan.h"
 
 namespace loom::cli {
@@ -91,12 +93,20 @@ int info_command(const Argv& argv, const ProcessGroup&) {
   }
   const int64_t micro_batch = plan.micro_batch_size();
   const MeshShape& layout = plan.layout();
+  // Decoder-only runs: the KV cache of `loom serve` / `loom generate --input` (the pool's own arithmetic), in the
+  // weights' dtype, and what the engine's default budget (--kv-mb 256) holds.
+  const bool has_kv = m.arch == ModelArch::kGpt;
+  const auto kv_dtype = config.precision.param_dtype == ParamDtype::kBf16 ? torch::kBFloat16 : torch::kFloat;
+  const int64_t kv_per_token = has_kv ? KVBlockPool::block_bytes(m.n_layers, 1, m.kv_heads(), m.head_dim(), kv_dtype)
+                                      : 0;
+  constexpr int64_t kDefaultKvBytes = int64_t{256} << 20;
   if (args.flag("json")) {
     nlohmann::json layout_json = nlohmann::json::object();
     for (const auto& [axis, size] : layout.named_sizes()) layout_json[axis] = size;
     nlohmann::json out = {
         {"parameters", parameters},
         {"flops_per_token", flops},
+        {"kv_bytes_per_token", has_kv ? nlohmann::json(kv_per_token) : nlohmann::json(nullptr)},
         {"seq_len", config.data.seq_len},
         {"micro_batch_size", micro_batch},
         {"precision", enum_name(config.precision.dtype)},
@@ -127,6 +137,12 @@ int info_command(const Argv& argv, const ProcessGroup&) {
   std::printf("variant        %s\n", describe_variant(m).c_str());
   std::printf("parameters     %s\n", grouped(parameters).c_str());
   std::printf("FLOPs/token    %.4g (training, seq_len %ld)\n", flops, static_cast<long>(config.data.seq_len));
+  if (has_kv)
+    std::printf("KV cache       %s bytes per token (%s); loom serve's default --kv-mb 256 holds %s tokens, %s of the "
+                "full context\n",
+                grouped(kv_per_token).c_str(), kv_dtype == torch::kBFloat16 ? "bf16" : "fp32",
+                grouped(kDefaultKvBytes / kv_per_token).c_str(),
+                grouped(kDefaultKvBytes / kv_per_token / m.max_seq_len).c_str());
   const std::string zero = p.zero != ZeroStage::kNone ? std::string(" with ZeRO-") + enum_name(p.zero) : "";
   std::printf("memory/rank    %s, %s%s, micro-batch %ld x %ld tokens\n", config.precision.label().c_str(),
               layout.describe(" x ", " ").c_str(), zero.c_str(), static_cast<long>(micro_batch),

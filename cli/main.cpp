@@ -22,6 +22,11 @@ commands:
                    [--seed S] [--step S] [--no-cache] [--ignore-eos] [--json]
                                               sample a continuation, printed as it is sampled; ends at
                                               the tokenizer's end of sequence unless --ignore-eos
+  generate RUN_DIR --input PROMPTS.jsonl --output OUT.jsonl [--max-batch N] [--kv-mb MB] [--block-size N]
+                                              every prompt of a file through the batching engine
+  serve RUN_DIR [--port N] [--host 127.0.0.1] [--max-batch N] [--kv-mb MB] [--block-size N]
+        [--chat-template FILE]                an OpenAI-compatible HTTP server (/v1/completions,
+                                              /v1/chat/completions, /v1/models, /health, /metrics)
   info CONFIG [--set ...] [--json]            parameters and training FLOPs per token
   prepare INPUT... --tokenizer FILE --out DIR [--field KEY] [--valid-fraction F] [--threads N]
           [--doc-per-file | --blank-line-docs] [--on-error fail|skip] [--shard-tokens N]
@@ -60,6 +65,7 @@ int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes
   using Command = std::function<int(const loom::cli::Argv&, const loom::ProcessGroup&)>;
   const std::map<std::string, Command> commands = {
       {"train", loom::cli::train_command},       {"generate", loom::cli::generate_command},
+      {"serve", loom::cli::serve_command},
       {"info", loom::cli::info_command},         {"tokenize", loom::cli::tokenize_command},
       {"encode", loom::cli::encode_command},     {"decode", loom::cli::decode_command},
       {"prepare", loom::cli::prepare_command},

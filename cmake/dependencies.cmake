@@ -27,6 +27,10 @@ find_package(simdjson REQUIRED)
 # The byte-level BPE tokenizers: split regexes (PCRE2, with JIT) and Unicode normalization (ICU).
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
+# `loom serve`'s HTTP layer: Debian's cpp-httplib (libcpp-httplib-dev: httplib.h and the compiled library; its
+# flags define CPPHTTPLIB_OPENSSL_SUPPORT, which changes its classes' layout, so they must come with it). Linked
+# into the serve library only (CMakeLists.txt), not into loom_deps.
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 # OpenMP: ATen's at::parallel_for (ATen/ParallelOpenMP.h) only runs in parallel in code compiled with it; without
 # it loom's own kernels would each run on one thread. LibTorch's libgomp.so.1 is the one loaded at run time.

@@ -127,6 +127,9 @@ KVBlockPool::KVBlockPool(int64_t layers, int64_t blocks, int64_t block_size, int
     values_.push_back(torch::empty({blocks * block_size, kv_heads, head_dim}, options));
   }
   for (int64_t b = blocks - 1; b >= 0; --b) free_.push_back(b);
+  refs_.assign(static_cast<size_t>(blocks), 0);
+  published_.resize(static_cast<size_t>(blocks));
+  evictable_at_.assign(static_cast<size_t>(blocks), evictable_.end());
 }
 
 int64_t KVBlockPool::block_bytes(int64_t layers, int64_t block_size, int64_t kv_heads, int64_t head_dim,
@@ -138,15 +141,20 @@ bool KVBlockPool::reserve(BlockTable& table, int64_t length) {
   const int64_t more = blocks_for(length) - static_cast<int64_t>(table.blocks.size());
   if (more <= 0) return true;
   if (more > free_blocks()) return false;
-  for (int64_t i = 0; i < more; ++i) {
-    table.blocks.push_back(free_.back());
-    free_.pop_back();
-  }
+  for (int64_t i = 0; i < more; ++i) table.blocks.push_back(take_block());
   return true;
 }
 
 void KVBlockPool::release(BlockTable& table) {
-  free_.insert(free_.end(), table.blocks.rbegin(), table.blocks.rend());
+  // The last block first: under eviction a prefix's deeper blocks go before the blocks they extend.
+  for (auto it = table.blocks.rbegin(); it != table.blocks.rend(); ++it) {
+    const int64_t b = *it;
+    if (--refs_[static_cast<size_t>(b)] > 0) continue;
+    if (published_[static_cast<size_t>(b)].filed)
+      evictable_at_[static_cast<size_t>(b)] = evictable_.insert(evictable_.end(), b);
+    else
+      free_.push_back(b);
+  }
   table.blocks.clear();
   table.length = 0;
 }

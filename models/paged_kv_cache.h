@@ -5,10 +5,18 @@
 //                    layer's pool) and the free list, sized by a block count or a byte budget;
 //   BlockTable       one sequence's blocks and how many positions they hold;
 //   paged_kv_caches  one KVCache per layer for a forward of some sequences (the rows of a batch).
+// Prefix caching (set_prefix_caching): a full block's keys and values depend only on the tokens up to its end, so
+// sequences that start alike share blocks. publish() files a sequence's full blocks under a hash of their tokens
+// chained with their predecessors' (checked token by token on a hit); share_prefix() gives a new sequence the
+// published blocks its tokens start with. Blocks are counted by references; a released block that holds a
+// published prefix stays cached (evictable, the least recently released first) until a reservation needs it, so
+// used_blocks() counts the referenced blocks only (models/paged_kv_cache_prefix.cpp).
 // Shapes: K key/value heads, D head size, N = blocks * block_size slots.
 #pragma once
 #include <torch/torch.h>
 
+#include <list>
+#include <unordered_map>
 #include <vector>
 
 #include "models/kv_cache.h"
@@ -31,7 +39,8 @@ class KVBlockPool {
   int64_t layers() const { return static_cast<int64_t>(keys_.size()); }
   int64_t block_size() const { return block_size_; }
   int64_t blocks() const { return blocks_; }
-  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  // Blocks a reservation can take: never used, or cached and referenced by no sequence.
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size() + evictable_.size()); }
   int64_t used_blocks() const { return blocks_ - free_blocks(); }
   // Blocks that hold `length` positions.
   int64_t blocks_for(int64_t length) const { return (length + block_size_ - 1) / block_size_; }
@@ -39,6 +48,17 @@ class KVBlockPool {
   bool reserve(BlockTable& table, int64_t length);
   // Gives every block of `table` back; it then holds nothing.
   void release(BlockTable& table);
+
+  void set_prefix_caching(bool on) { prefix_caching_ = on; }
+  bool prefix_caching() const { return prefix_caching_; }
+  // An empty table takes the published blocks that hold the start of `tokens`, at most max_positions positions;
+  // the positions it now holds (a multiple of the block size; 0 without prefix caching).
+  int64_t share_prefix(BlockTable& table, const std::vector<int64_t>& tokens, int64_t max_positions);
+  // Files the table's full blocks (tokens[0, table.length) are their tokens) for share_prefix; a block whose
+  // prefix another block already holds stays private.
+  void publish(const BlockTable& table, const std::vector<int64_t>& tokens);
+  // Published blocks, referenced or not.
+  int64_t cached_blocks() const { return static_cast<int64_t>(by_key_.size()); }
   // (N, K, D) of a layer
   torch::Tensor& keys(int64_t layer) { return keys_.at(layer); }
   torch::Tensor& values(int64_t layer) { return values_.at(layer); }
@@ -47,6 +67,20 @@ class KVBlockPool {
   int64_t blocks_, block_size_;
   std::vector<torch::Tensor> keys_, values_;
   std::vector<int64_t> free_;  // a stack: the block freed last is reused first
+
+  // Prefix caching.
+  struct Published {
+    bool filed = false;
+    uint64_t key = 0, parent = 0;
+    std::vector<int64_t> tokens;
+  };
+  int64_t take_block();  // a free block, else the least recently released cached one (unfiled)
+  bool prefix_caching_ = false;
+  std::vector<int64_t> refs_;          // sequences holding each block
+  std::vector<Published> published_;   // by block
+  std::unordered_map<uint64_t, int64_t> by_key_;
+  std::list<int64_t> evictable_;       // cached blocks no sequence holds, least recently released first
+  std::vector<std::list<int64_t>::iterator> evictable_at_;
 };
 
 // One KVCache per layer of `pool` for forwards of the sequences `rows` (batch row b is *rows[b]), T new positions

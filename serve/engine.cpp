@@ -15,6 +15,9 @@ struct Engine::Sequence {
   at::Generator generator;
   int64_t preemptions = 0;
   std::optional<std::string> text;  // ended by a stop string: the text before it
+  std::vector<double> logprobs;     // of the generated tokens (GenerationRequest::logprobs)
+  int64_t streamed_tokens = 0;      // generated tokens handed out in TextDeltas
+  std::string streamed_text;        // the text handed out
 };
 
 const char* finish_reason_name(FinishReason reason) {
@@ -31,6 +34,21 @@ size_t first_stop_string(const std::string& text, const std::vector<std::string>
   for (const auto& s : stops)
     if (!s.empty()) cut = std::min(cut, text.find(s));
   return cut;
+}
+
+size_t streamable_length(const std::string& text, const std::vector<std::string>& stops) {
+  static const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD: what an incomplete character decodes to
+  size_t n = text.size();
+  while (n >= kReplacement.size() && text.compare(n - kReplacement.size(), kReplacement.size(), kReplacement) == 0)
+    n -= kReplacement.size();
+  size_t hold = 0;
+  for (const auto& stop : stops)
+    for (size_t k = std::min(stop.size() - (stop.empty() ? 0 : 1), n); k > hold; --k)
+      if (text.compare(n - k, k, stop, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+  return n - hold;
 }
 
 Engine::Engine(Gpt model, EngineOptions options) : model_(std::move(model)), options_(std::move(options)) {
@@ -50,6 +68,7 @@ Engine::Engine(Gpt model, EngineOptions options) : model_(std::move(model)), opt
                 ": give it at least " + std::to_string(needed * per_block) + " bytes");
   pool_ = std::make_unique<KVBlockPool>(model_->n_blocks(), blocks, options_.block_size, kv_heads, head_dim,
                                         weight.options());
+  pool_->set_prefix_caching(options_.prefix_caching);
 }
 
 Engine::~Engine() = default;
@@ -97,28 +116,69 @@ Completion Engine::finish(int64_t id, FinishReason reason) {
   if (options_.detokenize) done.text = sequence.text ? *sequence.text : options_.detokenize(done.tokens);
   done.finish = reason;
   done.preemptions = sequence.preemptions;
+  if (sequence.request.logprobs)
+    done.logprobs.assign(sequence.logprobs.begin(),
+                         sequence.logprobs.begin() + static_cast<std::ptrdiff_t>(done.tokens.size()));
+  if (sequence.request.stream) stream(sequence, id, nullptr, &done);
   sequences_.erase(id);
   return done;
 }
 
-bool Engine::take_token(int64_t id, int64_t token, std::vector<Completion>& done) {
+void Engine::stream(Sequence& sequence, int64_t id, const std::string* text, const Completion* done) {
+  TextDelta delta;
+  delta.id = id;
+  const int64_t total = done ? static_cast<int64_t>(done->tokens.size()) : sequence.generated;
+  const auto generated = sequence.tokens.end() - sequence.generated;
+  if (total > sequence.streamed_tokens) {
+    delta.tokens.assign(generated + sequence.streamed_tokens, generated + total);
+    if (sequence.request.logprobs)
+      delta.logprobs.assign(sequence.logprobs.begin() + sequence.streamed_tokens, sequence.logprobs.begin() + total);
+    sequence.streamed_tokens = total;
+  }
+  auto& streamed = sequence.streamed_text;
+  if (done) {  // the rest of the final text (which starts with what was streamed: the same tokens decoded)
+    delta.text = done->text.substr(std::min(streamed.size(), done->text.size()));
+    delta.final = true;
+  } else if (options_.detokenize) {
+    const std::string decoded = text ? std::string() : options_.detokenize({generated, sequence.tokens.end()});
+    const std::string& full = text ? *text : decoded;
+    const size_t n = streamable_length(full, sequence.request.stop);
+    if (n > streamed.size() && full.compare(0, streamed.size(), streamed) == 0) {
+      delta.text = full.substr(streamed.size(), n - streamed.size());
+      streamed.assign(full, 0, n);
+    }
+  }
+  deltas_.push_back(std::move(delta));
+}
+
+std::vector<TextDelta> Engine::take_deltas() {
+  std::vector<TextDelta> out;
+  out.swap(deltas_);
+  return out;
+}
+
+bool Engine::take_token(int64_t id, int64_t token, double logprob, std::vector<Completion>& done) {
   auto& sequence = *sequences_.at(id);
   sequence.tokens.push_back(token);
   ++sequence.generated;
   const auto& request = sequence.request;
+  if (request.logprobs) sequence.logprobs.push_back(logprob);
   bool stop = token == request.stop_token;
+  std::optional<std::string> text;
   if (!stop && !request.stop.empty()) {
-    const std::vector<int64_t> tokens(sequence.tokens.end() - sequence.generated, sequence.tokens.end());
-    const auto text = options_.detokenize(tokens);
-    const size_t cut = first_stop_string(text, request.stop);
+    text = options_.detokenize({sequence.tokens.end() - sequence.generated, sequence.tokens.end()});
+    const size_t cut = first_stop_string(*text, request.stop);
     if (cut != std::string::npos) {
-      sequence.text = text.substr(0, cut);
+      sequence.text = text->substr(0, cut);
       stop = true;
     }
   }
   const bool length = sequence.generated >= request.max_tokens ||
                       static_cast<int64_t>(sequence.tokens.size()) > model_->config().max_seq_len;
-  if (!stop && !length) return false;
+  if (!stop && !length) {
+    if (request.stream) stream(sequence, id, text ? &*text : nullptr, nullptr);
+    return false;
+  }
   running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
   done.push_back(finish(id, stop ? FinishReason::kStop : FinishReason::kLength));
   return true;
@@ -168,8 +228,10 @@ void Engine::decode_running(std::vector<Completion>& done) {
   stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, pool_->used_blocks());
   for (size_t b = 0; b < ids.size(); ++b) {
     auto& sequence = *sequences_.at(ids[b]);
-    take_token(ids[b], sample_token(logits[static_cast<int64_t>(b)], sequence.request.sampling, sequence.generator),
-               done);
+    const auto row = logits[static_cast<int64_t>(b)];
+    const int64_t token = sample_token(row, sequence.request.sampling, sequence.generator);
+    const double logprob = sequence.request.logprobs ? torch::log_softmax(row, 0)[token].item<double>() : 0.0;
+    take_token(ids[b], token, logprob, done);
   }
 }
 
@@ -179,7 +241,13 @@ void Engine::admit_waiting() {
     const int64_t id = waiting_.front();
     auto& sequence = *sequences_.at(id);
     const int64_t length = static_cast<int64_t>(sequence.tokens.size());
-    if (!pool_->reserve(sequence.table, length)) break;
+    // Cached blocks first (never the last token's: it is decoded), then fresh ones for the rest.
+    const int64_t shared = pool_->share_prefix(sequence.table, sequence.tokens, length - 1);
+    if (!pool_->reserve(sequence.table, length)) {
+      pool_->release(sequence.table);
+      break;
+    }
+    stats_.prefix_hit_tokens += shared;
     waiting_.pop_front();
     running_.push_back(id);
   }
@@ -216,6 +284,8 @@ std::vector<Completion> Engine::step() {
   decode_running(done);
   admit_waiting();
   prefill_running();
+  if (options_.prefix_caching)
+    for (const int64_t id : running_) pool_->publish(sequences_.at(id)->table, sequences_.at(id)->tokens);
   return done;
 }
 

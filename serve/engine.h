@@ -5,13 +5,16 @@
 //      sequence admitted last is preempted (its blocks freed, re-queued at the front, later prefilled again
 //      with its prompt and generated tokens: preemption by recompute);
 //   2. admits waiting sequences in order while the batch and the free blocks allow (each takes the blocks of
-//      all its tokens);
+//      all its tokens; with prefix caching, first the cached blocks its tokens start with, which it skips);
 //   3. prefills the admitted ones in chunks: at most max_prefill_tokens a step over all of them (each a forward
 //      of its own), every token but the last, which the next step decodes with the others.
+// With prefix caching, each step ends by filing the running sequences' full blocks for later ones to share.
 // A sequence that finishes (max_tokens, its stop token or a stop string, the context) or is cancelled leaves
 // at once and its blocks go back to the pool. Each sequence samples with its own generator seeded by its
 // request (models/generate.h sample_token), so its tokens depend on its seed alone, never on the batch; greedy
 // gives the tokens of decoding it alone (up to the floating-point order of a batched product).
+// A streamed request (GenerationRequest::stream) also hands out its output as it is made: take_deltas() after a
+// step gives each one's new tokens and the text they add that no stop string can take back any more.
 #pragma once
 #include <deque>
 #include <functional>
@@ -32,6 +35,8 @@ struct GenerationRequest {
   SamplingOptions sampling;          // temperature (0: greedy), top_k, top_p, seed; use_cache is ignored
   std::vector<std::string> stop;     // stop strings (EngineOptions::detokenize turns tokens into text)
   int64_t stop_token = -1;           // >= 0: ends the sequence (end of sequence), not part of its tokens
+  bool stream = false;               // hand its output out as it is made (Engine::take_deltas)
+  bool logprobs = false;             // record each generated token's log-probability (Completion::logprobs)
 };
 
 enum class FinishReason { kLength, kStop, kCancelled };
@@ -43,7 +48,24 @@ struct Completion {
   std::string text;             // the tokens as text, cut before a stop string (only with detokenize)
   FinishReason finish = FinishReason::kLength;
   int64_t preemptions = 0;      // times its blocks were taken and it was recomputed
+  std::vector<double> logprobs;  // with GenerationRequest::logprobs: each token's log-probability under the model
 };
+
+// A piece of a streamed request's output: the tokens generated since its last piece and the text they add.
+// Text that a stop string could still cut (a suffix that begins one) or that ends in an incomplete UTF-8
+// character (decoded as U+FFFD) is held back, so a request's pieces, in order, add up to its Completion's tokens
+// and text exactly; its last piece comes with the step() that finishes it (final set), even when empty.
+struct TextDelta {
+  int64_t id = 0;
+  std::vector<int64_t> tokens;
+  std::vector<double> logprobs;  // with GenerationRequest::logprobs: one per token
+  std::string text;
+  bool final = false;
+};
+
+// How much of text may be streamed: all of it but a suffix that begins one of the stop strings (it may yet
+// become one) or an incomplete UTF-8 character at its end (U+FFFD).
+size_t streamable_length(const std::string& text, const std::vector<std::string>& stops);
 
 // Where the earliest of the (non-empty) stop strings starts in text, or npos.
 size_t first_stop_string(const std::string& text, const std::vector<std::string>& stops);
@@ -54,11 +76,13 @@ struct EngineOptions {
   int64_t kv_bytes = int64_t{256} << 20;
   int64_t max_batch = 64;           // running sequences at most
   int64_t max_prefill_tokens = 512;  // prompt tokens prefilled in one step (chunked: a long prompt over several)
+  bool prefix_caching = false;      // share the KV blocks of identical prefixes (models/paged_kv_cache.h)
   std::function<std::string(const std::vector<int64_t>&)> detokenize;  // for stop strings and Completion::text
 };
 
 struct EngineStats {
   int64_t steps = 0, forwards = 0, prefill_tokens = 0, decode_tokens = 0, preemptions = 0, peak_used_blocks = 0;
+  int64_t prefix_hit_tokens = 0;  // prompt positions found in the prefix cache (not prefilled)
 };
 
 class Engine {
@@ -76,6 +100,8 @@ class Engine {
   std::vector<Completion> step();
   // Steps until no request waits or runs; every Completion step() returned, by id.
   std::vector<Completion> run();
+  // The pieces of the streamed requests' output since the last call (the steps' and the cancellations'), in order.
+  std::vector<TextDelta> take_deltas();
 
   bool idle() const { return waiting_.empty() && running_.empty(); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
@@ -88,8 +114,10 @@ class Engine {
   // Frees the sequence's blocks and moves it to the front of the queue.
   void preempt(int64_t id);
   // Takes the sampled token; true when the sequence is finished (then in done).
-  bool take_token(int64_t id, int64_t token, std::vector<Completion>& done);
+  bool take_token(int64_t id, int64_t token, double logprob, std::vector<Completion>& done);
   Completion finish(int64_t id, FinishReason reason);
+  // A streamed sequence's new tokens and the text that can no longer be cut (all of it when final).
+  void stream(Sequence& sequence, int64_t id, const std::string* text, const Completion* done);
   void decode_running(std::vector<Completion>& done);
   void admit_waiting();
   void prefill_running();
@@ -101,6 +129,7 @@ class Engine {
   std::deque<int64_t> waiting_;
   std::vector<int64_t> running_;  // in admission order
   std::vector<Completion> cancelled_;
+  std::vector<TextDelta> deltas_;
   int64_t next_id_ = 0;
   EngineStats stats_;
 };

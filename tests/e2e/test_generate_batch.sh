@@ -23,6 +23,12 @@ JSONL
   --block-size 4 2>"$WORK/engine.log" || fail "the engine failed: $(cat "$WORK/engine.log")"
 "$LOOM" generate "$run" --input "$prompts" --output "$WORK/alone.jsonl" --max-new-tokens 20 --sequential \
   2>/dev/null || fail "--sequential failed"
+# Prefix caching changes no output (the repeated "And he said" prompts share their blocks).
+"$LOOM" generate "$run" --input "$prompts" --output "$WORK/prefix.jsonl" --max-new-tokens 20 --max-batch 4 \
+  --block-size 2 --prefix-caching 2>"$WORK/prefix.log" || fail "--prefix-caching failed: $(cat "$WORK/prefix.log")"
+grep -qE " [1-9][0-9]* prompt tokens from the prefix cache" "$WORK/prefix.log" \
+  || fail "nothing came from the prefix cache: $(cat "$WORK/prefix.log")"
+cmp -s "$WORK/prefix.jsonl" "$WORK/alone.jsonl" || fail "--prefix-caching changed the completions"
 grep -q "tokens/s" "$WORK/engine.log" || fail "no throughput on stderr: $(cat "$WORK/engine.log")"
 cmp -s "$WORK/engine.jsonl" "$WORK/alone.jsonl" \
   || fail "the engine's completions differ from decoding alone: $(diff "$WORK/engine.jsonl" "$WORK/alone.jsonl")"

@@ -5,6 +5,13 @@ source "$(dirname "$0")/common.sh"
 "$LOOM" info "$SRC/configs/gpt2-124m.yaml" > "$WORK/gpt2.txt"
 cat "$WORK/gpt2.txt"
 grep -q "^parameters     124,439,808$" "$WORK/gpt2.txt" || fail "gpt2-124m: not 124,439,808 parameters"
+# KV cache: 12 layers x (K, V) x 12 heads x 64 x 4 bytes = 73,728 bytes a token; 256 MiB / 73,728 = 3,640 tokens,
+# 3 contexts of 1,024.
+grep -q "^KV cache       73,728 bytes per token (fp32); loom serve's default --kv-mb 256 holds 3,640 tokens, 3 of" \
+  "$WORK/gpt2.txt" || fail "gpt2-124m: not 73,728 KV bytes per token"
+"$LOOM" info "$SRC/configs/llama2-7b.yaml" --json | python3 -c "
+import json, sys; kv = json.load(sys.stdin)['kv_bytes_per_token']
+assert kv == 32 * 2 * 32 * 128 * 4, kv  # 512 KiB a token in fp32 (MHA: 32 KV heads)" || fail "llama2-7b: KV bytes per token"
 "$LOOM" info "$SRC/configs/llama2-7b.yaml" | grep -q "^parameters     6,738,415,616$" || fail "llama2-7b: not 6,738,415,616"
 
 python3 - "$LOOM" "$SRC/configs" <<'PY' || fail "loom info --json"

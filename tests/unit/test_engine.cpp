@@ -1,15 +1,19 @@
 // The inference engine (serve/engine.h) over the paged KV cache (models/paged_kv_cache.h): the paged cache gives
 // the contiguous cache's outputs, also to a ragged batch of sequences at different positions; continuous
 // batching gives every request the tokens of decoding it alone, with a pool so small that sequences are
-// preempted and recomputed and with prompts prefilled in chunks too; every block is free again after cancellations and stop strings.
+// preempted and recomputed and with prompts prefilled in chunks too; every block is free again after
+// cancellations and stop strings; streamed pieces add up to the completions; prefix caching changes no output; the server's engine worker thread
+// gives requests from many threads the engine's own outputs.
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <thread>
 
 #include "models/generate.h"
 #include "models/gpt.h"
 #include "models/paged_kv_cache.h"
 #include "serve/engine.h"
+#include "serve/engine_worker.h"
 #include "test_util.h"
 
 namespace {
@@ -191,4 +195,231 @@ TEST_CASE("engine: every block is free again after random cancellations, stop to
   CHECK(engine.stats().preemptions > 0);
   CHECK(engine.pool().free_blocks() == engine.pool().blocks());
   CHECK_FALSE(engine.cancel(0));
+}
+
+TEST_CASE("engine: streamable_length holds back a suffix that begins a stop string and an incomplete character",
+          "[serve]") {
+  CHECK(loom::streamable_length("hello wor", {"world"}) == 6);
+  CHECK(loom::streamable_length("hello wor", {"xyz"}) == 9);
+  CHECK(loom::streamable_length("abcab", {"cabd", "bx"}) == 2);  // the longest suffix that begins a stop string
+  CHECK(loom::streamable_length("ab\xEF\xBF\xBD", {}) == 2);
+  CHECK(loom::streamable_length("abc", {""}) == 3);
+  CHECK(loom::streamable_length("", {"a"}) == 0);
+}
+
+TEST_CASE("engine: a streamed request's pieces add up to its completion and never pass a stop string", "[serve]") {
+  auto gpt = engine_test_gpt(loom::PositionKind::kRope, 2, 0, 32);
+  loom::EngineOptions options;
+  options.block_size = 4;
+  options.kv_blocks = 40;
+  options.max_batch = 8;
+  options.detokenize = [](const std::vector<int64_t>& tokens) {  // two letters a token: stops can span tokens
+    std::string text;
+    for (const auto t : tokens) text += std::string{static_cast<char>('a' + t % 5), static_cast<char>('a' + t % 3)};
+    return text;
+  };
+  loom::Engine engine(gpt, options);
+  std::mt19937 rng(9);
+  std::map<int64_t, std::vector<int64_t>> tokens;
+  std::map<int64_t, std::vector<double>> logprobs;
+  std::map<int64_t, std::string> text;
+  std::map<int64_t, int64_t> finals;
+  std::vector<loom::Completion> done;
+  for (int i = 0; i < 24; ++i) {
+    loom::GenerationRequest r;
+    r.prompt = random_tokens(rng, 1 + i % 7);
+    r.max_tokens = 4 + i % 9;
+    r.sampling.temperature = 1.0;
+    r.sampling.seed = static_cast<uint64_t>(i);
+    r.stream = true;
+    r.logprobs = i % 2 == 0;
+    if (i % 3 != 0) r.stop = {"dc", "eab"};
+    engine.add(r);
+  }
+  int64_t cut = 0;
+  while (!engine.idle()) {
+    for (auto& c : engine.step()) done.push_back(std::move(c));
+    for (const auto& d : engine.take_deltas()) {
+      CHECK(finals[d.id] == 0);  // nothing after the final piece
+      tokens[d.id].insert(tokens[d.id].end(), d.tokens.begin(), d.tokens.end());
+      logprobs[d.id].insert(logprobs[d.id].end(), d.logprobs.begin(), d.logprobs.end());
+      text[d.id] += d.text;
+      finals[d.id] += d.final;
+      if (d.id % 3 != 0) CHECK(text[d.id].find("dc") == std::string::npos);
+      if (d.id % 3 != 0) CHECK(text[d.id].find("eab") == std::string::npos);
+    }
+  }
+  REQUIRE(done.size() == 24);
+  for (const auto& c : done) {
+    CHECK(finals[c.id] == 1);
+    CHECK(tokens[c.id] == c.tokens);
+    CHECK(text[c.id] == c.text);
+    CHECK(logprobs[c.id] == c.logprobs);
+    CHECK(c.logprobs.size() == (c.id % 2 == 0 ? c.tokens.size() : 0));
+    for (const double l : c.logprobs) CHECK((l <= 0 && l > -50));
+    cut += c.finish == loom::FinishReason::kStop;
+  }
+  CHECK(cut > 0);
+}
+
+TEST_CASE("engine: prefix caching shares the blocks of identical prefixes and changes no output", "[serve]") {
+  // Prompts that share a 13-token start (a system prompt) and some that repeat whole; a pool so small (kv_blocks)
+  // that cached blocks are evicted and sequences preempted; greedy and sampled outputs equal those without sharing.
+  std::mt19937 rng(17);
+  const auto system = random_tokens(rng, 13);
+  std::vector<loom::GenerationRequest> requests;
+  for (int i = 0; i < 24; ++i) {
+    loom::GenerationRequest r;
+    r.prompt = system;
+    const auto tail = random_tokens(rng, i % 4 == 3 ? 0 : 1 + i % 9);
+    r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+    if (i % 5 == 4) r.prompt = requests[static_cast<size_t>(i - 2)].prompt;  // the same prompt again
+    r.max_tokens = 3 + i % 6;
+    r.sampling.temperature = i % 2 ? 1.0 : 0.0;
+    r.sampling.seed = static_cast<uint64_t>(i);
+    requests.push_back(r);
+  }
+  for (const int64_t kv_blocks : {64, 18}) {
+    std::map<bool, std::vector<loom::Completion>> out;
+    std::map<bool, loom::EngineStats> stats;
+    for (const bool caching : {false, true}) {
+      auto gpt = engine_test_gpt(loom::PositionKind::kRope, 2, 0, 32);
+      loom::EngineOptions options;
+      options.block_size = 4;
+      options.kv_blocks = kv_blocks;
+      options.max_batch = 6;
+      options.prefix_caching = caching;
+      loom::Engine engine(gpt, options);
+      // In waves, so later requests find what earlier ones filed.
+      std::vector<loom::Completion> done;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        engine.add(requests[i]);
+        if (i % 3 == 2)
+          for (auto& c : engine.step()) done.push_back(std::move(c));
+      }
+      for (auto& c : engine.run()) done.push_back(std::move(c));
+      std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+      out[caching] = done;
+      stats[caching] = engine.stats();
+      CHECK(engine.pool().used_blocks() == 0);  // every reference released; cached blocks are evictable
+      CHECK(engine.pool().free_blocks() == engine.pool().blocks());
+      if (caching) CHECK(engine.pool().cached_blocks() > 0);
+    }
+    REQUIRE(out[false].size() == requests.size());
+    REQUIRE(out[true].size() == requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) CHECK(out[true][i].tokens == out[false][i].tokens);
+    CHECK(stats[false].prefix_hit_tokens == 0);
+    CHECK(stats[true].prefix_hit_tokens >= 8 * 12);  // most requests skip at least the 3 full system blocks
+    if (stats[true].preemptions == 0 && stats[false].preemptions == 0)  // every position prefilled or found once
+      CHECK(stats[true].prefill_tokens + stats[true].prefix_hit_tokens == stats[false].prefill_tokens);
+    CHECK(stats[true].prefill_tokens < stats[false].prefill_tokens);
+    if (kv_blocks == 18) CHECK(stats[true].preemptions + stats[false].preemptions > 0);
+  }
+}
+
+TEST_CASE("KV block pool: shared blocks are counted by reference and evicted least recently released first",
+          "[serve]") {
+  loom::KVBlockPool pool(1, 4, 2, 1, 1, torch::TensorOptions().dtype(torch::kFloat));
+  pool.set_prefix_caching(true);
+  const std::vector<int64_t> a{1, 2, 3, 4, 5}, b{1, 2, 3, 9, 9}, c{7, 7, 7};
+  loom::BlockTable ta, tb, tc;
+  REQUIRE(pool.reserve(ta, 5));
+  ta.length = 4;  // positions 0-3 written: two full blocks
+  pool.publish(ta, a);
+  CHECK(pool.cached_blocks() == 2);
+  CHECK(pool.share_prefix(tb, b, 4) == 2);  // the first block (1, 2) matches, the second (3, 4) does not
+  CHECK(tb.blocks.front() == ta.blocks.front());
+  CHECK(pool.used_blocks() == 3);           // a's three, one of them shared
+  pool.release(ta);
+  CHECK(pool.used_blocks() == 1);           // b still holds the shared one
+  CHECK(pool.free_blocks() == 3);           // one never used, a's (3, 4) cached, a's third free
+  pool.release(tb);
+  CHECK(pool.used_blocks() == 0);
+  CHECK(pool.cached_blocks() == 2);
+  REQUIRE(pool.reserve(tc, 8));             // all four: both cached blocks evicted
+  CHECK(pool.cached_blocks() == 0);
+  loom::BlockTable td;
+  CHECK(pool.share_prefix(td, a, 4) == 0);  // forgotten
+  pool.release(tc);
+  CHECK(pool.free_blocks() == 4);
+}
+
+TEST_CASE("engine worker: requests from many threads get the engine's own outputs, cancel and close free every block",
+          "[serve]") {
+  auto gpt = engine_test_gpt(loom::PositionKind::kRope, 2, 0, 32);
+  std::mt19937 rng(23);
+  std::vector<loom::GenerationRequest> requests;
+  for (int i = 0; i < 24; ++i) {
+    loom::GenerationRequest r;
+    r.prompt = random_tokens(rng, 1 + i % 11);
+    r.max_tokens = 2 + i % 7;
+    r.sampling.temperature = i % 3 ? 1.0 : 0.0;
+    r.sampling.seed = static_cast<uint64_t>(i);
+    requests.push_back(r);
+  }
+  loom::EngineOptions options;
+  options.block_size = 4;
+  options.kv_blocks = 40;
+  options.max_batch = 8;
+  std::vector<loom::Completion> alone;
+  {
+    loom::Engine engine(gpt, options);
+    for (const auto& r : requests) engine.add(r);
+    alone = engine.run();
+  }
+  loom::Engine engine(gpt, options);
+  std::vector<std::vector<int64_t>> got(requests.size());
+  std::vector<std::vector<int64_t>> streamed(requests.size());
+  std::vector<std::string> errors(requests.size());
+  {
+    loom::EngineWorker worker(engine);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < requests.size(); ++i)
+      threads.emplace_back([&, i] {
+        const bool streaming = i % 2 == 0;
+        auto job = worker.submit(requests[i], streaming);
+        std::vector<loom::TextDelta> deltas;
+        std::optional<loom::Completion> done;
+        std::string error;
+        while (!worker.wait(*job, deltas, done, error, std::chrono::milliseconds(50))) {
+        }
+        errors[i] = error;  // Catch2's assertions are for the main thread
+        if (done) got[i] = done->tokens;
+        for (const auto& d : deltas) streamed[i].insert(streamed[i].end(), d.tokens.begin(), d.tokens.end());
+      });
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      CHECK(errors[i].empty());
+      CHECK(got[i] == alone[i].tokens);
+      if (i % 2 == 0) CHECK(streamed[i] == got[i]);
+      else CHECK(streamed[i].empty());  // a non-streaming waiter is woken at the end only
+    }
+    // A long request cancelled, then one left running when the worker closes: both end cancelled, no block held.
+    auto long_request = requests[0];
+    long_request.max_tokens = 1000;
+    auto cancelled = worker.submit(long_request, true);
+    std::vector<loom::TextDelta> deltas;
+    std::optional<loom::Completion> done;
+    std::string error;
+    worker.cancel(cancelled);  // at once: it cannot have generated its ~30 tokens yet
+    while (!worker.wait(*cancelled, deltas, done, error, std::chrono::milliseconds(50))) {
+    }
+    CHECK((done && done->finish == loom::FinishReason::kCancelled));
+    auto closing = worker.submit(long_request, false);
+    worker.close();
+    done.reset();
+    while (!worker.wait(*closing, deltas, done, error, std::chrono::milliseconds(50))) {
+    }
+    CHECK(((done && done->finish == loom::FinishReason::kCancelled) || !error.empty()));
+    CHECK_FALSE(worker.submit(requests[0], false)->error.empty());  // refused after close
+    const auto m = worker.metrics();
+    CHECK(m.requests == static_cast<int64_t>(requests.size()) + 2);
+    CHECK(m.ttft_count >= static_cast<int64_t>(requests.size()));
+    CHECK(m.finished.at("cancelled") >= 1);
+    int64_t tokens = 0;
+    for (const auto& c : alone) tokens += static_cast<int64_t>(c.tokens.size());
+    CHECK(m.generated_tokens >= tokens);
+  }
+  CHECK(engine.idle());
+  CHECK(engine.pool().used_blocks() == 0);
 }

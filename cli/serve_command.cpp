@@ -1,0 +1,164 @@
+// `loom serve RUN_DIR [--port N] [--host H]`: an OpenAI-compatible HTTP server over the inference engine
+// (serve/http_server.h: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, /metrics). It
+// loads the run's model and tokenizer, starts the engine's worker thread (serve/engine_worker.h) and serves until
+// SIGINT/SIGTERM (core/signals.h), then refuses new requests, cancels the live ones and exits 0. It prints the
+// address it listens on (with --port 0, the free port it picked) on stdout once it accepts connections.
+// The chat endpoint renders conversations with a chat template: --chat-template FILE, else the one the run's
+// training data was prepared with (loom prepare --sft --chat-template, recorded in the data's manifest.json).
+// --dry-run prints what the KV cache budget holds (bytes per token, blocks, tokens of context, full-context
+// sequences) and exits without serving.
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/signals.h"
+#include "data/prepare/sft_record.h"
+#include "data/tokenizers/tokenizer.h"
+#include "serve/engine.h"
+#include "serve/engine_worker.h"
+#include "serve/http_server.h"
+#include "train/inference.h"
+
+namespace loom::cli {
+namespace {
+
+ChatFormat chat_format(const ChatTemplate& t) {
+  ChatFormat format;
+  for (const auto& [role, r] : t.roles) format.roles[role] = {r.prefix, r.suffix};
+  return format;
+}
+
+// The chat template the run's training data was prepared with, if any: (format, where it came from).
+std::optional<ChatFormat> data_chat_format(const Config& config, std::string& source) {
+  namespace fs = std::filesystem;
+  for (const auto& data : config.data.train) {
+    const fs::path path(data.path);
+    const auto manifest = (fs::is_directory(path) ? path : path.parent_path()) / "manifest.json";
+    std::ifstream in(manifest);
+    if (!in) continue;
+    const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!json.is_object() || !json.contains("options")) continue;
+    const auto& options = json["options"];
+    if (!options.contains("sft") || !options["sft"].is_object()) continue;
+    const auto& chat = options["sft"].value("chat_template", nlohmann::json(nullptr));
+    if (!chat.is_object() || !chat.contains("roles")) continue;
+    ChatFormat format;
+    for (const auto& [role, r] : chat["roles"].items())
+      format.roles[role] = {r.value("prefix", ""), r.value("suffix", "")};
+    source = manifest.string();
+    return format;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int serve_command(const Argv& argv, const ProcessGroup&) {
+  const char* usage =
+      "loom serve RUN_DIR [--port N] [--host 127.0.0.1] [--step S] [--max-batch N] [--kv-mb MB] [--block-size N] "
+      "[--max-prefill-tokens N] [--threads N] [--model-name NAME] [--chat-template FILE] [--ignore-eos] "
+      "[--prefix-caching] [--dry-run]";
+  const auto args = parse_args(argv,
+                               {"port", "host", "step", "max-batch", "kv-mb", "block-size", "max-prefill-tokens",
+                                "threads", "model-name", "chat-template"},
+                               {"ignore-eos", "dry-run", "prefix-caching"}, 1, usage);
+  const int port = static_cast<int>(args.int_option("port", 8000, 0, 65535));
+  const std::string run_dir = args.positional[0];
+  EngineOptions engine_options;
+  engine_options.max_batch = args.int_option("max-batch", 64, 1, 4096);
+  engine_options.block_size = args.int_option("block-size", 16, 1, 4096);
+  engine_options.kv_bytes = args.int_option("kv-mb", 256, 1, int64_t{1} << 20) << 20;
+  engine_options.max_prefill_tokens = args.int_option("max-prefill-tokens", 512, 1, int64_t{1} << 20);
+  engine_options.prefix_caching = args.flag("prefix-caching");
+  std::optional<int64_t> step;
+  if (args.option("step")) step = args.int_option("step", 0);
+
+  const auto loaded = load_trained_model(run_dir, step);
+  auto model = loaded.as<Gpt>();
+  LOOM_CHECK(model, run_dir, " is a model.arch=", enum_name(loaded.config.model.arch),
+             " run: loom serve serves decoder-only (GPT-family) runs");
+  LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn prompts into tokens");
+  if (args.flag("dry-run")) {
+    const auto& c = model->config();
+    const auto dtype = model->parameters().front().scalar_type();
+    const int64_t block = KVBlockPool::block_bytes(model->n_blocks(), engine_options.block_size, c.kv_heads(),
+                                                   c.head_dim(), dtype);
+    const int64_t blocks = engine_options.kv_bytes / block;
+    const int64_t per_sequence = (c.max_seq_len + engine_options.block_size - 1) / engine_options.block_size;
+    std::cout << "KV cache: " << block / engine_options.block_size << " bytes per token (" << model->n_blocks()
+              << " layers x keys and values x " << c.kv_heads() << " heads x " << c.head_dim() << " x "
+              << c10::elementSize(dtype) << " bytes)\n"
+              << "budget --kv-mb " << (engine_options.kv_bytes >> 20) << ": " << blocks << " blocks of "
+              << engine_options.block_size << " positions (" << block
+              << " bytes each) = " << blocks * engine_options.block_size
+              << " tokens of context, " << blocks / per_sequence << " sequences of the full context ("
+              << c.max_seq_len << " positions, model.max_seq_len)" << std::endl;
+    if (blocks < per_sequence)
+      throw ConfigError("--kv-mb " + std::to_string(engine_options.kv_bytes >> 20) +
+                        " cannot hold one sequence of the full context: raise it");
+    return 0;
+  }
+  const auto tokenizer = load_tokenizer(loaded.config.tokenizer);
+  engine_options.detokenize = [&tokenizer](const std::vector<int64_t>& ids) { return decode_lines(*tokenizer, ids); };
+
+  HttpServerOptions options;
+  options.host = args.option_or("host", "127.0.0.1");
+  options.port = port;
+  options.model_name =
+      args.option_or("model-name", std::filesystem::path(run_dir).lexically_normal().filename().string());
+  if (options.model_name.empty()) options.model_name = "loom";
+  options.context = model->config().max_seq_len;
+  const auto eos = tokenizer->eos_id();
+  options.stop_token = args.flag("ignore-eos") || !eos ? -1 : *eos;
+  options.empty_prompt_token = eos ? *eos : -1;  // an empty prompt starts a fresh line, as loom generate's
+  options.threads = static_cast<int>(args.int_option("threads", 64, 1, 4096));
+  options.encode = [&tokenizer](const std::string& text, bool special) {
+    EncodeOptions encode;
+    encode.special_in_text = special;
+    const auto ids = tokenizer->encode(text, encode);
+    return std::vector<int64_t>(ids.begin(), ids.end());
+  };
+  std::string chat_source;
+  if (const auto path = args.option("chat-template")) {
+    options.chat = chat_format(read_chat_template(*path));
+    chat_source = *path;
+  } else {
+    options.chat = data_chat_format(loaded.config, chat_source);
+  }
+  if (!options.chat)
+    options.no_chat_reason =
+        "this server has no chat template: the run's training data was not prepared with one (loom prepare --sft "
+        "--chat-template FILE); start loom serve with --chat-template FILE, or use /v1/completions";
+  else if (!options.chat->roles.count(options.chat->assistant))
+    throw ConfigError("the chat template " + chat_source + " has no \"assistant\" role for the replies");
+
+  Engine engine(model, engine_options);
+  EngineWorker worker(engine);
+  HttpServer server(worker, options);
+  const int bound = server.bind();
+  install_stop_signal_handlers();
+  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is a failed write, not the end of the server
+  std::thread watcher([&] {
+    while (!stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    worker.close();  // live requests end (cancelled), new ones are refused
+    server.stop();
+  });
+  std::cout << "loom serve: " << options.model_name << " (step " << loaded.step << ", context "
+            << options.context << ", " << engine.pool().blocks() << " KV blocks of " << engine_options.block_size
+            << " positions" << (options.chat ? ", chat template from " + chat_source : "") << ") listening on http://"
+            << options.host << ":" << bound << std::endl;
+  server.listen();
+  request_stop();  // listen() also returns when the socket fails: the watcher then ends too
+  watcher.join();
+  std::cout << "loom serve: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,69 @@
+#include "serve/serve_metrics.h"
+
+#include <sstream>
+
+namespace loom {
+
+void ServeMetrics::observe_ttft(double seconds) {
+  size_t i = 0;
+  while (i < kTtftBuckets.size() && seconds > kTtftBuckets[i]) ++i;
+  if (i < kTtftBuckets.size()) ++ttft_counts[i];
+  ++ttft_count;  // the +Inf bucket is the count
+  ttft_sum += seconds;
+}
+
+std::string ServeMetrics::prometheus() const {
+  std::ostringstream out;
+  const auto gauge = [&](const char* name, const char* help, const char* type, auto value) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << value
+        << "\n";
+  };
+  gauge("loom_requests_running", "Requests in the running batch.", "gauge", running);
+  gauge("loom_requests_waiting", "Requests queued for the batch.", "gauge", waiting);
+  gauge("loom_kv_blocks_used", "KV cache blocks held by sequences.", "gauge", kv_blocks_used);
+  gauge("loom_kv_blocks_total", "KV cache blocks in the pool.", "gauge", kv_blocks_total);
+  gauge("loom_kv_block_size", "Positions per KV cache block.", "gauge", kv_block_size);
+  gauge("loom_prompt_tokens_total", "Prompt tokens of the requests admitted.", "counter", prompt_tokens);
+  gauge("loom_generated_tokens_total", "Tokens generated.", "counter", generated_tokens);
+  gauge("loom_generation_tokens_per_second", "Tokens generated per second over the last 10 s.", "gauge",
+        tokens_per_second);
+  gauge("loom_engine_steps_total", "Engine iterations.", "counter", steps);
+  gauge("loom_preemptions_total", "Sequences preempted (blocks taken, recomputed later).", "counter", preemptions);
+  gauge("loom_prefix_cache_hit_tokens_total", "Prompt positions found in the prefix cache, not prefilled.", "counter",
+        prefix_hit_tokens);
+  gauge("loom_kv_blocks_cached", "KV cache blocks filed in the prefix cache (in use or evictable).", "gauge",
+        kv_blocks_cached);
+  gauge("loom_requests_total", "Generation requests received.", "counter", requests);
+  out << "# HELP loom_requests_finished_total Requests finished, by reason.\n"
+      << "# TYPE loom_requests_finished_total counter\n";
+  for (const char* reason : {"stop", "length", "cancelled", "error"}) {
+    const auto it = finished.find(reason);
+    out << "loom_requests_finished_total{reason=\"" << reason << "\"} " << (it == finished.end() ? 0 : it->second)
+        << "\n";
+  }
+  out << "# HELP loom_time_to_first_token_seconds From a request's arrival to its first generated token.\n"
+      << "# TYPE loom_time_to_first_token_seconds histogram\n";
+  int64_t cumulative = 0;
+  for (size_t i = 0; i < kTtftBuckets.size(); ++i) {
+    cumulative += ttft_counts[i];
+    out << "loom_time_to_first_token_seconds_bucket{le=\"" << kTtftBuckets[i] << "\"} " << cumulative << "\n";
+  }
+  out << "loom_time_to_first_token_seconds_bucket{le=\"+Inf\"} " << ttft_count << "\n"
+      << "loom_time_to_first_token_seconds_sum " << ttft_sum << "\n"
+      << "loom_time_to_first_token_seconds_count " << ttft_count << "\n";
+  return out.str();
+}
+
+void RateWindow::add(int64_t tokens, std::chrono::steady_clock::time_point now) {
+  events_.emplace_back(now, tokens);
+  per_second(now);
+}
+
+double RateWindow::per_second(std::chrono::steady_clock::time_point now) {
+  while (!events_.empty() && now - events_.front().first > span_) events_.pop_front();
+  int64_t total = 0;
+  for (const auto& e : events_) total += e.second;
+  return static_cast<double>(total) / span_.count();
+}
+
+}  // namespace loom

@@ -1,0 +1,42 @@
+// What `loom serve` reports on GET /metrics, and its Prometheus text exposition format: requests running and
+// waiting, KV blocks in use and in the pool, prompt and generated tokens, the generation rate over the last
+// seconds, engine steps and preemptions, prefix cache hits, finished requests by reason, and the time to first
+// token as a histogram.
+#pragma once
+#include <array>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <string>
+
+namespace loom {
+
+struct ServeMetrics {
+  static constexpr std::array<double, 12> kTtftBuckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                       0.5,   1.0,  2.5,   5.0,  10.0, 30.0};
+  int64_t running = 0, waiting = 0, kv_blocks_used = 0, kv_blocks_total = 0, kv_block_size = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0, preemptions = 0, requests = 0;
+  int64_t prefix_hit_tokens = 0, kv_blocks_cached = 0;  // prefix caching: positions not prefilled, blocks filed
+  double tokens_per_second = 0;  // generated, over the last RateWindow
+  std::map<std::string, int64_t> finished;  // by finish reason ("stop", "length", "cancelled", "error")
+  std::array<int64_t, kTtftBuckets.size()> ttft_counts{};  // not cumulative: [i] holds (bucket i-1, bucket i]
+  int64_t ttft_count = 0;
+  double ttft_sum = 0;
+
+  void observe_ttft(double seconds);
+  std::string prometheus() const;  // text/plain; version=0.0.4
+};
+
+// Tokens counted over the last `span` (a sliding window of per-step counts): a rate that falls to 0 when idle.
+class RateWindow {
+ public:
+  explicit RateWindow(std::chrono::duration<double> span = std::chrono::seconds(10)) : span_(span) {}
+  void add(int64_t tokens, std::chrono::steady_clock::time_point now);
+  double per_second(std::chrono::steady_clock::time_point now);
+
+ private:
+  std::chrono::duration<double> span_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> events_;
+};
+
+}  // namespace loom
