@@ -6,6 +6,11 @@ source "$(dirname "$0")/common.sh"
 cat "$WORK/gpt2.txt"
 grep -q "^parameters     124,439,808$" "$WORK/gpt2.txt" || fail "gpt2-124m: not 124,439,808 parameters"
 "$LOOM" info "$SRC/configs/llama2-7b.yaml" | grep -q "^parameters     6,738,415,616$" || fail "llama2-7b: not 6,738,415,616"
+# Mixture of Experts: transformers' counts of MixtralForCausalLM and Qwen3MoeForCausalLM at the released configs.
+"$LOOM" info "$SRC/configs/mixtral-8x7b.yaml" | tee "$WORK/mixtral.txt" | grep -q "^parameters     46,702,792,704 (12,879,925,248 active per token" \
+  || { cat "$WORK/mixtral.txt"; fail "mixtral-8x7b: not 46,702,792,704 (12,879,925,248 active)"; }
+"$LOOM" info "$SRC/configs/qwen3-30b-a3b.yaml" | grep -q "^parameters     30,532,122,624 (3,353,032,704 active per token" \
+  || fail "qwen3-30b-a3b: not 30,532,122,624 (3,353,032,704 active)"
 
 python3 - "$LOOM" "$SRC/configs" <<'PY' || fail "loom info --json"
 import json, resource, subprocess, sys

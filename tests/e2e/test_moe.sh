@@ -55,6 +55,14 @@ moe_mpi 2 "$WORK/dp2"
 same_moe_curve "$WORK/single" "$WORK/dp2" "MoE DP=2"
 moe_mpi 2 "$WORK/zero3" --set parallel.zero=3
 same_moe_curve "$WORK/single" "$WORK/zero3" "MoE ZeRO-3 DP=2"
+moe_mpi 2 "$WORK/recompute" --set parallel.zero=2 --set train.activation_checkpointing=full
+same_moe_curve "$WORK/single" "$WORK/recompute" "MoE ZeRO-2 DP=2, full activation checkpointing (counted once)"
+python3 - "$WORK/single" "$WORK/recompute" <<'PY' || fail "the recomputed forwards counted the load again"
+import json, sys
+loads = [[r["moe"]["blocks.0"]["mean_load"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"]
+         for d in sys.argv[1:3]]
+assert loads[0] == loads[1] == [256] * 20, loads
+PY
 moe_mpi 2 "$WORK/pp2" --set parallel.pp=2 --set parallel.dp=1 --set parallel.microbatches=4
 same_moe_curve "$WORK/single" "$WORK/pp2" "MoE PP=2 (aux losses from both stages)"
 
