@@ -72,9 +72,14 @@ MoeExpertsImpl::MoeExpertsImpl(int64_t E, int64_t C, int64_t F, Activation activ
 }
 
 torch::Tensor MoeExpertsImpl::expert(int64_t e, const torch::Tensor& x) {
-  auto h = torch::linear(x, up[e]);
-  h = gate.defined() ? moe_activate(activation_, torch::linear(x, gate[e])) * h : moe_activate(activation_, h);
-  return torch::linear(h, down[e]);
+  return expert_of(gate.defined() ? gate[e] : torch::Tensor(), up[e], down[e], x);
+}
+
+torch::Tensor MoeExpertsImpl::expert_of(const torch::Tensor& g, const torch::Tensor& u, const torch::Tensor& d,
+                                        const torch::Tensor& x) const {
+  auto h = torch::linear(x, u);
+  h = g.defined() ? moe_activate(activation_, torch::linear(x, g)) * h : moe_activate(activation_, h);
+  return torch::linear(h, d);
 }
 
 torch::Tensor MoeExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& experts,
@@ -95,11 +100,17 @@ torch::Tensor MoeExpertsImpl::forward(const torch::Tensor& x, const torch::Tenso
   const auto counts = torch::bincount(slot_expert, {}, E).cpu();
   const auto* count = counts.data_ptr<int64_t>();
   const auto rows = x.index_select(0, tokens);
+  // Each expert's matrices as views of one unbind: backward stacks their gradients into the (E, ...) one
+  // once (indexing each would write a whole-size zero gradient per expert).
+  const auto gates = gate.defined() ? gate.unbind(0) : std::vector<torch::Tensor>();
+  const auto ups = up.unbind(0), downs = down.unbind(0);
   std::vector<torch::Tensor> outputs;
   int64_t offset = 0;
   for (int64_t e = 0; e < E; ++e) {
     if (count[e] == 0) continue;
-    outputs.push_back(expert(e, rows.narrow(0, offset, count[e])));
+    outputs.push_back(expert_of(gates.empty() ? torch::Tensor() : gates[static_cast<size_t>(e)],
+                                ups[static_cast<size_t>(e)], downs[static_cast<size_t>(e)],
+                                rows.narrow(0, offset, count[e])));
     offset += count[e];
   }
   auto out = torch::zeros_like(x);

@@ -62,6 +62,9 @@ class MoeExpertsImpl : public torch::nn::Module {
   torch::Tensor gate, up, down;  // (E, F, C) (gated only), (E, F, C), (E, C, F)
 
  private:
+  // An expert's MLP given its matrices (g undefined: not gated).
+  torch::Tensor expert_of(const torch::Tensor& g, const torch::Tensor& u, const torch::Tensor& d,
+                          const torch::Tensor& x) const;
   Activation activation_;
 };
 TORCH_MODULE(MoeExperts);
