@@ -7,7 +7,7 @@
 # the aux-loss-free expert bias) at ZeRO-1 DP=2 and PP=2, and resumed at step 10 on the uninterrupted losses
 # (the bias comes back from the checkpoint). metrics.jsonl holds each MoE block's load and aux loss; `loom
 # info` counts total and active parameters; the export loads in transformers as a MixtralForCausalLM whose
-# greedy generation is the text `loom generate --temperature 0` writes.
+# greedy generation is the tokens `loom generate --temperature 0` writes and whose validation loss is loom eval's.
 source "$(dirname "$0")/common.sh"
 moe=(--set model.norm=rmsnorm --set model.position=rope --set model.activation=swiglu --set model.bias=false
      --set model.tie_embeddings=false --set model.d_ff=48 --set model.moe.num_experts=4 --set model.moe.top_k=2
@@ -122,4 +122,11 @@ theirs = out[0, len(ids):].tolist()
 print(f"loom generate: {ours['tokens']}\ntransformers:  {theirs}")
 assert len(theirs) == 12 and ours["tokens"] == theirs, (ours, theirs)
 PY
+# Its validation loss in transformers (tiny.yaml's windows: seq_len 32, 2 batches of 16) is loom eval's.
+ours=$("$LOOM" eval "$WORK/single" --json 2>/dev/null | tail -1 | python3 -c "import json, sys; print(json.load(sys.stdin)['loss'])")
+theirs=$(python3 "$SRC/tests/golden/hf_safetensors.py" loss "$WORK/hf" "$KJV_DATA/valid.bin" 32 2 16 2>/dev/null \
+         | tail -1 | python3 -c "import json, sys; print(json.load(sys.stdin)['loss'])")
+python3 -c "import sys; sys.exit(not abs($ours - $theirs) <= 1e-5 * max(1.0, abs($ours)))" \
+  || fail "valid loss: loom eval $ours, transformers from the export $theirs"
+echo "valid loss: loom eval $ours, transformers (MixtralForCausalLM from the export) $theirs"
 echo PASS
