@@ -65,6 +65,21 @@ assert loads[0] == loads[1] == [256] * 20, loads
 PY
 moe_mpi 2 "$WORK/pp2" --set parallel.pp=2 --set parallel.dp=1 --set parallel.microbatches=4
 same_moe_curve "$WORK/single" "$WORK/pp2" "MoE PP=2 (aux losses from both stages)"
+# The routing metrics too: every rank's load summed over DP, each stage's blocks gathered to rank 0.
+python3 - "$WORK/single" "$WORK/dp2" "$WORK/zero3" "$WORK/pp2" <<'PY' || fail "the MoE metrics differ from the single process's"
+import json, sys
+def moe(d): return [r["moe"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"]
+single = moe(sys.argv[1])
+for d in sys.argv[2:]:
+    other = moe(d)
+    assert len(other) == len(single) == 20, d
+    for a, b in zip(single, other):
+        assert sorted(a) == sorted(b), (d, a, b)
+        for k in a:
+            assert (a[k]["max_load"], a[k]["mean_load"], a[k]["dropped"]) == (b[k]["max_load"], b[k]["mean_load"], b[k]["dropped"]), (d, k)
+            assert abs(a[k]["aux_loss"] - b[k]["aux_loss"]) < 1e-5 and abs(a[k]["z_loss"] - b[k]["z_loss"]) < 1e-4, (d, k)
+print("MoE metrics of DP=2, ZeRO-3 and PP=2: the single process's loads, aux and z losses")
+PY
 
 # Shared expert, dense first block, softmax_topk and the expert bias.
 tiny_train "$WORK/qwen" "${moe[@]}" "${qwen[@]}" >"$WORK/qwen.log" 2>&1 || { tail -20 "$WORK/qwen.log"; fail "qwen-style run"; }
