@@ -179,21 +179,28 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
     if (!recomputing()) {
       torch::NoGradGuard no_grad;
       const auto load = expert_load(r.experts, E).to(torch::kDouble);
-      stats_.load = stats_.load.defined() ? stats_.load + load : load;
-      stats_.aux_loss += balance.item<double>();
-      stats_.z_loss += z.item<double>();
-      if (keep.defined()) stats_.dropped += keep.numel() - keep.sum().item<int64_t>();
-      stats_.micro_batches += 1;
+      const auto dropped = keep.defined() ? (~keep).sum().to(torch::kDouble) : torch::zeros({}, load.options());
+      const auto sums = torch::stack({balance.detach().to(torch::kDouble), z.detach().to(torch::kDouble), dropped});
+      load_sum_ = load_sum_.defined() ? load_sum_ + load : load;
+      scalar_sums_ = scalar_sums_.defined() ? scalar_sums_ + sums : sums;
+      micro_batches_ += 1;
     }
   }
   return out.reshape(shape);
 }
 
 MoeStepStats MoeImpl::take_stats() {
-  MoeStepStats out = std::move(stats_);
-  stats_ = {};
-  if (!out.load.defined()) out.load = torch::zeros({options_.num_experts}, torch::kDouble);
-  out.load = out.load.cpu();
+  MoeStepStats out;
+  out.micro_batches = micro_batches_;
+  out.load = load_sum_.defined() ? load_sum_.cpu() : torch::zeros({options_.num_experts}, torch::kDouble);
+  if (scalar_sums_.defined()) {
+    const auto sums = scalar_sums_.cpu();
+    out.aux_loss = sums[0].item<double>();
+    out.z_loss = sums[1].item<double>();
+    out.dropped = static_cast<int64_t>(sums[2].item<double>());
+  }
+  load_sum_ = scalar_sums_ = torch::Tensor();
+  micro_batches_ = 0;
   return out;
 }
 

@@ -98,7 +98,10 @@ class MoeImpl : public torch::nn::Module {
   torch::Tensor shared_gate_;  // (1, C)
   torch::Tensor expert_bias_;
   double aux_loss_weight_ = 1.0;
-  MoeStepStats stats_;
+  // The step's sums so far, on the layer's device (read once, by take_stats: no device wait per micro-batch):
+  // load (E) and (aux loss, z loss, dropped slots), double.
+  torch::Tensor load_sum_, scalar_sums_;
+  int64_t micro_batches_ = 0;
 };
 TORCH_MODULE(Moe);
 
