@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/family_rules.h"
 #include "models/paged_kv_cache.h"
+#include "models/estimates.h"
 #include "train/run_plan.h"
 
 namespace loom::cli {
@@ -62,6 +63,12 @@ std::string describe_variant(const ModelConfig& m) {
   return out;
 }
 
+int64_t moe_layer_count(const ModelConfig& m) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < m.n_layers; ++i) n += m.moe.layer_is_moe(i) ? 1 : 0;
+  return n;
+}
+
 }  // namespace
 
 int info_command(const Argv& argv, const ProcessGroup&) {
@@ -105,6 +112,7 @@ int info_command(const Argv& argv, const ProcessGroup&) {
     for (const auto& [axis, size] : layout.named_sizes()) layout_json[axis] = size;
     nlohmann::json out = {
         {"parameters", parameters},
+        {"active_parameters", count_active_parameters(m)},
         {"flops_per_token", flops},
         {"kv_bytes_per_token", has_kv ? nlohmann::json(kv_per_token) : nlohmann::json(nullptr)},
         {"seq_len", config.data.seq_len},
@@ -135,7 +143,13 @@ int info_command(const Argv& argv, const ProcessGroup&) {
               static_cast<long>(m.kv_heads()), static_cast<long>(m.ffn_dim()), static_cast<long>(m.vocab_size),
               static_cast<long>(m.max_seq_len));
   std::printf("variant        %s\n", describe_variant(m).c_str());
-  std::printf("parameters     %s\n", grouped(parameters).c_str());
+  if (m.moe.enabled())
+    std::printf("parameters     %s (%s active per token: %ld of %ld experts in %ld MoE layers)\n",
+                grouped(parameters).c_str(), grouped(count_active_parameters(m)).c_str(),
+                static_cast<long>(m.moe.top_k), static_cast<long>(m.moe.num_experts),
+                static_cast<long>(moe_layer_count(m)));
+  else
+    std::printf("parameters     %s\n", grouped(parameters).c_str());
   std::printf("FLOPs/token    %.4g (training, seq_len %ld)\n", flops, static_cast<long>(config.data.seq_len));
   if (has_kv)
     std::printf("KV cache       %s bytes per token (%s); loom serve's default --kv-mb 256 holds %s tokens, %s of the "

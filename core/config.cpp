@@ -221,6 +221,30 @@ std::string suggestion(const std::map<std::string, Setter>& known, const std::st
   return keys.empty() ? "" : " (known keys: " + keys + ")";
 }
 
+// The keys of a mapping under `prefix`; a mapping under a key that prefixes known keys (model.moe) is a
+// nested section, read the same way.
+void apply_entries(Config& config, const std::map<std::string, Setter>& known, const std::string& prefix,
+                   const YAML::Node& node, const std::string& name) {
+  for (const auto& entry : node) {
+    const std::string key = prefix + "." + entry.first.as<std::string>();
+    const std::string where = line_of(name, entry.first);
+    auto it = known.find(key);
+    if (it == known.end()) {
+      bool is_section = false;
+      for (const auto& [k, _] : known) is_section |= k.rfind(key + ".", 0) == 0;
+      if (is_section && entry.second.IsMap()) {
+        apply_entries(config, known, key, entry.second, name);
+        continue;
+      }
+      throw ConfigError(where + ": " + key +
+                        (is_section ? ": expected a mapping of keys, got " + describe(entry.second)
+                                    : ": unknown key" + suggestion(known, key)));
+    }
+    it->second(entry.second, where);
+    config.origin[key] = where;
+  }
+}
+
 void apply_yaml(Config& config, const YAML::Node& root, const std::string& name) {
   if (!root || root.IsNull()) return;
   if (!root.IsMap()) throw ConfigError(line_of(name, root) + ": the config must be a mapping of sections");
@@ -234,14 +258,7 @@ void apply_yaml(Config& config, const YAML::Node& root, const std::string& name)
                         (is_section ? ": expected a mapping of keys, got " + describe(section.second)
                                     : ": unknown section (sections: run, model, data, tokenizer, optim, schedule, "
                                       "train, decode, precision, parallel, checkpoint, runtime)"));
-    for (const auto& entry : section.second) {
-      const std::string key = section_name + "." + entry.first.as<std::string>();
-      const std::string where = line_of(name, entry.first);
-      auto it = known.find(key);
-      if (it == known.end()) throw ConfigError(where + ": " + key + ": unknown key" + suggestion(known, key));
-      it->second(entry.second, where);
-      config.origin[key] = where;
-    }
+    apply_entries(config, known, section_name, section.second, name);
   }
 }
 
@@ -318,9 +335,14 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 std::string to_yaml(const Config& config) {
   YAML::Node root(YAML::NodeType::Map);
   visit_fields(const_cast<Config&>(config), [&](const char* key, auto& member, const char*) {
-    const std::string k = key;
-    const auto dot = k.find('.');
-    root[k.substr(0, dot)][k.substr(dot + 1)] = to_node(member);
+    // One level of mapping per dot: model.moe.top_k is model: {moe: {top_k: ...}}.
+    std::string k = key;
+    YAML::Node node = root;
+    for (auto dot = k.find('.'); dot != std::string::npos; dot = k.find('.')) {
+      node.reset(node[k.substr(0, dot)]);
+      k = k.substr(dot + 1);
+    }
+    node[k] = to_node(member);
   });
   YAML::Emitter out;
   out << root;

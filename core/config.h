@@ -17,6 +17,31 @@ struct RunConfig {
   int64_t seed = 1234;
 };
 
+// Mixture of Experts in the decoder (model.moe.*; models/moe.h): which blocks route their tokens to experts
+// instead of one MLP, and how.
+struct MoeConfig {
+  int64_t num_experts = 0;  // 0: every block dense
+  int64_t top_k = 2;
+  int64_t every = 1;        // an MoE MLP in every Nth block (after first_dense)
+  int64_t first_dense = 0;  // the first blocks keep a dense MLP
+  int64_t d_ff = 0;         // each expert's inner size; 0: model.d_ff
+  int64_t shared_experts = 0;
+  int64_t shared_d_ff = 0;  // the shared expert's inner size; 0: shared_experts * the expert size
+  bool shared_gate = true;  // the shared expert's output scaled by sigmoid(x . w) (Qwen2-MoE)
+  MoeRouter router = MoeRouter::kTopkSoftmax;
+  bool normalize = false;   // softmax_topk and sigmoid: the top-k weights divided by their sum
+  double aux_loss_coef = 0.0;
+  double z_loss_coef = 0.0;
+  double bias_update_rate = 0.0;  // aux-loss-free balancing; 0: no expert bias
+  double capacity_factor = 0.0;   // 0: dropless
+
+  bool enabled() const { return num_experts > 0; }
+  // Whether global block `layer` (0-based) is an MoE block.
+  bool layer_is_moe(int64_t layer) const {
+    return enabled() && layer >= first_dense && (layer - first_dense) % every == 0;
+  }
+};
+
 struct ModelConfig {
   ModelArch arch = ModelArch::kGpt;
   int64_t vocab_size = 0;  // 0: taken from the tokenizer
@@ -26,6 +51,8 @@ struct ModelConfig {
   int64_t n_heads = 4;
   int64_t n_kv_heads = 0;  // 0: n_heads
   int64_t d_ff = 0;        // 0: 4 * d_model
+  int64_t head_size = 0;   // model.head_dim; 0: d_model / n_heads
+  bool qk_norm = false;    // RMSNorm over each query and key head (Qwen3)
   int64_t max_seq_len = 256;
   NormKind norm = NormKind::kLayerNorm;
   NormPosition norm_position = NormPosition::kPre;  // post: transformer and bert only
@@ -43,10 +70,13 @@ struct ModelConfig {
   double init_std = 0.02;
   std::string init_from;  // safetensors weights a fresh run starts from; empty: random init
   int64_t num_labels = 0;  // bert: 0 pretrains the MLM head; >= 2 a sequence classifier over that many labels
+  MoeConfig moe;
 
   int64_t ffn_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
+  int64_t expert_dim() const { return moe.d_ff > 0 ? moe.d_ff : ffn_dim(); }
+  int64_t shared_expert_dim() const { return moe.shared_d_ff > 0 ? moe.shared_d_ff : moe.shared_experts * expert_dim(); }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
-  int64_t head_dim() const { return d_model / n_heads; }
+  int64_t head_dim() const { return head_size > 0 ? head_size : d_model / n_heads; }
   bool gated_mlp() const { return activation == Activation::kSwiglu || activation == Activation::kGeglu; }
   int64_t encoder_layers() const { return n_encoder_layers > 0 ? n_encoder_layers : n_layers; }
   // The blocks a pipeline (parallel.pp, parallel.pp_layers) splits into stages: its family's model's

@@ -16,6 +16,8 @@ enum class NormKind { kLayerNorm, kRmsNorm };
 enum class NormPosition { kPre, kPost };
 enum class PositionKind { kLearned, kSinusoidal, kRope, kAlibi };
 enum class RopeScaling { kNone, kLinear, kNtk };
+// How an MoE router turns its logits into each token's experts and weights (models/moe_router.h).
+enum class MoeRouter { kTopkSoftmax, kSoftmaxTopk, kSigmoid };
 enum class Activation { kGelu, kRelu, kSwiglu, kGeglu, kGeluErf };
 enum class SyntheticTask { kNone, kReverse, kCopy };
 enum class ScheduleKind { kWarmupCosine, kInverseSqrt, kConstant, kLinear, kWsd };
@@ -79,6 +81,13 @@ struct EnumTable<RopeScaling> {
       {RopeScaling::kNone, "none", ""},
       {RopeScaling::kLinear, "linear", "positions / factor"},
       {RopeScaling::kNtk, "ntk", "theta * factor^(d/(d-2)), d = head_dim"}};
+};
+template <>
+struct EnumTable<MoeRouter> {
+  static constexpr EnumValue<MoeRouter> values[] = {
+      {MoeRouter::kTopkSoftmax, "topk_softmax", "the top-k logits, then a softmax over them (Mixtral)"},
+      {MoeRouter::kSoftmaxTopk, "softmax_topk", "a softmax over all experts, then the top-k probabilities (Qwen-MoE; renormalised with model.moe.normalize)"},
+      {MoeRouter::kSigmoid, "sigmoid", "sigmoid scores, the top-k of them (DeepSeek-V3; renormalised with model.moe.normalize)"}};
 };
 template <>
 struct EnumTable<Activation> {

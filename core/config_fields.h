@@ -20,6 +20,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.n_heads", c.model.n_heads, "Attention (query) heads; must divide d_model.");
   v("model.n_kv_heads", c.model.n_kv_heads, "Key/value heads for grouped-query attention (1: multi-query); must divide n_heads. 0 means n_heads.");
   v("model.d_ff", c.model.d_ff, "MLP inner size (gated MLPs: of each of the gate and up projections); 0 means 4 * d_model.");
+  v("model.head_dim", c.model.head_size, "model.arch=gpt: the size of each attention head, when not d_model / n_heads (Qwen3: 128 with d_model 2048 and 32 heads); the query projection is then C -> n_heads * head_dim. 0 means d_model / n_heads.");
+  v("model.qk_norm", c.model.qk_norm, "model.arch=gpt: RMSNorm (model.norm_eps, a learned gain of head_dim) over each query and key head before RoPE (Qwen3's q_norm, k_norm).");
   v("model.max_seq_len", c.model.max_seq_len, "Context length: the longest sequence the model sees (training and generation), the size of a learned position table.");
   v("model.norm", c.model.norm, "The norm before each sublayer and at the end.");
   v("model.norm_position", c.model.norm_position, "Where the norms sit in each block.");
@@ -36,6 +38,20 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.scale_embeddings", c.model.scale_embeddings, "Multiply token embeddings by sqrt(d_model) (the original Transformer); they are then initialized with std d_model^-0.5 instead of init_std.");
   v("model.init_std", c.model.init_std, "Std of the normal weight init; residual projections use init_std / sqrt(2 * n_layers).");
   v("model.init_from", c.model.init_from, "A .safetensors file, or a Hugging Face model directory holding model.safetensors (GPT-2 or LLaMA names, or loom's; see `loom export`), whose weights a fresh run starts from instead of the random init; shapes must match the model.* keys. A resumed run uses its checkpoint.");
+  v("model.moe.num_experts", c.model.moe.num_experts, "Mixture of Experts (model.arch=gpt): routed experts in each MoE block's MLP (models/moe.h); 0: every block dense.");
+  v("model.moe.top_k", c.model.moe.top_k, "Experts each token is routed to.");
+  v("model.moe.every", c.model.moe.every, "An MoE MLP in every Nth block from model.moe.first_dense on (1: all of them); the others keep the dense MLP.");
+  v("model.moe.first_dense", c.model.moe.first_dense, "The first blocks keep a dense MLP of model.d_ff (DeepSeek's first_k_dense).");
+  v("model.moe.d_ff", c.model.moe.d_ff, "Each expert's inner size (fine-grained experts); 0 means model.d_ff.");
+  v("model.moe.shared_experts", c.model.moe.shared_experts, "Shared experts every token passes through besides its routed ones, computed as one MLP of model.moe.shared_d_ff.");
+  v("model.moe.shared_d_ff", c.model.moe.shared_d_ff, "The shared MLP's inner size; 0 means shared_experts * the expert size.");
+  v("model.moe.shared_gate", c.model.moe.shared_gate, "Scale the shared MLP's output by sigmoid(x . w_gate), one learned vector (Qwen2-MoE's shared_expert_gate).");
+  v("model.moe.router", c.model.moe.router, "How the router's logits become each token's experts and weights.");
+  v("model.moe.normalize", c.model.moe.normalize, "softmax_topk and sigmoid: divide each token's top-k weights by their sum (Qwen3's norm_topk_prob, DeepSeek-V3).");
+  v("model.moe.aux_loss_coef", c.model.moe.aux_loss_coef, "Switch/GShard load-balancing loss per MoE block, coef * E * sum_e f_e * P_e (f_e: the share of routed slots that went to expert e, P_e: its mean router probability), added to the training loss; 0: off.");
+  v("model.moe.z_loss_coef", c.model.moe.z_loss_coef, "Router z-loss per MoE block, coef * mean over tokens of logsumexp(logits)^2 (ST-MoE); 0: off.");
+  v("model.moe.bias_update_rate", c.model.moe.bias_update_rate, "Auxiliary-loss-free balancing (DeepSeek-V3): each expert has a bias added to its score for selection only (never to the weights), moved after each step by rate * sign(mean load - its load); saved in checkpoints. 0: no bias.");
+  v("model.moe.capacity_factor", c.model.moe.capacity_factor, "Each expert takes at most ceil(capacity_factor * tokens * top_k / num_experts) of a micro-batch's routed slots (first come first served, by token order); the rest are dropped (the token keeps its other experts and the residual) and counted in metrics.jsonl. 0: dropless.");
   v("model.num_labels", c.model.num_labels, "model.arch=bert: 0 pretrains by masked language modelling (BertForMaskedLM); N >= 2 fine-tunes a sequence classifier over N labels (BertForSequenceClassification: the [CLS] position's hidden through a tanh pooler and a linear classifier) on JSON Lines of {\"text\": ..., \"label\": ...} (and \"text_pair\" for pairs) in data.train and data.valid; model.init_from takes a pretrained BertForMaskedLM's weights (`loom export` of an MLM run), the pooler and classifier starting fresh.");
 
   v("data.train", c.data.train, "Training data: a directory made by `loom prepare` (its train split), or a token file (scripts/prepare_kjv.sh, `loom tokenize`); or a list of sources mixed by weight, `[{path: DIR_A, weight: 0.7}, {path: DIR_B, weight: 0.3}]` (each sequence comes from source i with probability weight_i / sum of weights, exactly so over any run of steps; metrics.jsonl counts tokens_by_source). model.arch=transformer: pair files, mixed by step (each step's whole token-based batch comes from one file, drawn by weight the same way). A single path is a source of weight 1.");

@@ -76,6 +76,40 @@ void check_resource_bounds(ConfigChecks& check, const Config& c) {
                   kMaxBeamHypotheses, " in flight: lower either");
 }
 
+// model.moe.*: sizes and coefficients, and the layouts the MoE blocks do not support yet.
+void validate_moe(const Config& c, ConfigChecks& check) {
+  const MoeConfig& e = c.model.moe;
+  check.require(e.num_experts >= 0, "model.moe.num_experts", e.num_experts, " must be >= 0 (0: dense)");
+  if (!e.enabled()) return;
+  check.require(c.model.arch == ModelArch::kGpt, "model.moe.num_experts",
+                "Mixture of Experts applies to model.arch=gpt only, not ", enum_name(c.model.arch));
+  check.require(e.num_experts <= 65536, "model.moe.num_experts", e.num_experts, " is beyond what loom builds");
+  check.require(e.top_k >= 1 && e.top_k <= e.num_experts, "model.moe.top_k", e.top_k,
+                " must be in [1, model.moe.num_experts=", e.num_experts, "]");
+  check.require(e.every >= 1, "model.moe.every", e.every, " must be >= 1");
+  check.require(e.first_dense >= 0 && e.first_dense < c.model.n_layers, "model.moe.first_dense", e.first_dense,
+                " must be in [0, model.n_layers=", c.model.n_layers, ") (at least one MoE block)");
+  check.require(e.d_ff >= 0, "model.moe.d_ff", e.d_ff, " must be >= 0 (0: model.d_ff)");
+  check.require(e.shared_experts >= 0, "model.moe.shared_experts", e.shared_experts, " must be >= 0");
+  check.require(e.shared_d_ff >= 0, "model.moe.shared_d_ff", e.shared_d_ff, " must be >= 0");
+  check.require(e.shared_d_ff == 0 || e.shared_experts > 0, "model.moe.shared_d_ff",
+                "sizes the shared experts: set model.moe.shared_experts >= 1 too");
+  check.require(!e.normalize || e.router != MoeRouter::kTopkSoftmax, "model.moe.normalize",
+                "topk_softmax's weights already sum to 1: applies to routers softmax_topk and sigmoid");
+  check.require(e.aux_loss_coef >= 0, "model.moe.aux_loss_coef", e.aux_loss_coef, " must be >= 0");
+  check.require(e.z_loss_coef >= 0, "model.moe.z_loss_coef", e.z_loss_coef, " must be >= 0");
+  check.require(e.bias_update_rate >= 0, "model.moe.bias_update_rate", e.bias_update_rate, " must be >= 0");
+  check.require(e.capacity_factor >= 0, "model.moe.capacity_factor", e.capacity_factor, " must be >= 0 (0: dropless)");
+  const ParallelConfig& p = c.parallel;
+  // Replicated experts see their rank's whole tokens; these layouts cut a sequence, so the routing
+  // statistics (aux loss, capacity, load) would be of a part of it.
+  check.require(p.cp == 1, "parallel.cp", "model.moe.num_experts > 0 with parallel.cp > 1 is not supported yet "
+                "(the router's statistics span one rank's part of the sequences): set parallel.cp 1");
+  check.require(p.tp == 1, "parallel.tp", "model.moe.num_experts > 0 with parallel.tp > 1 is not supported yet "
+                "(the experts are not split by tensor parallelism): set parallel.tp 1 (data, ZeRO and pipeline "
+                "parallelism replicate or shard the experts)");
+}
+
 }  // namespace
 
 void validate_batch_split(const Config& c, int64_t dp) {
@@ -127,8 +161,13 @@ void validate(const Config& c) {
   check.require(m.d_model > 0, "model.d_model", m.d_model, " must be > 0");
   check.require(m.n_layers > 0, "model.n_layers", m.n_layers, " must be > 0");
   check.require(m.n_heads > 0, "model.n_heads", m.n_heads, " must be > 0");
-  if (m.n_heads > 0 && m.d_model > 0)
+  check.require(m.head_size >= 0, "model.head_dim", m.head_size, " must be >= 0 (0: d_model / n_heads)");
+  if (m.n_heads > 0 && m.d_model > 0 && m.head_size == 0)
     check.require(m.d_model % m.n_heads == 0, "model.n_heads", m.n_heads, " does not divide model.d_model=", m.d_model);
+  check.require((m.head_size == 0 && !m.qk_norm) || m.arch == ModelArch::kGpt, "model.head_dim",
+                "model.head_dim and model.qk_norm apply to model.arch=gpt only");
+  check.require(!m.qk_norm || c.parallel.tp == 1, "model.qk_norm", "with parallel.tp > 1 is not supported yet (the "
+                "gains' gradients would need a sum over the TP group): set parallel.tp 1");
   check.require(m.n_kv_heads >= 0, "model.n_kv_heads", m.n_kv_heads, " must be >= 0 (0: n_heads)");
   if (m.n_kv_heads > 0 && m.n_heads > 0)
     check.require(m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads", m.n_kv_heads,
@@ -160,6 +199,8 @@ void validate(const Config& c) {
       {"model.attention_window", m.attention_window}, {"model.num_labels", m.num_labels}};
   for (const auto& [key, size] : sizes)
     check.require(size <= (int64_t{1} << 24), key, size, " is beyond what loom builds (at most 2^24)");
+
+  validate_moe(c, check);
 
   check.require(c.data.seq_len > 0, "data.seq_len", c.data.seq_len, " must be > 0");
   check.require(c.data.seq_len <= m.max_seq_len, "data.seq_len", c.data.seq_len,

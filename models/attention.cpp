@@ -62,6 +62,10 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options)
   out.init_std = options.out_init_std;
   out.tp = options.tp;
   out_ = register_module("out", RowParallelLinear(out));
+  if (options.qk_norm) {
+    q_norm_ = register_parameter("q_norm", torch::ones({D}));
+    k_norm_ = register_parameter("k_norm", torch::ones({D}));
+  }
   heads_ = H / tp;  // from here on, this rank's heads
   kv_heads_ = K / tp;
   if (options.position == PositionKind::kAlibi)
@@ -179,6 +183,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
   } else {
     // (B, T, (H + 2K) D) -> q (B, H, T, D), k and v (B, K, T, D)
     std::tie(q, k, v) = qkv_heads(qkv_->forward(x), H, K, D);
+    if (q_norm_.defined()) {  // in fp32, as Hugging Face's Qwen3RMSNorm
+      const auto rms = [&](const torch::Tensor& h, const torch::Tensor& gain) {
+        const auto f = h.to(torch::kFloat);
+        return gain.to(h.dtype()) * (f * torch::rsqrt(f.square().mean(-1, true) + options_.qk_norm_eps)).to(h.dtype());
+      };
+      q = rms(q, q_norm_);
+      k = rms(k, k_norm_);
+    }
     first = cache != nullptr ? cache->seen() : 0;
     // A batch of sequences at different positions (models/kv_cache.h, seen_rows): each row's own.
     const torch::Tensor row_seen = cache != nullptr ? cache->seen_rows() : torch::Tensor();

@@ -43,6 +43,8 @@ struct AttentionOptions {
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;  // 0: n_heads
   int64_t head_dim = 0;    // 0: d_model / n_heads
+  bool qk_norm = false;    // RMSNorm over each query and key head (gains q_norm, k_norm of D) before RoPE
+  double qk_norm_eps = 1e-6;
   bool bias = true;
   bool causal = true;
   int64_t window = 0;  // > 0: each position sees itself and the window - 1 before it
@@ -98,6 +100,7 @@ class AttentionImpl : public torch::nn::Module {
   int64_t heads_, kv_heads_, head_dim_;
   ColumnParallelLinear qkv_{nullptr};
   RowParallelLinear out_{nullptr};
+  torch::Tensor q_norm_, k_norm_;  // (D), only with options.qk_norm
   torch::Tensor alibi_slopes_;  // (H) of this rank's heads, only with ALiBi; not a parameter
 };
 TORCH_MODULE(Attention);

@@ -33,7 +33,10 @@ BlockImpl::BlockImpl(const BlockOptions& options)
     cross_attention_ = register_module("cross_attention", Attention(cross));
   }
   ln2_ = register_module("ln2", Norm(options.norm));
-  mlp_module_ = register_module("mlp", Mlp(options.mlp));
+  if (options.moe)
+    moe_module_ = register_module("mlp", Moe(options.moe_options));
+  else
+    mlp_module_ = register_module("mlp", Mlp(options.mlp));
   dropout_ = register_module("dropout", torch::nn::Dropout(options.dropout));
 
   sublayers_.push_back([this](const torch::Tensor& x, const RecomputeSide& side) {
@@ -87,7 +90,9 @@ torch::Tensor BlockImpl::cross_attention_half(const torch::Tensor& h, const Bloc
 }
 
 torch::Tensor BlockImpl::mlp_half(const torch::Tensor& h) {
-  return sublayer(h, ln2_, [&](const torch::Tensor& in) { return mlp_module_->forward(in); });
+  return sublayer(h, ln2_, [&](const torch::Tensor& in) {
+    return moe_module_ ? moe_module_->forward(in) : mlp_module_->forward(in);
+  });
 }
 
 torch::Tensor BlockImpl::drop(const torch::Tensor& x) {

@@ -15,6 +15,7 @@
 #include "models/attention.h"
 #include "models/layers.h"
 #include "models/mlp.h"
+#include "models/moe.h"
 #include "models/recompute.h"
 
 namespace loom {
@@ -25,6 +26,8 @@ struct BlockOptions {
   // act on this rank's positions, and that dropout draws from attention.tp.rng().
   AttentionOptions attention;
   MlpOptions mlp;
+  bool moe = false;  // the MLP is a Mixture of Experts (models/moe.h) of these options, still named "mlp"
+  MoeOptions moe_options;
   NormOptions norm;
   double dropout = 0.0;
   bool post_norm = false;
@@ -68,6 +71,7 @@ class BlockImpl : public torch::nn::Module {
   Attention attention_{nullptr};
   Attention cross_attention_{nullptr};  // only with options.cross_attention
   Mlp mlp_module_{nullptr};
+  Moe moe_module_{nullptr};  // in place of mlp_module_ in an MoE block
   torch::nn::Dropout dropout_{nullptr};
 };
 TORCH_MODULE(Block);

@@ -15,17 +15,34 @@ namespace {
 // encoder (its cross-attention and that one's norm more), and the ends (BERT's: a token-type table and an
 // embedding norm on the first stage, its MLM head's dense layer, norm and output bias, or its classifier's
 // pooler and classifier, on the last).
+// An MoE block (model.moe) is a block whose MLP is the router, the experts and the shared MLP: moe_block, of
+// which expert is one routed expert's part.
 struct Parts {
   int64_t norm, attention, block, decoder_block, head, position_table, embedding, embedding_extras, head_extras;
+  int64_t moe_block = 0, expert = 0;
 };
+
+// MoE blocks among global blocks [first, end) of the GPT.
+int64_t moe_blocks_in(const ModelConfig& c, int64_t first, int64_t end) {
+  int64_t n = 0;
+  for (int64_t i = first; i < end; ++i) n += c.moe.layer_is_moe(i) ? 1 : 0;
+  return n;
+}
 Parts parts_of(const ModelConfig& c, const ModelShape& shape) {
   const int64_t C = c.d_model, F = c.ffn_dim(), Q = c.n_heads * c.head_dim(), KV = c.kv_heads() * c.head_dim();
   auto linear = [&](int64_t in, int64_t out) { return in * out + (c.bias ? out : 0); };
   Parts p;
   p.norm = c.norm == NormKind::kLayerNorm ? 2 * C : C;
-  p.attention = linear(C, Q + 2 * KV) + linear(Q, C);
+  p.attention = linear(C, Q + 2 * KV) + linear(Q, C) + (c.qk_norm ? 2 * c.head_dim() : 0);
   const int64_t mlp = (c.gated_mlp() ? 2 : 1) * linear(C, F) + linear(F, C);
   p.block = 2 * p.norm + p.attention + mlp;
+  if (c.moe.enabled()) {
+    // models/moe.h: no biases in the router, the experts or the shared MLP.
+    const int64_t mats = c.gated_mlp() ? 3 : 2;
+    p.expert = mats * C * c.expert_dim();
+    const int64_t shared = c.moe.shared_experts > 0 ? mats * C * c.shared_expert_dim() + (c.moe.shared_gate ? C : 0) : 0;
+    p.moe_block = 2 * p.norm + p.attention + C * c.moe.num_experts + c.moe.num_experts * p.expert + shared;
+  }
   p.decoder_block = shape.cross_attention ? p.block + p.norm + p.attention : p.block;
   p.head = c.tie_embeddings || shape.classifier_labels > 0 ? 0 : c.vocab_size * C;  // the untied head has no bias
   p.position_table = c.position == PositionKind::kLearned ? c.max_seq_len * C : 0;
@@ -49,7 +66,13 @@ UnitSizes unit_sizes(const Config& config, int64_t stage) {
   UnitSizes out;
   out.count = counts.encoder + counts.decoder;
   out.largest = counts.decoder > 0 ? decoder_block : encoder_block;
+  if (config.model.moe.enabled()) out.largest = std::max(out.largest, per_rank(p.moe_block));
   out.blocks = counts.encoder * encoder_block + counts.decoder * decoder_block;
+  if (config.model.moe.enabled()) {
+    const BlockRange range =
+        stage_blocks(stage_layers(shape.pipeline_layers(), config.parallel.pp, config.parallel.pp_layers), stage);
+    out.blocks += moe_blocks_in(config.model, range.first, range.end) * (per_rank(p.moe_block) - decoder_block);
+  }
   out.ends = std::max<int64_t>(0, per_rank(count_stage_parameters(config, stage)) - out.blocks);
   out.head = stage == config.parallel.pp - 1 ? per_rank(p.head) : 0;
   if (config.parallel.reshard_after_forward && !shape.ends_kept)
@@ -95,7 +118,14 @@ int64_t count_parameters(const ModelConfig& c) {
   // One token embedding, a position table per embedded sequence, the blocks, a final norm per stack (pre-norm).
   const int64_t stacks = (s.encoder_layers > 0 ? 1 : 0) + (s.decoder_layers > 0 ? 1 : 0);
   return p.embedding + p.embedding_extras + s.position_tables * p.position_table + s.encoder_layers * p.block +
-         s.decoder_layers * p.decoder_block + (s.final_norms ? stacks * p.norm : 0) + p.head + p.head_extras;
+         s.decoder_layers * p.decoder_block + moe_blocks_in(c, 0, c.n_layers) * (p.moe_block - p.block) +
+         (s.final_norms ? stacks * p.norm : 0) + p.head + p.head_extras;
+}
+
+int64_t count_active_parameters(const ModelConfig& c) {
+  if (!c.moe.enabled()) return count_parameters(c);
+  const Parts p = parts_of(c, model_shape(c));
+  return count_parameters(c) - moe_blocks_in(c, 0, c.n_layers) * (c.moe.num_experts - c.moe.top_k) * p.expert;
 }
 
 StageBlockCounts stage_block_counts(const Config& config, int64_t stage) {
@@ -118,6 +148,10 @@ int64_t count_stage_parameters(const Config& config, int64_t stage) {
   // encoder, the encoder's final norm.
   const int64_t head = c.tie_embeddings ? p.embedding : p.head;
   int64_t n = blocks.encoder * p.block + blocks.decoder * p.decoder_block;
+  if (c.moe.enabled()) {
+    const BlockRange range = stage_blocks(stage_layers(s.pipeline_layers(), config.parallel.pp, config.parallel.pp_layers), stage);
+    n += moe_blocks_in(c, range.first, range.end) * (p.moe_block - p.block);
+  }
   if (first) n += p.embedding + p.embedding_extras + s.position_tables * p.position_table;
   if (s.final_norms && blocks.ends_encoder) n += p.norm;
   if (last) n += (s.final_norms ? p.norm : 0) + head + p.head_extras;
@@ -136,7 +170,15 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
   const double layers = static_cast<double>(s.pipeline_layers());
   const double cross = s.cross_attention ? static_cast<double>(s.decoder_layers) : 0.0;
   const double head = s.classifier_labels > 0 ? 0.0 : static_cast<double>(c.vocab_size) * C;  // a classifier: none
-  const double matmul_weights = layers * per_layer + cross * attention + head;
+  double matmul_weights = layers * per_layer + cross * attention + head;
+  if (c.moe.enabled()) {
+    // An MoE block's token multiplies the router, its top_k experts and the shared MLP instead of the MLP.
+    const double mats = c.gated_mlp() ? 3.0 : 2.0;
+    const double moe_mlp = C * static_cast<double>(c.moe.num_experts) +
+                           mats * C * static_cast<double>(c.moe.top_k * c.expert_dim()) +
+                           (c.moe.shared_experts > 0 ? mats * C * static_cast<double>(c.shared_expert_dim()) : 0.0);
+    matmul_weights += static_cast<double>(moe_blocks_in(c, 0, c.n_layers)) * (moe_mlp - (c.gated_mlp() ? 3.0 : 2.0) * C * F);
+  }
   return 6.0 * matmul_weights + 12.0 * (layers + cross) * Q * static_cast<double>(keys);
 }
 
@@ -233,7 +275,17 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   const double key_tile = static_cast<double>(ring_key_tile(0, config.data.seq_len / cp / 2));
   const double tile_bytes = 3 * 4 + dropout * 2 * 4;
   const double ring = cp > 1 ? 4 * s * b * (3 * q + 8 * kv) / t + tile_bytes * (a / t) * b * (s / 2) * key_tile : 0.0;
-  const double mlp_half = half_whole + e * s * b * mlp_tensors * f / t;
+  double mlp_half = half_whole + e * s * b * mlp_tensors * f / t;
+  if (m.moe.enabled()) {
+    // An MoE block (models/moe.h) keeps per token its k experts' MLP tensors (k f_e) and the shared MLP's,
+    // the gathered input rows and the experts' outputs (2 k h), and the fp32 router logits and probabilities
+    // (8 E); every block is counted as the larger of the two kinds.
+    const double routed = static_cast<double>(m.moe.top_k * m.expert_dim() +
+                                              (m.moe.shared_experts > 0 ? m.shared_expert_dim() : 0));
+    const double moe_half = half_whole + e * s * b * (mlp_tensors * routed + 2.0 * static_cast<double>(m.moe.top_k) * h) +
+                            8.0 * s * b * static_cast<double>(m.moe.num_experts);
+    mlp_half = std::max(mlp_half, moe_half);
+  }
   const double layer = attention_half + mlp_half;
   const double block_input = 4 * s * b * h / sequence;
   // With an encoder: source and target both seq_len long. A decoder block's cross-attention sub-layer

@@ -12,11 +12,14 @@ namespace loom {
 
 // Exact parameter count of the model a config builds.
 int64_t count_parameters(const ModelConfig& config);
+// The parameters one token passes through: all of them less, per MoE block (model.moe), the
+// num_experts - top_k routed experts it skips (the dense model: count_parameters).
+int64_t count_active_parameters(const ModelConfig& config);
 
 // Training FLOPs per token (forward + backward) at sequence length seq_len: 6 x (every weight a token
 // multiplies through, the LM head included) + 12 x n_layers x n_heads x head_dim x (keys each query sees:
 // seq_len, or the attention window if smaller) for attention scores and weighted values (no discount for
-// the causal mask). For the encoder-decoder: per target token with one source token, both sequences
+// the causal mask); an MoE block counts the router, top_k experts and the shared MLP (active FLOPs). For the encoder-decoder: per target token with one source token, both sequences
 // seq_len long (encoder, decoder and cross-attention weights; encoder, decoder and cross attention).
 double training_flops_per_token(const ModelConfig& config, int64_t seq_len);
 

@@ -15,6 +15,8 @@ BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp, co
   a.n_heads = c.n_heads;
   a.n_kv_heads = c.kv_heads();
   a.head_dim = c.head_dim();
+  a.qk_norm = c.qk_norm;
+  a.qk_norm_eps = c.norm_eps;
   a.bias = c.bias;
   a.window = c.attention_window;
   a.position = c.position;
@@ -66,7 +68,13 @@ GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const M
     position_embedding_ = build.keep("position_embedding", position_embedding, stage_.first);
   }
   dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
-  blocks_ = build.blocks<Block>("blocks", 0, config.n_layers, block);
+  BlockOptions moe_block = block;  // the MoE layers' (model.moe): the MLP a Mixture of Experts
+  moe_block.moe = true;
+  moe_block.moe_options = moe_options(config);
+  moe_block.moe_options.out_init_std = block.mlp.out_init_std;
+  blocks_ = build.blocks_by<Block>("blocks", 0, config.n_layers, [&](int64_t i) {
+    return config.moe.layer_is_moe(i) ? moe_block : block;
+  });
   runner().set_blocks(blocks_);
   if (stage_.last) final_norm_ = register_module("final_norm", Norm(block.norm));
   ends_.build_head(build, config, tp);

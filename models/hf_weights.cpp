@@ -37,7 +37,9 @@ std::vector<Piece> pieces(const ModelConfig& c, GptImpl& model) {
       out.push_back({t + "ln_f.bias", "final_norm.bias"});
       break;
     }
-    case WeightNames::kLlama: {
+    case WeightNames::kLlama:
+    case WeightNames::kMixtral:
+    case WeightNames::kQwen3Moe: {
       const int64_t q = c.n_heads * c.head_dim(), kv = c.kv_heads() * c.head_dim();
       out.push_back({"model.embed_tokens.weight", "token_embedding.weight"});
       for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -50,7 +52,27 @@ std::vector<Piece> pieces(const ModelConfig& c, GptImpl& model) {
           out.push_back({hf + "self_attn.v_proj." + kind, qkv, false, q + kv, kv});
           out.push_back({hf + "self_attn.o_proj." + kind, loom + "attention.out." + kind});
         }
+        if (c.qk_norm) {
+          out.push_back({hf + "self_attn.q_norm.weight", loom + "attention.q_norm"});
+          out.push_back({hf + "self_attn.k_norm.weight", loom + "attention.k_norm"});
+        }
         out.push_back({hf + "post_attention_layernorm.weight", loom + "ln2.weight"});
+        if (c.moe.layer_is_moe(i)) {
+          const bool mixtral = weight_names(c) == WeightNames::kMixtral;
+          const std::string moe = hf + (mixtral ? "block_sparse_moe." : "mlp.");
+          out.push_back({moe + "gate.weight", loom + "mlp.router.weight"});
+          const std::vector<std::pair<std::string, std::string>> mats =
+              mixtral ? std::vector<std::pair<std::string, std::string>>{{"w1", "gate"}, {"w3", "up"}, {"w2", "down"}}
+                      : std::vector<std::pair<std::string, std::string>>{{"gate_proj", "gate"}, {"up_proj", "up"},
+                                                                         {"down_proj", "down"}};
+          for (int64_t e = 0; e < c.moe.num_experts; ++e)
+            for (const auto& [h, l] : mats) {
+              Piece piece{moe + "experts." + std::to_string(e) + "." + h + ".weight", loom + "mlp.experts." + l};
+              piece.index = e;
+              out.push_back(piece);
+            }
+          continue;
+        }
         for (const auto& kind : kinds)
           for (const char* m : {"gate", "up", "down"})
             out.push_back({hf + "mlp." + m + "_proj." + kind, loom + "mlp." + m + "." + kind});
@@ -65,6 +87,7 @@ std::vector<Piece> pieces(const ModelConfig& c, GptImpl& model) {
 
 // The part of the parameter a piece covers (a view).
 torch::Tensor slice(const torch::Tensor& param, const Piece& piece) {
+  if (piece.index >= 0) return param.select(0, piece.index);
   return piece.rows < 0 ? param : param.narrow(0, piece.row_begin, piece.rows);
 }
 
@@ -110,8 +133,15 @@ WeightNames weight_names(const ModelConfig& c) {
       c.kv_heads() == c.n_heads)
     return WeightNames::kGpt2;
   if (c.position == PositionKind::kRope && c.norm == NormKind::kRmsNorm && c.activation == Activation::kSwiglu &&
-      full_attention && c.rope_scaling != RopeScaling::kNtk)
-    return WeightNames::kLlama;
+      full_attention && c.rope_scaling != RopeScaling::kNtk) {
+    const MoeConfig& e = c.moe;
+    if (!e.enabled()) return c.qk_norm ? WeightNames::kLoom : WeightNames::kLlama;
+    // The routers and layouts transformers' MoE models have (models/moe.h; no expert bias, dropless).
+    const bool plain = e.shared_experts == 0 && e.bias_update_rate == 0 && e.capacity_factor == 0 && !c.bias;
+    if (plain && !c.qk_norm && e.router == MoeRouter::kTopkSoftmax && e.every == 1 && e.first_dense == 0)
+      return WeightNames::kMixtral;
+    if (plain && c.qk_norm && e.router == MoeRouter::kSoftmaxTopk) return WeightNames::kQwen3Moe;
+  }
   return WeightNames::kLoom;
 }
 
@@ -119,6 +149,8 @@ std::string weight_names_label(WeightNames names) {
   switch (names) {
     case WeightNames::kGpt2: return "gpt2";
     case WeightNames::kLlama: return "llama";
+    case WeightNames::kMixtral: return "mixtral";
+    case WeightNames::kQwen3Moe: return "qwen3_moe";
     case WeightNames::kLoom: break;
   }
   return "loom";
@@ -244,6 +276,38 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, const SpecialTokenId
            {"attention_dropout", c.dropout}, {"initializer_range", c.init_std}, {"tie_word_embeddings", c.tie_embeddings},
            {"bos_token_id", id(tokens.bos)}, {"eos_token_id", id(tokens.eos)}, {"pad_token_id", id(tokens.pad)},
            {"dtype", "float32"}};
+      break;
+    }
+    case WeightNames::kMixtral:
+    case WeightNames::kQwen3Moe: {
+      const bool mixtral = weight_names(c) == WeightNames::kMixtral;
+      nlohmann::ordered_json rope = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
+      if (c.rope_scaling == RopeScaling::kLinear) rope = {{"rope_type", "linear"}, {"rope_theta", c.rope_theta}, {"factor", c.rope_scaling_factor}};
+      j = {{"architectures", {mixtral ? "MixtralForCausalLM" : "Qwen3MoeForCausalLM"}},
+           {"model_type", mixtral ? "mixtral" : "qwen3_moe"}, {"vocab_size", c.vocab_size},
+           {"hidden_size", c.d_model}, {"intermediate_size", mixtral ? c.expert_dim() : c.ffn_dim()},
+           {"num_hidden_layers", c.n_layers}, {"num_attention_heads", c.n_heads},
+           {"num_key_value_heads", c.kv_heads()}, {"head_dim", c.head_dim()},
+           {"max_position_embeddings", c.max_seq_len}, {"rms_norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta},
+           {"rope_parameters", rope}, {"attention_bias", false}, {"hidden_act", "silu"},
+           {"num_experts_per_tok", c.moe.top_k}, {"router_aux_loss_coef", c.moe.aux_loss_coef},
+           {"output_router_logits", false}, {"sliding_window", nullptr},
+           {"attention_dropout", c.dropout}, {"initializer_range", c.init_std}, {"tie_word_embeddings", c.tie_embeddings},
+           {"bos_token_id", id(tokens.bos)}, {"eos_token_id", id(tokens.eos)}, {"pad_token_id", id(tokens.pad)},
+           {"dtype", "float32"}};
+      if (mixtral) {
+        j["num_local_experts"] = c.moe.num_experts;
+      } else {
+        std::vector<int64_t> dense;
+        for (int64_t i = 0; i < c.n_layers; ++i)
+          if (!c.moe.layer_is_moe(i)) dense.push_back(i);
+        j["num_experts"] = c.moe.num_experts;
+        j["moe_intermediate_size"] = c.expert_dim();
+        j["norm_topk_prob"] = c.moe.normalize;
+        j["decoder_sparse_step"] = 1;
+        j["mlp_only_layers"] = dense;
+        j["use_sliding_window"] = false;
+      }
       break;
     }
     case WeightNames::kLoom: {

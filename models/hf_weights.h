@@ -40,6 +40,7 @@ struct HfPiece {
   bool transpose = false;
   int64_t row_begin = 0;
   int64_t rows = -1;
+  int64_t index = -1;  // >= 0: the parameter's slice [index] along its first axis (one expert of stacked experts)
 };
 // Every parameter of `model` under the pieces' names, CPU tensors in the stored layout; `label` names the
 // mapping in the internal error of a parameter no piece covers.
@@ -56,9 +57,14 @@ void import_pieces(torch::nn::Module& model, Communicator* tp, const std::vector
 // path: a .safetensors file, or a Hugging Face model directory -> the file (its model.safetensors).
 std::filesystem::path hf_weights_file(const std::filesystem::path& path);
 
-enum class WeightNames { kLoom, kGpt2, kLlama };
+// Mixtral: LLaMA's names with model.layers.N.block_sparse_moe.{gate, experts.E.{w1, w3, w2}} (gate, up, down)
+// for every block an MoE (model.moe every 1, first_dense 0, topk_softmax, no shared experts).
+// Qwen3-MoE: LLaMA's with self_attn.{q_norm, k_norm} (model.qk_norm) and, in the MoE blocks,
+// mlp.{gate, experts.E.{gate_proj, up_proj, down_proj}} (softmax_topk, no shared experts); dense blocks keep
+// mlp.{gate,up,down}_proj (config.json lists them as mlp_only_layers).
+enum class WeightNames { kLoom, kGpt2, kLlama, kMixtral, kQwen3Moe };
 WeightNames weight_names(const ModelConfig& config);
-std::string weight_names_label(WeightNames names);  // "loom", "gpt2", "llama"
+std::string weight_names_label(WeightNames names);  // "loom", "gpt2", "llama", "mixtral", "qwen3_moe"
 
 // The model's parameters under its family's names, as CPU tensors in the stored layout.
 std::vector<std::pair<std::string, torch::Tensor>> export_weights(GptImpl& model);

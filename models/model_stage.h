@@ -62,10 +62,15 @@ class StageBuilder {
   // (as a ModuleList of them all would name them) and returned.
   template <class Block, class Options>
   std::vector<Block> blocks(const std::string& container, int64_t first, int64_t count, const Options& options) {
+    return blocks_by<Block>(container, first, count, [&](int64_t) { return options; });
+  }
+  // The same, block i (from 0 here) built from options_of(i) (the GPT's MoE blocks differ from its dense ones).
+  template <class Block, class OptionsOf>
+  std::vector<Block> blocks_by(const std::string& container, int64_t first, int64_t count, OptionsOf&& options_of) {
     auto holder = model_.register_module(container, std::make_shared<torch::nn::Module>());
     std::vector<Block> kept;
     for (int64_t i = 0; i < count; ++i) {
-      Block block(options);
+      Block block(options_of(i));
       if (!holds_block(first + i)) continue;
       kept.push_back(block);
       holder->register_module(std::to_string(i), block);

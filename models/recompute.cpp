@@ -57,6 +57,8 @@ std::vector<torch::Tensor> differentiable(const RecomputeSide& side) {
   return out;
 }
 
+thread_local int recompute_depth = 0;
+
 class Recompute : public torch::autograd::Function<Recompute> {
  public:
   // x and side_inputs (differentiable(side)) are the node's inputs; side goes by pointer (an undefined
@@ -99,6 +101,10 @@ class Recompute : public torch::autograd::Function<Recompute> {
     first.autocast = ctx->saved_data["autocast"].toBool();
     first.autocast_dtype = static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt());
     const auto now = RunState::capture(x.device(), tp_rng);  // the backward pass's own state, put back afterwards
+    ++recompute_depth;
+    struct Leave {
+      ~Leave() { --recompute_depth; }
+    } leave;
     auto grad = grad_outputs[0];
     std::vector<torch::Tensor> side_grads(wanted.size());
     for (size_t i = segments.size(); i-- > 0;) {
@@ -134,6 +140,8 @@ class Recompute : public torch::autograd::Function<Recompute> {
 };
 
 }  // namespace
+
+bool recomputing() { return recompute_depth > 0; }
 
 torch::Tensor recompute_in_backward(const RecomputeSegments& segments, const torch::Tensor& x,
                                    TensorParallelRng* tp_rng, const RecomputeSide& side) {

@@ -33,4 +33,8 @@ using RecomputeSegments = std::vector<Recomputable>;
 torch::Tensor recompute_in_backward(const RecomputeSegments& segments, const torch::Tensor& x,
                                    TensorParallelRng* tp_rng = nullptr, const RecomputeSide& side = {});
 
+// Whether the calling thread is re-running segments inside a backward: a layer that counts what its
+// forward saw (the MoE's expert load, models/moe.h) counts the first run only.
+bool recomputing();
+
 }  // namespace loom

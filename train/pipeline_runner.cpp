@@ -72,6 +72,7 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, co
                      : actions[i + 1].kind == PipelineAction::kForward ? NextPass::kForward
                                                                        : NextPass::kBackward);
     const auto& batch = batches[static_cast<size_t>(action.micro)];
+    if (step.train && step.before_pass) step.before_pass(action.micro);
     // What passes between stages has the shapes the batch gives (stage_output_shapes: the GPT's (B, T, C),
     // or a TP rank's sequence shard (B, T / tp, C) under sequence parallelism), sent in message_dtype
     // whatever autocast computed in.

@@ -37,6 +37,9 @@ struct PipelineStep {
   // Training: called before each forward and backward with what this stage runs after it (ZeRO-3 prefetches
   // its parameters across the two). May be empty.
   std::function<void(NextPass)> next_pass;
+  // Training: called before each forward and each backward with its micro-batch (MoE layers take that
+  // micro-batch's aux-loss weight, models/moe.h). May be empty.
+  std::function<void(int64_t micro)> before_pass;
 };
 
 struct PipelineStats {

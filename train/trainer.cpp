@@ -69,6 +69,7 @@ Trainer::Trainer(RunPlan plan, const ProcessGroup& processes, TaskData data)
                     context_parallelism_);
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
     load_init_weights(config_, task_->model());
+  moe_ = std::make_unique<MoeBalance>(config_.model, task_->model());
   // A pipeline stage's copy of the tied embedding gets the rest of its gradient after the last backward
   // (train/pipeline_runner.h): ZeRO-2 reduces its bucket then.
   std::vector<torch::Tensor> completed_late;
@@ -172,6 +173,7 @@ StepResult Trainer::step() {
   result.lr = schedule_.at(state_.step);
   set_learning_rate(*optimizer_, result.lr);
   const Backward backward = forward_backward(clock, faults);
+  moe_->finish_step(mesh_);  // the step's routing statistics; the expert bias moves (model.moe)
   result.loss = backward.loss;
   result.tokens = backward.tokens;
   result.loss_tokens = backward.loss_tokens;
@@ -292,6 +294,8 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
   for (int64_t m = 0; m < accumulation; ++m) {
     if (m == accumulation - 1) gradient_sync_->prepare_last_backward();
     const auto weight = static_cast<double>(tokens[m]);
+    // MoE layers weight their aux losses as this micro-batch's loss is weighted below.
+    moe_->set_loss_weight((loss_scaler_.enabled() ? loss_scaler_.scale() : 1.0) * weight * weight_per_token);
     gradient_sync_->set_next_pass(NextPass::kBackward);
     auto loss = task_->loss(batches[m], device_, config_.optim.label_smoothing);
     if (faults.nan_loss) loss = loss * std::numeric_limits<double>::quiet_NaN();
@@ -318,6 +322,10 @@ torch::Tensor Trainer::pipeline_forward_backward(const std::vector<TaskBatch>& b
     return loss_scaler_.scale_loss(loss) * (static_cast<double>(tokens[static_cast<size_t>(m)]) * weight_per_token);
   };
   step.start_gradient_sync = [this] { gradient_sync_->prepare_last_backward(); };
+  step.before_pass = [&](int64_t m) {
+    moe_->set_loss_weight((loss_scaler_.enabled() ? loss_scaler_.scale() : 1.0) *
+                          static_cast<double>(tokens[static_cast<size_t>(m)]) * weight_per_token);
+  };
   step.next_pass = [this](NextPass next) { gradient_sync_->set_next_pass(next); };
   auto loss_sum = run_pipeline(*task_, batches, mesh_, config_.parallel.pp_schedule, device_, step, &pipeline_stats_);
   gradient_sync_->finish();
@@ -358,9 +366,10 @@ void Trainer::maybe_evaluate(bool final_step) {
 void Trainer::log_step(const StepResult& result) {
   if (!is_leader()) return;
   const double tokens_per_s = throughput_.tokens_per_s();
-  spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:.0f} tok/s | {} elapsed | ETA {}", state_.step,
+  spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:.0f} tok/s | {} elapsed | ETA {}{}", state_.step,
                config_.train.max_steps, result.loss, result.lr, result.grad_norm, tokens_per_s,
-               format_duration(state_.elapsed_s), format_duration(throughput_.eta_s(config_.train.max_steps - state_.step)));
+               format_duration(state_.elapsed_s), format_duration(throughput_.eta_s(config_.train.max_steps - state_.step)),
+               moe_->summary());
   // A skipped step's grad_norm, and a non-finite loss, are written as null (JSON has no nan or inf).
   const auto finite_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   nlohmann::json row = {{"step", state_.step},       {"split", "train"},        {"loss", finite_or_null(result.loss)},
@@ -374,6 +383,7 @@ void Trainer::log_step(const StepResult& result) {
     for (size_t s = 0; s < names.size(); ++s) by_source[names[s]] = state_.tokens_by_source[s];
   }
   if (loss_scaler_.enabled()) row["loss_scale"] = loss_scaler_.scale();
+  if (moe_->active()) row["moe"] = moe_->metrics();
   metrics_->write(row);
 }
 

@@ -21,6 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
+#include "train/moe_balance.h"
 #include "train/nonfinite_guard.h"
 #include "train/pipeline_runner.h"
 #include "train/run_plan.h"
@@ -101,6 +102,7 @@ class Trainer {
   LrSchedule schedule_;
   LossScaler loss_scaler_;
   NonFiniteGuard nonfinite_guard_;
+  std::unique_ptr<MoeBalance> moe_;  // model.moe: the aux losses' weights, expert bias, routing metrics
 
   TrainState state_;
   int64_t last_checkpoint_step_ = -1;

@@ -13,6 +13,11 @@ grep -q "^KV cache       73,728 bytes per token (fp32); loom serve's default --k
 import json, sys; kv = json.load(sys.stdin)['kv_bytes_per_token']
 assert kv == 32 * 2 * 32 * 128 * 4, kv  # 512 KiB a token in fp32 (MHA: 32 KV heads)" || fail "llama2-7b: KV bytes per token"
 "$LOOM" info "$SRC/configs/llama2-7b.yaml" | grep -q "^parameters     6,738,415,616$" || fail "llama2-7b: not 6,738,415,616"
+# Mixture of Experts: transformers' counts of MixtralForCausalLM and Qwen3MoeForCausalLM at the released configs.
+"$LOOM" info "$SRC/configs/mixtral-8x7b.yaml" | tee "$WORK/mixtral.txt" | grep -q "^parameters     46,702,792,704 (12,879,925,248 active per token" \
+  || { cat "$WORK/mixtral.txt"; fail "mixtral-8x7b: not 46,702,792,704 (12,879,925,248 active)"; }
+"$LOOM" info "$SRC/configs/qwen3-30b-a3b.yaml" | grep -q "^parameters     30,532,122,624 (3,353,032,704 active per token" \
+  || fail "qwen3-30b-a3b: not 30,532,122,624 (3,353,032,704 active)"
 
 python3 - "$LOOM" "$SRC/configs" <<'PY' || fail "loom info --json"
 import json, resource, subprocess, sys

@@ -243,10 +243,16 @@ TEST_CASE("config: to_yaml round-trips every key exactly", "[config]") {
   // Every declared key is in the dump, and every key of the dump is a declared one.
   const auto keys = all_keys();
   const YAML::Node root = YAML::Load(yaml);
+  // Nested sections (model.moe) are mappings inside their section.
   std::set<std::string> dumped;
-  for (const auto& section : root)
-    for (const auto& entry : section.second)
-      dumped.insert(section.first.as<std::string>() + "." + entry.first.as<std::string>());
+  std::function<void(const std::string&, const YAML::Node&)> walk = [&](const std::string& prefix, const YAML::Node& node) {
+    for (const auto& entry : node) {
+      const std::string key = prefix + "." + entry.first.as<std::string>();
+      if (entry.second.IsMap()) walk(key, entry.second);
+      else dumped.insert(key);
+    }
+  };
+  for (const auto& section : root) walk(section.first.as<std::string>(), section.second);
   CHECK(dumped == std::set<std::string>(keys.begin(), keys.end()));
 }
 

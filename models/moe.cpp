@@ -1,0 +1,218 @@
+#include "models/moe.h"
+
+#include "core/error.h"
+#include "models/gelu.h"
+#include "models/moe_router.h"
+#include "models/recompute.h"
+
+namespace loom {
+namespace {
+
+// Identity on the layer's output whose backward adds weight x d(aux)/d(router) (Megatron's
+// MoEAuxLossAutoScaler): the aux losses reach backward from any pipeline stage, weighted as the
+// micro-batch's loss is.
+class MoeAuxLossScaler : public torch::autograd::Function<MoeAuxLossScaler> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& output,
+                               const torch::Tensor& aux, double weight) {
+    ctx->saved_data["weight"] = weight;
+    ctx->saved_data["aux_options"] = aux.detach();  // the scalar's dtype and device
+    return output;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto aux = ctx->saved_data["aux_options"].toTensor();
+    const double weight = ctx->saved_data["weight"].toDouble();
+    return {grad_outputs[0], torch::full_like(aux, weight), torch::Tensor()};
+  }
+};
+
+torch::Tensor moe_activate(Activation activation, const torch::Tensor& x) {
+  switch (activation) {
+    case Activation::kGelu:
+    case Activation::kGeglu: return gelu_tanh(x);
+    case Activation::kRelu: return torch::relu(x);
+    case Activation::kSwiglu: return torch::silu(x);
+    case Activation::kGeluErf: return torch::gelu(x);
+  }
+  throw Error("unreachable activation");
+}
+
+bool moe_gated(Activation a) { return a == Activation::kSwiglu || a == Activation::kGeglu; }
+
+}  // namespace
+
+MoeOptions moe_options(const ModelConfig& c) {
+  MoeOptions o;
+  const MoeConfig& e = c.moe;
+  o.d_model = c.d_model;
+  o.num_experts = e.num_experts;
+  o.top_k = e.top_k;
+  o.d_ff = c.expert_dim();
+  o.shared_d_ff = e.shared_experts > 0 ? c.shared_expert_dim() : 0;
+  o.shared_gate = e.shared_gate;
+  o.activation = c.activation;
+  o.router = e.router;
+  o.normalize = e.normalize;
+  o.aux_loss_coef = e.aux_loss_coef;
+  o.z_loss_coef = e.z_loss_coef;
+  o.expert_bias = e.bias_update_rate > 0;
+  o.capacity_factor = e.capacity_factor;
+  o.init_std = c.init_std;
+  return o;
+}
+
+MoeExpertsImpl::MoeExpertsImpl(int64_t E, int64_t C, int64_t F, Activation activation, double init_std,
+                               double out_init_std)
+    : activation_(activation) {
+  torch::NoGradGuard no_grad;
+  if (moe_gated(activation)) gate = register_parameter("gate", torch::empty({E, F, C}).normal_(0.0, init_std));
+  up = register_parameter("up", torch::empty({E, F, C}).normal_(0.0, init_std));
+  down = register_parameter("down", torch::empty({E, C, F}).normal_(0.0, out_init_std));
+}
+
+torch::Tensor MoeExpertsImpl::expert(int64_t e, const torch::Tensor& x) {
+  return expert_of(gate.defined() ? gate[e] : torch::Tensor(), up[e], down[e], x);
+}
+
+torch::Tensor MoeExpertsImpl::expert_of(const torch::Tensor& g, const torch::Tensor& u, const torch::Tensor& d,
+                                        const torch::Tensor& x) const {
+  auto h = torch::linear(x, u);
+  h = g.defined() ? moe_activate(activation_, torch::linear(x, g)) * h : moe_activate(activation_, h);
+  return torch::linear(h, d);
+}
+
+torch::Tensor MoeExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& experts,
+                                      const torch::Tensor& weights, const torch::Tensor& keep) {
+  const int64_t N = x.size(0), k = experts.size(1), E = up.size(0);
+  auto slot_expert = experts.reshape(-1);
+  auto slot_token = torch::arange(N, experts.options()).unsqueeze(1).expand({N, k}).reshape(-1);
+  auto slot_weight = weights.reshape(-1);
+  if (keep.defined()) {
+    const auto kept = keep.reshape(-1).nonzero().squeeze(1);
+    slot_expert = slot_expert.index_select(0, kept);
+    slot_token = slot_token.index_select(0, kept);
+    slot_weight = slot_weight.index_select(0, kept);
+  }
+  // Slots sorted by expert (stable: each expert's rows in token order), each expert's rows one block.
+  const auto order = std::get<1>(slot_expert.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+  const auto tokens = slot_token.index_select(0, order);
+  const auto counts = torch::bincount(slot_expert, {}, E).cpu();
+  const auto* count = counts.data_ptr<int64_t>();
+  const auto rows = x.index_select(0, tokens);
+  // Each expert's matrices as views of one unbind: backward stacks their gradients into the (E, ...) one
+  // once (indexing each would write a whole-size zero gradient per expert).
+  const auto gates = gate.defined() ? gate.unbind(0) : std::vector<torch::Tensor>();
+  const auto ups = up.unbind(0), downs = down.unbind(0);
+  std::vector<torch::Tensor> outputs;
+  int64_t offset = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    if (count[e] == 0) continue;
+    outputs.push_back(expert_of(gates.empty() ? torch::Tensor() : gates[static_cast<size_t>(e)],
+                                ups[static_cast<size_t>(e)], downs[static_cast<size_t>(e)],
+                                rows.narrow(0, offset, count[e])));
+    offset += count[e];
+  }
+  auto out = torch::zeros_like(x);
+  if (outputs.empty()) return out;
+  const auto weighted = torch::cat(outputs) * slot_weight.index_select(0, order).unsqueeze(1).to(x.dtype());
+  return out.index_add(0, tokens, weighted);
+}
+
+MoeImpl::MoeImpl(const MoeOptions& o) : options_(o) {
+  LOOM_CHECK(o.num_experts > 0 && o.top_k >= 1 && o.top_k <= o.num_experts, "an MoE layer needs 1 <= top_k <= experts");
+  router_ = register_module("router", torch::nn::Linear(torch::nn::LinearOptions(o.d_model, o.num_experts).bias(false)));
+  {
+    torch::NoGradGuard no_grad;
+    router_->weight.normal_(0.0, o.init_std);
+  }
+  experts_ = register_module("experts", MoeExperts(o.num_experts, o.d_model, o.d_ff, o.activation, o.init_std,
+                                                   o.out_init_std));
+  if (o.shared_d_ff > 0) {
+    MlpOptions shared;
+    shared.d_model = o.d_model;
+    shared.d_ff = o.shared_d_ff;
+    shared.activation = o.activation;
+    shared.bias = false;
+    shared.init_std = o.init_std;
+    shared.out_init_std = o.out_init_std;
+    shared_ = register_module("shared", Mlp(shared));
+    if (o.shared_gate) {
+      torch::NoGradGuard no_grad;
+      shared_gate_ = register_parameter("shared_gate", torch::empty({1, o.d_model}).normal_(0.0, o.init_std));
+    }
+  }
+  if (o.expert_bias) expert_bias_ = register_buffer("expert_bias", torch::zeros({o.num_experts}));
+}
+
+torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
+  const auto shape = x.sizes().vec();
+  const int64_t C = shape.back();
+  const auto flat = x.reshape({-1, C});
+  const int64_t N = flat.size(0), E = options_.num_experts, k = options_.top_k;
+  const auto logits = router_->forward(flat).to(torch::kFloat);  // routing in fp32 under autocast too
+  Routing r = route(logits, options_.router, k, options_.normalize, expert_bias_);
+  torch::Tensor keep;
+  if (options_.capacity_factor > 0)
+    keep = capacity_keep(r.experts, E, expert_capacity(options_.capacity_factor, N, k, E));
+  auto out = experts_->forward(flat, r.experts, r.weights, keep);
+  if (shared_) {
+    auto shared = shared_->forward(flat);
+    if (shared_gate_.defined()) shared = torch::sigmoid(torch::linear(flat, shared_gate_)) * shared;
+    out = out + shared;
+  }
+  if (is_training()) {
+    const bool grads = torch::GradMode::is_enabled() && (options_.aux_loss_coef > 0 || options_.z_loss_coef > 0);
+    torch::Tensor balance, z;
+    {
+      torch::AutoGradMode mode(grads && options_.aux_loss_coef > 0);
+      balance = load_balancing_loss(r.probs, r.experts);
+    }
+    {
+      torch::AutoGradMode mode(grads && options_.z_loss_coef > 0);
+      z = router_z_loss(logits);
+    }
+    if (grads) {
+      const auto aux = balance * options_.aux_loss_coef + z * options_.z_loss_coef;
+      out = MoeAuxLossScaler::apply(out, aux, aux_loss_weight_);
+    }
+    if (!recomputing()) {
+      torch::NoGradGuard no_grad;
+      const auto load = expert_load(r.experts, E).to(torch::kDouble);
+      const auto dropped = keep.defined() ? (~keep).sum().to(torch::kDouble) : torch::zeros({}, load.options());
+      const auto sums = torch::stack({balance.detach().to(torch::kDouble), z.detach().to(torch::kDouble), dropped});
+      load_sum_ = load_sum_.defined() ? load_sum_ + load : load;
+      scalar_sums_ = scalar_sums_.defined() ? scalar_sums_ + sums : sums;
+      micro_batches_ += 1;
+    }
+  }
+  return out.reshape(shape);
+}
+
+MoeStepStats MoeImpl::take_stats() {
+  MoeStepStats out;
+  out.micro_batches = micro_batches_;
+  out.load = load_sum_.defined() ? load_sum_.cpu() : torch::zeros({options_.num_experts}, torch::kDouble);
+  if (scalar_sums_.defined()) {
+    const auto sums = scalar_sums_.cpu();
+    out.aux_loss = sums[0].item<double>();
+    out.z_loss = sums[1].item<double>();
+    out.dropped = static_cast<int64_t>(sums[2].item<double>());
+  }
+  load_sum_ = scalar_sums_ = torch::Tensor();
+  micro_batches_ = 0;
+  return out;
+}
+
+std::vector<MoeImpl*> moe_layers(torch::nn::Module& model) {
+  std::vector<MoeImpl*> out;
+  for (const auto& m : model.modules(/*include_self=*/true))
+    if (auto* moe = dynamic_cast<MoeImpl*>(m.get())) out.push_back(moe);
+  return out;
+}
+
+void set_moe_aux_loss_weight(torch::nn::Module& model, double weight) {
+  for (auto* moe : moe_layers(model)) moe->set_aux_loss_weight(weight);
+}
+
+}  // namespace loom

@@ -1,0 +1,114 @@
+// The Mixture-of-Experts MLP (model.moe.*), the part a GPT block holds in place of its Mlp in the MoE layers
+// (models/block.h; which layers: MoeConfig::layer_is_moe). Each token's router logits pick its top-k experts
+// (models/moe_router.h), the experts' outputs are summed with the router's weights, plus an optional shared
+// MLP every token passes through (scaled by sigmoid(x . w) with model.moe.shared_gate, as Qwen2-MoE).
+//
+// Parameters, under the block's "mlp.": router.weight (E, C); experts.gate / experts.up (E, F, C) (gate only
+// for gated activations) and experts.down (E, C, F): every expert's matrices stacked along a first expert
+// axis, so an expert-parallel rank keeps a slice of experts of each and "experts." names every expert
+// parameter (a second parameter group for the gradient sync); shared.{gate,up,down} (an Mlp), shared_gate
+// (1, C). Experts, router and shared MLP have no biases. The expert bias of model.moe.bias_update_rate is a
+// buffer, expert_bias (E), used for selection only and saved in checkpoints.
+//
+// The experts run grouped: the (token, expert) slots are sorted by expert, each expert's rows gathered into
+// one contiguous block and multiplied by its matrices as one GEMM per expert, then scattered back with their
+// weights (index_add); backward is autograd's through the same ops. Dropless unless model.moe.capacity_factor
+// drops overflow slots.
+//
+// Training (not evaluation) adds the load-balancing and z losses without changing what forward returns: an
+// identity function on the output whose backward adds aux_weight x the losses' gradient (Megatron's
+// MoEAuxLossAutoScaler), so the gradient reaches the router from any pipeline stage. aux_weight is the
+// factor the trainer scales the micro-batch's loss by (set_moe_aux_loss_weight) so the aux losses are weighted
+// as the micro-batch's mean loss is. Each training forward also counts the step's statistics (MoeStepStats),
+// once per micro-batch (a recomputed forward does not count again).
+#pragma once
+#include <torch/torch.h>
+
+#include "core/config.h"
+#include "models/mlp.h"
+
+namespace loom {
+
+struct MoeOptions {
+  int64_t d_model = 0;
+  int64_t num_experts = 0;
+  int64_t top_k = 2;
+  int64_t d_ff = 0;         // each expert's
+  int64_t shared_d_ff = 0;  // 0: no shared MLP
+  bool shared_gate = true;
+  Activation activation = Activation::kSwiglu;
+  MoeRouter router = MoeRouter::kTopkSoftmax;
+  bool normalize = false;
+  double aux_loss_coef = 0.0;
+  double z_loss_coef = 0.0;
+  bool expert_bias = false;  // model.moe.bias_update_rate > 0
+  double capacity_factor = 0.0;
+  double init_std = 0.02;
+  double out_init_std = 0.02;
+};
+MoeOptions moe_options(const ModelConfig& config);
+
+// The stacked experts: x (N, C), each token's experts and weights (N, k), keep (N, k) bool or undefined (all)
+// -> (N, C) = sum over kept slots of weight * expert(x).
+class MoeExpertsImpl : public torch::nn::Module {
+ public:
+  MoeExpertsImpl(int64_t num_experts, int64_t d_model, int64_t d_ff, Activation activation, double init_std,
+                 double out_init_std);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& experts, const torch::Tensor& weights,
+                        const torch::Tensor& keep = {});
+  // Expert e on rows x (n, C) -> (n, C).
+  torch::Tensor expert(int64_t e, const torch::Tensor& x);
+
+  torch::Tensor gate, up, down;  // (E, F, C) (gated only), (E, F, C), (E, C, F)
+
+ private:
+  // An expert's MLP given its matrices (g undefined: not gated).
+  torch::Tensor expert_of(const torch::Tensor& g, const torch::Tensor& u, const torch::Tensor& d,
+                          const torch::Tensor& x) const;
+  Activation activation_;
+};
+TORCH_MODULE(MoeExperts);
+
+// What one MoE layer saw over a step's micro-batches on this rank (training forwards only).
+struct MoeStepStats {
+  torch::Tensor load;      // (E) double: routed slots per expert (before capacity dropping)
+  double aux_loss = 0.0;   // sum over micro-batches of the load-balancing loss (unscaled by its coef)
+  double z_loss = 0.0;     // sum over micro-batches of the router z-loss
+  int64_t dropped = 0;     // slots dropped by the capacity
+  int64_t micro_batches = 0;
+};
+
+class MoeImpl : public torch::nn::Module {
+ public:
+  explicit MoeImpl(const MoeOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);  // (..., C) -> (..., C)
+
+  const MoeOptions& options() const { return options_; }
+  void set_aux_loss_weight(double weight) { aux_loss_weight_ = weight; }
+  // The step's statistics so far, and a fresh start for the next step.
+  MoeStepStats take_stats();
+  torch::Tensor expert_bias() const { return expert_bias_; }  // (E) fp32, or undefined
+  MoeExperts& experts() { return experts_; }
+
+ private:
+  MoeOptions options_;
+  torch::nn::Linear router_{nullptr};
+  MoeExperts experts_{nullptr};
+  Mlp shared_{nullptr};
+  torch::Tensor shared_gate_;  // (1, C)
+  torch::Tensor expert_bias_;
+  double aux_loss_weight_ = 1.0;
+  // The step's sums so far, on the layer's device (read once, by take_stats: no device wait per micro-batch):
+  // load (E) and (aux loss, z loss, dropped slots), double.
+  torch::Tensor load_sum_, scalar_sums_;
+  int64_t micro_batches_ = 0;
+};
+TORCH_MODULE(Moe);
+
+// Every MoE layer of a model, in module order.
+std::vector<MoeImpl*> moe_layers(torch::nn::Module& model);
+// Sets each MoE layer's aux-loss weight (the trainer: the factor of the micro-batch's loss, before its
+// forward and its backward).
+void set_moe_aux_loss_weight(torch::nn::Module& model, double weight);
+
+}  // namespace loom
