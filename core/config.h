@@ -25,12 +25,15 @@ struct ModelConfig {
   int64_t n_encoder_layers = 0;  // transformer: 0 means n_layers
   int64_t n_heads = 4;
   int64_t n_kv_heads = 0;  // 0: n_heads
+  int64_t d_head = 0;      // model.head_dim; 0: d_model / n_heads
   int64_t d_ff = 0;        // 0: 4 * d_model
   int64_t max_seq_len = 256;
   NormKind norm = NormKind::kLayerNorm;
   NormPosition norm_position = NormPosition::kPre;  // post: transformer and bert only
   double norm_eps = 1e-5;
   PositionKind position = PositionKind::kLearned;
+  int64_t relative_buckets = 32;        // position relative (T5): buckets of the relative attention bias
+  int64_t relative_max_distance = 128;  // ... the distance from which all fall in the last bucket
   double rope_theta = 10000.0;
   RopeScaling rope_scaling = RopeScaling::kNone;
   double rope_scaling_factor = 1.0;
@@ -40,12 +43,14 @@ struct ModelConfig {
   double dropout = 0.1;
   bool tie_embeddings = true;
   bool scale_embeddings = false;  // token embeddings * sqrt(d_model)
+  bool scale_attention = true;    // scores q.k / sqrt(head_dim); false: q.k (T5)
+  bool scale_head = false;        // the decoder's output * d_model^-0.5 before a tied head (T5)
   double init_std = 0.02;
   std::string init_from;  // safetensors weights a fresh run starts from; empty: random init
 
   int64_t ffn_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
-  int64_t head_dim() const { return d_model / n_heads; }
+  int64_t head_dim() const { return d_head > 0 ? d_head : d_model / n_heads; }
   bool gated_mlp() const { return activation == Activation::kSwiglu || activation == Activation::kGeglu; }
   int64_t encoder_layers() const { return n_encoder_layers > 0 ? n_encoder_layers : n_layers; }
   // The blocks a pipeline (parallel.pp, parallel.pp_layers) splits into stages: its family's model's

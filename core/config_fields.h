@@ -19,12 +19,15 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.n_encoder_layers", c.model.n_encoder_layers, "transformer: encoder blocks; 0 means model.n_layers.");
   v("model.n_heads", c.model.n_heads, "Attention (query) heads; must divide d_model.");
   v("model.n_kv_heads", c.model.n_kv_heads, "Key/value heads for grouped-query attention (1: multi-query); must divide n_heads. 0 means n_heads.");
+  v("model.head_dim", c.model.d_head, "Size of each attention head; 0 means d_model / n_heads. Another value (T5 v1.1's d_kv) makes the attention's inner size n_heads * head_dim.");
   v("model.d_ff", c.model.d_ff, "MLP inner size (gated MLPs: of each of the gate and up projections); 0 means 4 * d_model.");
   v("model.max_seq_len", c.model.max_seq_len, "Context length: the longest sequence the model sees (training and generation), the size of a learned position table.");
   v("model.norm", c.model.norm, "The norm before each sublayer and at the end.");
   v("model.norm_position", c.model.norm_position, "Where the norms sit in each block.");
   v("model.norm_eps", c.model.norm_eps, "Epsilon of the norms.");
   v("model.position", c.model.position, "Position information.");
+  v("model.relative_buckets", c.model.relative_buckets, "model.position=relative: buckets of the relative attention bias (T5: 32); in the encoder half of them for keys before the query, half after.");
+  v("model.relative_max_distance", c.model.relative_max_distance, "model.position=relative: distances of this and more share the last bucket (T5: 128); below half the buckets each distance has its own, then buckets grow logarithmically.");
   v("model.rope_theta", c.model.rope_theta, "RoPE base: frequencies theta^(-2i/head_dim).");
   v("model.rope_scaling", c.model.rope_scaling, "RoPE context extension.");
   v("model.rope_scaling_factor", c.model.rope_scaling_factor, "Factor of model.rope_scaling (>= 1).");
@@ -34,6 +37,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.dropout", c.model.dropout, "Dropout on embeddings, attention probabilities and residual branches.");
   v("model.tie_embeddings", c.model.tie_embeddings, "Share the token embedding with the output projection.");
   v("model.scale_embeddings", c.model.scale_embeddings, "Multiply token embeddings by sqrt(d_model) (the original Transformer); they are then initialized with std d_model^-0.5 instead of init_std.");
+  v("model.scale_attention", c.model.scale_attention, "Scale attention scores by 1/sqrt(head_dim); false: plain q.k, as T5 (whose init folds the scale into the query weights).");
+  v("model.scale_head", c.model.scale_head, "model.arch=transformer with model.tie_embeddings: multiply the decoder's output by d_model^-0.5 before the tied output projection, as T5.");
   v("model.init_std", c.model.init_std, "Std of the normal weight init; residual projections use init_std / sqrt(2 * n_layers).");
   v("model.init_from", c.model.init_from, "A .safetensors file, or a Hugging Face model directory holding model.safetensors (GPT-2 or LLaMA names, or loom's; see `loom export`), whose weights a fresh run starts from instead of the random init; shapes must match the model.* keys. A resumed run uses its checkpoint.");
 

@@ -127,7 +127,8 @@ void validate(const Config& c) {
   check.require(m.d_model > 0, "model.d_model", m.d_model, " must be > 0");
   check.require(m.n_layers > 0, "model.n_layers", m.n_layers, " must be > 0");
   check.require(m.n_heads > 0, "model.n_heads", m.n_heads, " must be > 0");
-  if (m.n_heads > 0 && m.d_model > 0)
+  check.require(m.d_head >= 0, "model.head_dim", m.d_head, " must be >= 0 (0: d_model / n_heads)");
+  if (m.n_heads > 0 && m.d_model > 0 && m.d_head == 0)
     check.require(m.d_model % m.n_heads == 0, "model.n_heads", m.n_heads, " does not divide model.d_model=", m.d_model);
   check.require(m.n_kv_heads >= 0, "model.n_kv_heads", m.n_kv_heads, " must be >= 0 (0: n_heads)");
   if (m.n_kv_heads > 0 && m.n_heads > 0)
@@ -135,8 +136,8 @@ void validate(const Config& c) {
                   " does not divide model.n_heads=", m.n_heads, " (each key/value head serves a whole group of query heads)");
   check.require(m.d_ff >= 0, "model.d_ff", m.d_ff, " must be >= 0 (0: 4 * d_model)");
   check.require(m.norm_eps > 0, "model.norm_eps", m.norm_eps, " must be > 0");
-  if (m.position == PositionKind::kRope && m.n_heads > 0 && m.d_model % m.n_heads == 0)
-    check.require(m.head_dim() % 2 == 0, "model.position", "rope needs an even head size, got d_model / n_heads = ",
+  if (m.position == PositionKind::kRope && m.n_heads > 0 && m.head_dim() > 0)
+    check.require(m.head_dim() % 2 == 0, "model.position", "rope needs an even head size, got ",
                   m.head_dim());
   if (m.position == PositionKind::kSinusoidal)
     check.require(m.d_model % 2 == 0, "model.position", "sinusoidal needs an even d_model, got ", m.d_model);
@@ -144,6 +145,16 @@ void validate(const Config& c) {
   check.require(m.rope_scaling_factor >= 1, "model.rope_scaling_factor", m.rope_scaling_factor, " must be >= 1");
   check.require(m.rope_scaling == RopeScaling::kNone || m.position == PositionKind::kRope, "model.rope_scaling",
                 "applies to model.position=rope only, not ", enum_name(m.position));
+  if (m.position == PositionKind::kRelative) {
+    check.require(m.relative_buckets >= 4 && m.relative_buckets % 2 == 0, "model.relative_buckets", m.relative_buckets,
+                  " must be an even number >= 4 (the encoder's bias takes half for each direction, each half an exact "
+                  "and a logarithmic part)");
+    check.require(m.relative_max_distance > m.relative_buckets / 2, "model.relative_max_distance",
+                  m.relative_max_distance, " must exceed model.relative_buckets / 2 = ", m.relative_buckets / 2,
+                  " (the exact buckets of the causal bias)");
+  }
+  check.require(!m.scale_head || m.tie_embeddings, "model.scale_head",
+                "scales the decoder's output before a tied head: it needs model.tie_embeddings=true");
   check.require(m.attention_window >= 0, "model.attention_window", m.attention_window,
                 " must be >= 0 (0: full attention)");
   check.require(m.max_seq_len > 0, "model.max_seq_len", m.max_seq_len, " must be > 0");

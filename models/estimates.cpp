@@ -16,6 +16,7 @@ namespace {
 // embedding norm on the first stage, its MLM head's dense layer, norm and output bias on the last).
 struct Parts {
   int64_t norm, attention, block, decoder_block, head, position_table, embedding, embedding_extras, head_extras;
+  int64_t relative_tables;  // T5's relative attention bias tables, on the first stage
 };
 Parts parts_of(const ModelConfig& c, const ModelShape& shape) {
   const int64_t C = c.d_model, F = c.ffn_dim(), Q = c.n_heads * c.head_dim(), KV = c.kv_heads() * c.head_dim();
@@ -30,6 +31,7 @@ Parts parts_of(const ModelConfig& c, const ModelShape& shape) {
   p.position_table = c.position == PositionKind::kLearned ? c.max_seq_len * C : 0;
   p.embedding = c.vocab_size * C;
   p.embedding_extras = shape.token_types * C + (shape.embedding_norm ? p.norm : 0);
+  p.relative_tables = c.position == PositionKind::kRelative ? shape.relative_bias_tables * c.relative_buckets * c.n_heads : 0;
   p.head_extras = shape.mlm_head ? C * C + C + p.norm + c.vocab_size : 0;
   return p;
 }
@@ -92,7 +94,7 @@ int64_t count_parameters(const ModelConfig& c) {
   const Parts p = parts_of(c, s);
   // One token embedding, a position table per embedded sequence, the blocks, a final norm per stack (pre-norm).
   const int64_t stacks = (s.encoder_layers > 0 ? 1 : 0) + (s.decoder_layers > 0 ? 1 : 0);
-  return p.embedding + p.embedding_extras + s.position_tables * p.position_table + s.encoder_layers * p.block +
+  return p.embedding + p.embedding_extras + p.relative_tables + s.position_tables * p.position_table + s.encoder_layers * p.block +
          s.decoder_layers * p.decoder_block + (s.final_norms ? stacks * p.norm : 0) + p.head + p.head_extras;
 }
 
@@ -116,7 +118,7 @@ int64_t count_stage_parameters(const Config& config, int64_t stage) {
   // encoder, the encoder's final norm.
   const int64_t head = c.tie_embeddings ? p.embedding : p.head;
   int64_t n = blocks.encoder * p.block + blocks.decoder * p.decoder_block;
-  if (first) n += p.embedding + p.embedding_extras + s.position_tables * p.position_table;
+  if (first) n += p.embedding + p.embedding_extras + p.relative_tables + s.position_tables * p.position_table;
   if (s.final_norms && blocks.ends_encoder) n += p.norm;
   if (last) n += (s.final_norms ? p.norm : 0) + head + p.head_extras;
   return n;

@@ -16,6 +16,7 @@ BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp, co
   a.n_kv_heads = c.kv_heads();
   a.head_dim = c.head_dim();
   a.bias = c.bias;
+  a.scaled = c.scale_attention;
   a.window = c.attention_window;
   a.position = c.position;
   a.rope.theta = c.rope_theta;

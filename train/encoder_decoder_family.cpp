@@ -1,7 +1,9 @@
 // The transformer family (model.arch transformer): the encoder-decoder (models/encoder_decoder.h) trained on
-// translation pairs (train/translation_task.h).
+// translation pairs (train/translation_task.h); with T5's options (model.position relative, ...) its weights
+// are T5ForConditionalGeneration's under Hugging Face names (models/t5_weights.h).
 #include "core/config_checks.h"
 #include "models/encoder_decoder.h"
+#include "models/t5_weights.h"
 #include "train/model_family.h"
 #include "train/translation_task.h"
 
@@ -18,10 +20,17 @@ void validate_encoder_decoder(const Config& c, ConfigChecks& check) {
                 c.parallel.sequence_parallel_active()
                     ? ", lcm with parallel.tp=" + std::to_string(c.parallel.tp) + " under parallel.sequence_parallel)"
                     : std::string(")"));
-  check.require(m.init_from.empty(), "model.init_from", "importing weights is built for model.arch=gpt only (GPT-2, "
-                "LLaMA or loom names); no Hugging Face encoder-decoder maps onto this model yet (MarianMT differs in "
-                "its sinusoid layout, output bias, activation, special token ids and tokenizers): leave it empty "
-                "and train from the random init");
+  // Hugging Face's T5ForConditionalGeneration is the one encoder-decoder whose names it reads (MarianMT differs
+  // in its sinusoid layout, output bias, activation, special token ids and tokenizers).
+  if (!m.init_from.empty()) {
+    const auto [key, why] = t5_hf_names_problem(m);
+    check.require(key.empty(), "model.init_from", "model.arch=transformer reads Hugging Face "
+                  "T5ForConditionalGeneration weights only, and this config is not T5's (", key, ": ", why, "): set "
+                  "T5's options (configs/t5-small.yaml), or leave it empty and train from the random init");
+  }
+  if (m.position == PositionKind::kRelative)
+    check.require(m.attention_window == 0, "model.attention_window",
+                  "model.position=relative (T5) attends to every position: set it 0");
   check.require(!c.data.document_mask, "data.document_mask", "packs documents into model.arch=gpt windows; pair "
                 "batches hold one pair per row, grouped by length (train.batch_tokens), so little padding is left "
                 "to pack away: set it false");
@@ -39,6 +48,7 @@ ModelShape encoder_decoder_shape(const ModelConfig& m) {
   shape.decoder_layers = m.n_layers;
   shape.cross_attention = true;
   shape.position_tables = 2;
+  shape.relative_bias_tables = 2;  // T5: the encoder's and the decoder's
   shape.final_norms = m.norm_position == NormPosition::kPre;
   shape.stage_outputs = 2;
   shape.ends_kept = true;
@@ -71,6 +81,13 @@ ModelFamily encoder_decoder_family() {
   };
   family.make_task = make_translation_task;
   family.use_synthetic_data = use_synthetic_pairs;
+  // T5ForConditionalGeneration's names (models/t5_weights.h), for a config of T5's options.
+  family.import_hf = [](StagedModel& model, const std::filesystem::path& file) {
+    load_t5_weights(static_cast<EncoderDecoderImpl&>(model), file);
+  };
+  family.export_hf = [](const ModelConfig& config, StagedModel& model, const SpecialTokenIds& tokens) {
+    return HfExport{export_t5_weights(static_cast<EncoderDecoderImpl&>(model)), t5_config_json(config, tokens), "t5"};
+  };
   return family;
 }
 
