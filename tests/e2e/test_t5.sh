@@ -6,7 +6,8 @@
 # vocabulary, the relative bias tables by head), PP=2 with parallel.pp_layers [1, 3] (the first stage computes
 # both stacks' biases and passes them on with the encoder's and the decoder's hidden states; the second holds
 # an encoder block and both decoder blocks), PP=2 GPipe split between the stacks (only the decoder's bias
-# passed on) and ZeRO-3 at DP=2. A TP=2 checkpoint at step 10 resumed by one
+# passed on) and ZeRO-3 at DP=2; with activation checkpointing (the bias a side input of every recomputed
+# block) it repeats the losses bit for bit. A TP=2 checkpoint at step 10 resumed by one
 # process continues the single-process curve. A tiny T5 trained on the synthetic reversal task, exported
 # (`loom export`), translates in transformers (generate, num_beams=1) exactly as `loom translate --beam 1`
 # does, token for token, and its cached beam search equals the one that recomputes the whole prefix.
@@ -34,6 +35,10 @@ assert [r["step"] for r in rows if r["split"] == "valid"] == [10, 20], rows
 assert len(train) == 20 and train[-1] < train[0], train
 print(f"single: train loss {train[0]:.3f} -> {train[-1]:.3f}")
 PY
+# Activation checkpointing recomputes every block from its input and the shared bias: the same losses bit for bit.
+tiny_train "$WORK/recompute" --set train.activation_checkpointing=full >"$WORK/recompute.log" 2>&1 \
+  || fail "activation checkpointing"
+same_losses "$WORK/single" "$WORK/recompute" "T5 with activation checkpointing (full)"
 mpi_train 2 "$WORK/dp2" --set parallel.dp=2 || fail "DP=2 failed"
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2" "T5 DP=2"
 mpi_train 2 "$WORK/tp2" --set parallel.tp=2 --set parallel.dp=1 || fail "TP=2 failed"
