@@ -86,6 +86,10 @@ struct DataConfig {
   // Pair batches: source and target lengths padded up to a multiple of this (lcm with parallel.tp under
   // sequence parallelism).
   int64_t pad_to_multiple = 1;
+  // model.arch transformer: T5's span corruption of token windows instead of pairs (data/pairs/span_corruption.h).
+  bool span_corruption = false;
+  double noise_density = 0.15;
+  double mean_noise_span = 3.0;
 };
 
 // tokenizer.special_tokens: a named preset (`gpt2`, `cl100k_base`, `o200k_base`, `llama3`) or text -> id;

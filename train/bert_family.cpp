@@ -15,6 +15,7 @@ void validate_bert(const Config& c, ConfigChecks& check) {
   const ModelConfig& m = c.model;
   check.require(m.position == PositionKind::kLearned, "model.position", "model.arch=bert has learned positions");
   check.require(!m.scale_head, "model.scale_head", "applies to model.arch=transformer only");
+  check.require(!c.data.span_corruption, "data.span_corruption", "T5's pretraining objective: model.arch=transformer only");
   check.require(m.n_encoder_layers == 0, "model.n_encoder_layers",
                 "applies to model.arch=transformer only (bert: model.n_layers)");
   check.require(m.attention_window == 0, "model.attention_window", "model.arch=bert attends to the whole window");

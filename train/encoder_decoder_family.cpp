@@ -34,6 +34,20 @@ void validate_encoder_decoder(const Config& c, ConfigChecks& check) {
   check.require(!c.data.document_mask, "data.document_mask", "packs documents into model.arch=gpt windows; pair "
                 "batches hold one pair per row, grouped by length (train.batch_tokens), so little padding is left "
                 "to pack away: set it false");
+  if (c.data.span_corruption) {
+    const DataConfig& d = c.data;
+    check.require(d.synthetic == SyntheticTask::kNone, "data.synthetic",
+                  "data.span_corruption makes its pairs from token windows: leave data.synthetic empty");
+    check.require(c.train.batch_tokens <= 0, "train.batch_tokens", "data.span_corruption batches train.batch_size "
+                  "windows of data.seq_len tokens: leave it 0");
+    check.require(m.vocab_size > 0, "model.vocab_size", "data.span_corruption takes its sentinels from the top of "
+                  "model.vocab_size: set it to the tokenizer's vocabulary plus the sentinels (at least round(seq_len x "
+                  "noise_density / mean_noise_span))");
+    check.require(d.noise_density > 0 && d.noise_density < 1, "data.noise_density", d.noise_density, " must be in (0, 1)");
+    check.require(d.mean_noise_span >= 1, "data.mean_noise_span", d.mean_noise_span, " must be >= 1");
+    check.require(d.seq_len >= 2 && d.seq_len < m.max_seq_len, "data.seq_len", d.seq_len,
+                  " must be in [2, model.max_seq_len=", m.max_seq_len, "): a window's source and target (eos included) fit");
+  }
   check.require(c.parallel.cp <= 1, "parallel.cp", c.parallel.cp,
                 ": context parallelism is built for model.arch=gpt: it splits one long sequence over ranks, and "
                 "translation pairs are sentences; use parallel.cp 1 and split the batch over parallel.dp (the heads "
@@ -63,6 +77,7 @@ void use_synthetic_pairs(Config& config) {
                       "data.seq_len tokens, which must be in [2, model.max_seq_len=" +
                       std::to_string(config.model.max_seq_len) + "]");
   config.data.synthetic = SyntheticTask::kCopy;
+  config.data.span_corruption = false;  // a span-corruption run is timed on copy pairs of the same lengths
   config.data.synthetic_vocab = config.model.vocab_size;
   config.data.synthetic_min_len = config.data.synthetic_max_len = config.data.seq_len - 1;
   config.train.batch_tokens = 0;

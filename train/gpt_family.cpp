@@ -18,6 +18,7 @@ void validate_gpt(const Config& c, ConfigChecks& check) {
   check.require(m.position != PositionKind::kRelative, "model.position",
                 "relative (T5's bucketed bias) applies to model.arch=transformer only; gpt: rope or alibi");
   check.require(!m.scale_head, "model.scale_head", "applies to model.arch=transformer only");
+  check.require(!c.data.span_corruption, "data.span_corruption", "T5's pretraining objective: model.arch=transformer only");
   check.require(c.data.synthetic == SyntheticTask::kNone, "data.synthetic",
                 "synthetic pairs train model.arch=transformer, not gpt");
   check.require(c.data.pad_to_multiple == 1, "data.pad_to_multiple", "applies to model.arch=transformer only "
