@@ -284,9 +284,12 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   // Sent forward and back, one tensor per micro-batch in flight (the encoder-decoder: two).
   const int64_t directions = pp == 1 ? 0 : (stage < pp - 1) + (stage > 0);
   const double sides = static_cast<double>(shape.stage_outputs);
-  out.pipeline_sends =
-      static_cast<int64_t>(sides * static_cast<double>(directions * in_flight) * (bf16_params ? 2 : 4) * s * b * h /
-                           sequence);
+  // T5's relative biases travel beside the sides: (1, H / tp, s, s) a stack, at most (models/encoder_decoder.h).
+  const double biases = m.position == PositionKind::kRelative
+                            ? static_cast<double>(shape.relative_bias_tables) * (a / t) * s * s
+                            : 0.0;
+  out.pipeline_sends = static_cast<int64_t>(static_cast<double>(directions * in_flight) * (bf16_params ? 2 : 4) *
+                                            (sides * s * b * h / sequence + biases));
   return out;
 }
 
