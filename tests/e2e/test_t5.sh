@@ -9,7 +9,8 @@
 # passed on) and ZeRO-3 at DP=2, and so does activation checkpointing (the bias a side input of every
 # recomputed block). A TP=2 checkpoint at step 10 resumed by one
 # process continues the single-process curve. A tiny T5 trained on the synthetic reversal task, exported
-# (`loom export`), translates in transformers (generate, num_beams=1) exactly as `loom translate --beam 1`
+# (`loom export`) and read back (model.init_from) evaluates as the run (another bucket count refused naming
+# both), translates in transformers (generate, num_beams=1) exactly as `loom translate --beam 1`
 # does, token for token, and its cached beam search equals the one that recomputes the whole prefix. Span
 # corruption pretraining on the KJV token files lowers the loss and gives the same curve at DP=2.
 source "$(dirname "$0")/common.sh"
@@ -71,6 +72,22 @@ t5_reverse=(--set model.norm=rmsnorm --set model.norm_position=pre --set model.n
 "$LOOM" train $(reverse_tiny_args "$WORK/reverse") "${t5_reverse[@]}" >"$WORK/reverse.log" 2>&1 \
   || { tail "$WORK/reverse.log"; fail "T5 on the reversal task"; }
 "$LOOM" export "$WORK/reverse" --out "$WORK/reverse-hf" >/dev/null 2>&1 || fail "loom export of a T5 run"
+# model.init_from of the exported directory evaluates as the run itself; other buckets are refused naming both.
+"$LOOM" eval "$WORK/reverse" --json >"$WORK/run-eval.json" 2>/dev/null || fail "loom eval of the T5 run"
+"$LOOM" eval "$WORK/reverse/config.yaml" --set model.init_from="$WORK/reverse-hf" --json >"$WORK/hf-eval.json" 2>/dev/null \
+  || fail "loom eval with model.init_from of the exported T5"
+python3 - "$WORK/run-eval.json" "$WORK/hf-eval.json" <<'PY' || fail "the exported T5 read back evaluates otherwise"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert abs(a["loss"] - b["loss"]) < 1e-6 and a["exact_match"] == b["exact_match"], (a, b)
+print(f"model.init_from of loom's export: valid loss {b['loss']:.7f} (the run's {a['loss']:.7f})")
+PY
+set +e
+out=$("$LOOM" eval "$WORK/reverse/config.yaml" --set model.init_from="$WORK/reverse-hf" --set model.relative_buckets=16 2>&1)
+code=$?
+set -e
+[ $code -eq 2 ] && grep -q "relative_attention_num_buckets=8 but model.relative_buckets=16" <<<"$out" \
+  || fail "a T5 file of 8 buckets under model.relative_buckets=16: expected exit 2 naming both, got $code: $out"
 printf '5 9 14 3 22\n7 7 8\n20 19 18 17 16 15 14 13 12 11\n4 4 4 4\n23 3\n' > "$WORK/source.txt"
 "$LOOM" translate "$WORK/reverse" --beam 1 < "$WORK/source.txt" > "$WORK/loom-greedy.txt" || fail "loom translate --beam 1"
 "$LOOM" translate "$WORK/reverse" --beam 4 < "$WORK/source.txt" > "$WORK/cached.txt" || fail "loom translate --beam 4"
