@@ -25,6 +25,7 @@ int comm_bench_command(const Argv& argv, const ProcessGroup& processes);
 int status_command(const Argv& argv, const ProcessGroup& processes);
 int bleu_command(const Argv& argv, const ProcessGroup& processes);
 int translate_command(const Argv& argv, const ProcessGroup& processes);
+int classify_command(const Argv& argv, const ProcessGroup& processes);
 int bench_command(const Argv& argv, const ProcessGroup& processes);
 
 }  // namespace loom::cli

@@ -44,6 +44,8 @@ commands:
                                               runs: also the quality of their translations)
   translate RUN_DIR [--beam N] [--step S] [--set decode.*=...] < SOURCE
                                               translate stdin lines with a transformer run
+  classify RUN_DIR [--step S] < TEXTS         the label a BERT classifier run predicts for each stdin
+                                              line (a text, or TEXT<TAB>TEXT_PAIR)
   export RUN_DIR --format safetensors --out DIR [--step S]
                                               weights + config.json for Hugging Face transformers
   status RUN_DIR [--json]                      last step, losses, elapsed time, checkpoints and their integrity
@@ -66,6 +68,7 @@ int run_command(const loom::cli::Argv& args, const loom::ProcessGroup& processes
       {"status", loom::cli::status_command},
       {"bleu", loom::cli::bleu_command},
       {"translate", loom::cli::translate_command},
+      {"classify", loom::cli::classify_command},
       {"bench", loom::cli::bench_command},
   };
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {

@@ -47,6 +47,7 @@ struct ModelConfig {
   bool scale_head = false;        // the decoder's output * d_model^-0.5 before a tied head (T5)
   double init_std = 0.02;
   std::string init_from;  // safetensors weights a fresh run starts from; empty: random init
+  int64_t num_labels = 0;  // bert: 0 pretrains the MLM head; >= 2 a sequence classifier over that many labels
 
   int64_t ffn_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }

@@ -168,7 +168,7 @@ void validate(const Config& c) {
       {"model.vocab_size", m.vocab_size}, {"model.d_model", m.d_model},         {"model.n_layers", m.n_layers},
       {"model.n_encoder_layers", m.n_encoder_layers},
       {"model.d_ff", m.d_ff},             {"model.max_seq_len", m.max_seq_len}, {"model.n_kv_heads", m.n_kv_heads},
-      {"model.attention_window", m.attention_window}};
+      {"model.attention_window", m.attention_window}, {"model.num_labels", m.num_labels}};
   for (const auto& [key, size] : sizes)
     check.require(size <= (int64_t{1} << 24), key, size, " is beyond what loom builds (at most 2^24)");
 

@@ -34,6 +34,9 @@ struct ModelShape {
   int64_t token_types = 0;
   bool embedding_norm = false;
   bool mlm_head = false;
+  // A sequence classifier's head instead of a vocabulary head (BERT's: a C x C pooler and a C x labels
+  // classifier, both with biases); 0: none.
+  int64_t classifier_labels = 0;
 
   int64_t pipeline_layers() const { return encoder_layers + decoder_layers; }
 };

@@ -30,10 +30,16 @@ BertImpl::BertImpl(const ModelConfig& config, const TensorParallelism& tp, const
   blocks_ = build.blocks<Block>("blocks", 0, config.n_layers, block);
   runner().set_blocks(blocks_);
   if (!block.post_norm && stage_.last) final_norm_ = register_module("final_norm", Norm(block.norm));
-  mlm_dense_ = build.keep("mlm_dense", make_linear(C, C, /*bias=*/true, config.init_std), stage_.last);
-  mlm_norm_ = build.keep("mlm_norm", Norm(block.norm), stage_.last);
-  mlm_bias_ = build.keep("mlm_bias", VocabBias(config.vocab_size, tp), stage_.last);
-  ends_.build_head(build, config, tp);
+  if (config.num_labels > 0) {
+    pooler_ = build.keep("pooler", make_linear(C, C, /*bias=*/true, config.init_std), stage_.last);
+    classifier_ = build.keep("classifier", make_linear(C, config.num_labels, /*bias=*/true, config.init_std),
+                             stage_.last);
+  } else {
+    mlm_dense_ = build.keep("mlm_dense", make_linear(C, C, /*bias=*/true, config.init_std), stage_.last);
+    mlm_norm_ = build.keep("mlm_norm", Norm(block.norm), stage_.last);
+    mlm_bias_ = build.keep("mlm_bias", VocabBias(config.vocab_size, tp), stage_.last);
+    ends_.build_head(build, config, tp);
+  }
 
   torch::NoGradGuard no_grad;
   ends_.init_embedding(config.init_std);
@@ -58,6 +64,11 @@ torch::Tensor BertImpl::head(const torch::Tensor& h) {
   return mlm_bias_->forward(ends_.logits(mlm_norm_->forward(activate(mlm_dense_->forward(normed)))));
 }
 
+torch::Tensor BertImpl::classify(const torch::Tensor& h) {
+  const auto first = (final_norm_ ? final_norm_->forward(h) : h).select(1, 0);  // (B, C): [CLS]
+  return classifier_->forward(dropout_->forward(torch::tanh(pooler_->forward(first))));
+}
+
 torch::Tensor BertImpl::forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden,
                                       const torch::Tensor& padding, const torch::Tensor& token_types,
                                       const torch::Tensor& selected) {
@@ -68,6 +79,7 @@ torch::Tensor BertImpl::forward_stage(const torch::Tensor& tokens, const torch::
   inputs.padding = padding;
   for (size_t i = 0; i < blocks_.size(); ++i) x = runner().block(i, x, nullptr, inputs);
   if (!stage_.last) return x;
+  if (classifier_) return classify(x);
   return head(selected.defined() ? x.flatten(0, 1).index_select(0, selected) : x);
 }
 

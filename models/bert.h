@@ -2,9 +2,11 @@
 // embeddings and a LayerNorm over their sum, a stack of bidirectional self-attention blocks (models/block.h:
 // post-norm as BERT, or pre-norm with a final norm; padded keys masked), and the masked-LM head: a dense
 // C x C layer, the activation (BERT's exact GELU), a norm, then the vocabulary product tied to the token
-// embedding (or the untied head) plus an output bias of its own. Its parameters are named for loom
+// embedding (or the untied head) plus an output bias of its own. A classifier (model.num_labels > 0) has
+// BertForSequenceClassification's head instead: the first position's ([CLS]) hidden through a C x C dense
+// layer and tanh (the pooler), dropout, and a C x labels linear layer. Its parameters are named for loom
 // (token_embedding, position_embedding, token_type_embedding, embedding_norm, blocks.N, final_norm,
-// mlm_dense, mlm_norm, mlm_bias); models/bert_weights.h maps them to BertForMaskedLM's.
+// mlm_dense, mlm_norm, mlm_bias, or pooler, classifier); models/bert_weights.h maps them to Hugging Face's.
 // Built as one pipeline stage of the model like the GPT (models/model_stage.h: the first stage embeds, the
 // last holds the head), split over a TP group like the GPT (heads, MLP columns, the vocabulary of the
 // embedding, the untied head and the output bias; the dense layer and norms replicated). Its blocks run
@@ -44,12 +46,13 @@ class BertImpl : public StagedModel {
   explicit BertImpl(const ModelConfig& config, const TensorParallelism& tp = {}, const ModelStage& stage = {});
 
   // tokens (B, T) int64; padding (B, T) bool, true at padded positions (masked as keys; undefined: none);
-  // token_types (B, T) int64 (undefined: all 0) -> logits (B, T, V), or (B, T, V_r) under TP. Whole model.
+  // token_types (B, T) int64 (undefined: all 0) -> logits (B, T, V), or (B, T, V_r) under TP; a classifier
+  // (model.num_labels > 0): (B, labels), from each sequence's first position ([CLS]). Whole model.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& padding = {},
                         const torch::Tensor& token_types = {});
   // A pipeline stage: the first embeds tokens, the others take the previous stage's hidden (B, T, C). The
   // last returns the logits at `selected` ((N) int64 indices into the flattened B * T positions: (N, V or
-  // V_r); undefined: every position, (B, T, V or V_r)), the others their hidden.
+  // V_r); undefined: every position, (B, T, V or V_r)), or a classifier's (B, labels), the others their hidden.
   torch::Tensor forward_stage(const torch::Tensor& tokens, const torch::Tensor& hidden, const torch::Tensor& padding,
                               const torch::Tensor& token_types = {}, const torch::Tensor& selected = {});
   std::vector<int64_t> hidden_shape(int64_t B, int64_t T) const { return {B, T, config_.d_model}; }
@@ -63,6 +66,7 @@ class BertImpl : public StagedModel {
   torch::Tensor embed(const torch::Tensor& tokens, const torch::Tensor& token_types);  // (B, T) -> (B, T, C)
   torch::Tensor head(const torch::Tensor& h);  // (..., C) -> (..., V or V_r)
   torch::Tensor activate(const torch::Tensor& x) const;
+  torch::Tensor classify(const torch::Tensor& h);  // (B, T, C) -> (B, labels)
 
   ModelConfig config_;
   TensorParallelism tp_;
@@ -76,6 +80,7 @@ class BertImpl : public StagedModel {
   torch::nn::Linear mlm_dense_{nullptr};
   Norm mlm_norm_{nullptr};
   VocabBias mlm_bias_{nullptr};
+  torch::nn::Linear pooler_{nullptr}, classifier_{nullptr};  // a classifier's head instead of the MLM head
 };
 TORCH_MODULE(Bert);
 

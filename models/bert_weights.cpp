@@ -6,8 +6,12 @@
 namespace loom {
 namespace {
 
+// Which head a weights file's names cover: BertForMaskedLM's, BertForSequenceClassification's, or none (a
+// classifier starting from a pretrained BertForMaskedLM: its pooler and classifier keep their fresh init).
+enum class BertHead { kMaskedLm, kClassifier, kNone };
+
 // exporting: also the names transformers reads no value from (an untied head's cls.predictions.bias).
-std::vector<HfPiece> bert_pieces(const ModelConfig& c, bool exporting) {
+std::vector<HfPiece> bert_pieces(const ModelConfig& c, bool exporting, BertHead head) {
   const int64_t C = c.d_model;
   std::vector<HfPiece> out = {{"bert.embeddings.word_embeddings.weight", "token_embedding.weight"},
                               {"bert.embeddings.position_embeddings.weight", "position_embedding.weight"},
@@ -30,6 +34,11 @@ std::vector<HfPiece> bert_pieces(const ModelConfig& c, bool exporting) {
     both(hf + "output.dense", loom + "mlp.down");
     both(hf + "output.LayerNorm", loom + "ln2");
   }
+  if (head == BertHead::kClassifier) {
+    both("bert.pooler.dense", "pooler");
+    both("classifier", "classifier");
+  }
+  if (head != BertHead::kMaskedLm) return out;
   both("cls.predictions.transform.dense", "mlm_dense");
   both("cls.predictions.transform.LayerNorm", "mlm_norm");
   // transformers ties the decoder's bias to cls.predictions.bias with the embedding, and unties both apart:
@@ -71,22 +80,34 @@ void load_bert_weights(BertImpl& model, const std::filesystem::path& path) {
   const auto file = hf_weights_file(path);
   std::map<std::string, torch::Tensor> stored;
   for (const auto& [name, tensor] : read_safetensors(file).tensors) stored[name] = tensor;
-  import_pieces(model, model.tp_group(), bert_pieces(c, false), std::move(stored), file.string(), "BertForMaskedLM",
+  // A classifier reads BertForSequenceClassification's file whole, or a pretrained BertForMaskedLM's encoder.
+  const bool classifier = c.num_labels > 0;
+  const BertHead head = !classifier ? BertHead::kMaskedLm
+                        : stored.count("classifier.weight") ? BertHead::kClassifier
+                                                            : BertHead::kNone;
+  const char* label = head == BertHead::kClassifier ? "BertForSequenceClassification" : "BertForMaskedLM";
+  import_pieces(model, model.tp_group(), bert_pieces(c, false, head), std::move(stored), file.string(), label,
                 [&](const std::string& name) {
+                  const bool masked_lm_head = name.rfind("cls.", 0) == 0;
+                  if (head == BertHead::kNone)
+                    return masked_lm_head || name.rfind("bert.pooler.", 0) == 0 || name == "bert.embeddings.position_ids";
                   // The decoder's tied copies (or untied, the unread bias), BertModel's pooler and position ids.
                   const bool tied_copy = name == "cls.predictions.decoder.weight" || name == "cls.predictions.decoder.bias";
                   return (c.tie_embeddings ? tied_copy : name == "cls.predictions.bias") ||
-                         name.rfind("bert.pooler.", 0) == 0 || name == "bert.embeddings.position_ids";
+                         (head == BertHead::kMaskedLm && name.rfind("bert.pooler.", 0) == 0) ||
+                         name == "bert.embeddings.position_ids";
                 });
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> export_bert_weights(BertImpl& model) {
   check_bert_hf_names(model.config(), "loom export");
-  return export_pieces(model, bert_pieces(model.config(), true), "BertForMaskedLM");
+  const bool classifier = model.config().num_labels > 0;
+  return export_pieces(model, bert_pieces(model.config(), true, classifier ? BertHead::kClassifier : BertHead::kMaskedLm),
+                       classifier ? "BertForSequenceClassification" : "BertForMaskedLM");
 }
 
 nlohmann::ordered_json bert_config_json(const ModelConfig& c, const SpecialTokenIds& tokens) {
-  return {{"architectures", {"BertForMaskedLM"}},
+  nlohmann::ordered_json config = {{"architectures", {c.num_labels > 0 ? "BertForSequenceClassification" : "BertForMaskedLM"}},
           {"model_type", "bert"},
           {"vocab_size", c.vocab_size},
           {"hidden_size", c.d_model},
@@ -103,6 +124,12 @@ nlohmann::ordered_json bert_config_json(const ModelConfig& c, const SpecialToken
           {"pad_token_id", tokens.pad ? nlohmann::ordered_json(*tokens.pad) : nlohmann::ordered_json()},
           {"tie_word_embeddings", c.tie_embeddings},
           {"dtype", "float32"}};
+  if (c.num_labels > 0) {  // transformers takes num_labels from id2label
+    nlohmann::ordered_json names;
+    for (int64_t i = 0; i < c.num_labels; ++i) names[std::to_string(i)] = "LABEL_" + std::to_string(i);
+    config["id2label"] = names;
+  }
+  return config;
 }
 
 }  // namespace loom

@@ -4,7 +4,9 @@
 // intermediate.dense, output.{dense,LayerNorm}}, cls.predictions.{transform.dense, transform.LayerNorm, bias}
 // and, untied, cls.predictions.decoder.{weight, bias} (transformers then adds the decoder's bias). loom's fused qkv rows [q | k | v] are query, key and value;
 // ln1 / ln2 are the post-norm block's attention.output.LayerNorm / output.LayerNorm. Only the post-norm
-// model with biases, LayerNorm and learned positions has these names (a pre-norm BERT is refused).
+// model with biases, LayerNorm and learned positions has these names (a pre-norm BERT is refused). A classifier
+// (model.num_labels > 0) is BertForSequenceClassification: the encoder's names, bert.pooler.dense and classifier;
+// its model.init_from may also be a BertForMaskedLM, whose encoder it takes (pooler and classifier stay fresh).
 #pragma once
 #include <filesystem>
 #include <string>

@@ -13,7 +13,8 @@ namespace {
 
 // The parameter counts of a model's parts: a block of models/block.h, a decoder block of a model with an
 // encoder (its cross-attention and that one's norm more), and the ends (BERT's: a token-type table and an
-// embedding norm on the first stage, its MLM head's dense layer, norm and output bias on the last).
+// embedding norm on the first stage, its MLM head's dense layer, norm and output bias, or its classifier's
+// pooler and classifier, on the last).
 struct Parts {
   int64_t norm, attention, block, decoder_block, head, position_table, embedding, embedding_extras, head_extras;
   int64_t relative_tables;  // T5's relative attention bias tables, on the first stage
@@ -27,12 +28,13 @@ Parts parts_of(const ModelConfig& c, const ModelShape& shape) {
   const int64_t mlp = (c.gated_mlp() ? 2 : 1) * linear(C, F) + linear(F, C);
   p.block = 2 * p.norm + p.attention + mlp;
   p.decoder_block = shape.cross_attention ? p.block + p.norm + p.attention : p.block;
-  p.head = c.tie_embeddings ? 0 : c.vocab_size * C;  // the untied head has no bias
+  p.head = c.tie_embeddings || shape.classifier_labels > 0 ? 0 : c.vocab_size * C;  // the untied head has no bias
   p.position_table = c.position == PositionKind::kLearned ? c.max_seq_len * C : 0;
   p.embedding = c.vocab_size * C;
   p.embedding_extras = shape.token_types * C + (shape.embedding_norm ? p.norm : 0);
   p.relative_tables = c.position == PositionKind::kRelative ? shape.relative_bias_tables * c.relative_buckets * c.n_heads : 0;
-  p.head_extras = shape.mlm_head ? C * C + C + p.norm + c.vocab_size : 0;
+  const int64_t N = shape.classifier_labels;
+  p.head_extras = shape.mlm_head ? C * C + C + p.norm + c.vocab_size : N > 0 ? C * C + C + C * N + N : 0;
   return p;
 }
 
@@ -135,7 +137,8 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
   const ModelShape s = model_shape(c);
   const double layers = static_cast<double>(s.pipeline_layers());
   const double cross = s.cross_attention ? static_cast<double>(s.decoder_layers) : 0.0;
-  const double matmul_weights = layers * per_layer + cross * attention + static_cast<double>(c.vocab_size) * C;
+  const double head = s.classifier_labels > 0 ? 0.0 : static_cast<double>(c.vocab_size) * C;  // a classifier: none
+  const double matmul_weights = layers * per_layer + cross * attention + head;
   return 6.0 * matmul_weights + 12.0 * (layers + cross) * Q * static_cast<double>(keys);
 }
 

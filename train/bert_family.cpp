@@ -1,9 +1,11 @@
 // The bert family (model.arch bert): the encoder-only BERT (models/bert.h) trained by masked language
-// modelling on windows of token files (train/mlm_task.h), its weights under BertForMaskedLM's Hugging Face
-// names (models/bert_weights.h).
+// modelling on windows of token files (train/mlm_task.h), or with model.num_labels > 0 fine-tuned as a
+// sequence classifier on labelled texts (train/classify_task.h), its weights under BertForMaskedLM's (or
+// BertForSequenceClassification's) Hugging Face names (models/bert_weights.h).
 #include "core/config_checks.h"
 #include "models/bert.h"
 #include "models/bert_weights.h"
+#include "train/classify_task.h"
 #include "train/mlm_task.h"
 #include "train/model_family.h"
 
@@ -31,16 +33,22 @@ void validate_bert(const Config& c, ConfigChecks& check) {
   check.require(c.parallel.cp <= 1, "parallel.cp", "context parallelism is built for model.arch=gpt");
   check.require(!c.parallel.sequence_parallel_active(), "parallel.sequence_parallel",
                 "model.arch=bert is not sequence-parallel yet: set it false");
+  check.require(m.num_labels == 0 || m.num_labels >= 2, "model.num_labels", m.num_labels,
+                ": 0 pretrains the MLM head, a classifier has at least 2 labels");
+  check.require(m.num_labels == 0 || c.parallel.pp == 1, "parallel.pp",
+                "a BERT classifier (model.num_labels > 0) is not pipelined yet: set it 1");
 }
 
-// One stack of blocks (counted as the GPT's), BERT's ends: token types, the embedding norm, the MLM head.
+// One stack of blocks (counted as the GPT's), BERT's ends: token types, the embedding norm, the MLM head or
+// the classifier's.
 ModelShape bert_shape(const ModelConfig& m) {
   ModelShape shape;
   shape.decoder_layers = m.n_layers;
   shape.final_norms = m.norm_position == NormPosition::kPre;
   shape.token_types = kBertTokenTypes;
   shape.embedding_norm = true;
-  shape.mlm_head = true;
+  shape.mlm_head = m.num_labels == 0;
+  shape.classifier_labels = m.num_labels;
   shape.ends_kept = true;  // ZeRO-3 (models/bert.h)
   return shape;
 }
@@ -56,7 +64,10 @@ ModelFamily bert_family() {
     LOOM_CHECK(cp.size() == 1, "BERT is not context-parallel (parallel.cp)");
     return std::static_pointer_cast<StagedModel>(Bert(config.model, tp, stage).ptr());
   };
-  family.make_task = make_mlm_task;
+  family.make_task = [](const Config& config, TaskData data, const ModelSource& model) -> std::unique_ptr<Task> {
+    if (config.model.num_labels > 0) return make_classify_task(config, data, model);
+    return make_mlm_task(config, data, model);
+  };
   // TaskData::kSynthetic: uniform random text, the last four ids the specials (mlm_token_ids).
   family.use_synthetic_data = [](Config&) {};
   family.import_hf = [](StagedModel& model, const std::filesystem::path& file) {

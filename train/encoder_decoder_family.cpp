@@ -31,6 +31,7 @@ void validate_encoder_decoder(const Config& c, ConfigChecks& check) {
   if (m.position == PositionKind::kRelative)
     check.require(m.attention_window == 0, "model.attention_window",
                   "model.position=relative (T5) attends to every position: set it 0");
+  check.require(m.num_labels == 0, "model.num_labels", "applies to model.arch=bert only");
   check.require(!c.data.document_mask, "data.document_mask", "packs documents into model.arch=gpt windows; pair "
                 "batches hold one pair per row, grouped by length (train.batch_tokens), so little padding is left "
                 "to pack away: set it false");

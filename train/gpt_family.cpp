@@ -19,6 +19,7 @@ void validate_gpt(const Config& c, ConfigChecks& check) {
                 "relative (T5's bucketed bias) applies to model.arch=transformer only; gpt: rope or alibi");
   check.require(!m.scale_head, "model.scale_head", "applies to model.arch=transformer only");
   check.require(!c.data.span_corruption, "data.span_corruption", "T5's pretraining objective: model.arch=transformer only");
+  check.require(m.num_labels == 0, "model.num_labels", "applies to model.arch=bert only");
   check.require(c.data.synthetic == SyntheticTask::kNone, "data.synthetic",
                 "synthetic pairs train model.arch=transformer, not gpt");
   check.require(c.data.pad_to_multiple == 1, "data.pad_to_multiple", "applies to model.arch=transformer only "

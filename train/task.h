@@ -5,6 +5,7 @@
 //   LmTask (train/lm_task.h):                   the GPT on windows of a token file
 //   TranslationTask (train/translation_task.h): the encoder-decoder on Seq2SeqBatch pairs
 //   MlmTask (train/mlm_task.h):                 BERT's masked language modelling on windows of token files
+//   ClassifyTask (train/classify_task.h):       a BERT sequence classifier on labelled texts
 // Which task and model a config means (model.arch) is train/model_family.h's; make_task() below builds
 // any of them the one way (seed, TP stream, model, stage dropout).
 #pragma once

@@ -10,21 +10,22 @@
 #include <string_view>
 #include <vector>
 
+#include "data/tokenizers/hf_model.h"
 #include "data/tokenizers/string_table.h"
 
 namespace loom {
 
-class HfBpeModel {
+class HfBpeModel : public HfModel {
  public:
   HfBpeModel(const nlohmann::json& model, bool byte_level, const std::string& where);
 
   // Appends the ids of one pre-tokenized piece (raw bytes when byte-level, else text).
-  void encode(std::string_view piece, std::vector<int32_t>& out) const;
+  void encode(std::string_view piece, std::vector<int32_t>& out) const override;
 
   // The id of a vocabulary entry as the file writes it ("Ġthe"); -1 when absent.
-  int32_t token_id(std::string_view vocab_text) const { return vocab_.find(vocab_text); }
+  int32_t token_id(std::string_view vocab_text) const override { return vocab_.find(vocab_text); }
   // Vocabulary entries by id as the file writes them ("" for ids it does not use).
-  const std::vector<std::string>& tokens() const { return tokens_; }
+  const std::vector<std::string>& tokens() const override { return tokens_; }
 
  private:
   // Appends the initial symbols of the character (or byte) piece[start, end).

@@ -11,9 +11,10 @@
 namespace loom {
 
 struct HfDecoder::Step {
-  enum Kind { kByteLevel, kByteFallback, kFuse, kReplace, kStrip } kind;
+  enum Kind { kByteLevel, kByteFallback, kFuse, kReplace, kStrip, kWordPiece } kind;
   std::unique_ptr<SplitRegex> regex;  // kReplace
-  std::string content;                // kReplace: the replacement; kStrip: the character stripped
+  std::string content;                // kReplace: the replacement; kStrip: the character stripped; kWordPiece: prefix
+  bool cleanup = false;               // kWordPiece
   size_t start = 0, stop = 0;         // kStrip
 
   void apply(std::vector<std::string>& tokens) const;
@@ -60,11 +61,29 @@ void add_decoder_steps(const nlohmann::json& spec, const std::string& where, std
     step->content = spec.at("content").get<std::string>();
     step->start = spec.value("start", size_t{0});
     step->stop = spec.value("stop", size_t{0});
+  } else if (type == "WordPiece") {
+    step->kind = Step::kWordPiece;
+    step->content = spec.value("prefix", std::string("##"));
+    step->cleanup = spec.value("cleanup", true);
   } else {
     throw Error(where + ": decoder '" + type +
-                "' is not implemented by loom (it reads ByteLevel, ByteFallback, Fuse, Replace, Strip and Sequence)");
+                "' is not implemented by loom (it reads ByteLevel, ByteFallback, Fuse, Replace, Strip, WordPiece and "
+                "Sequence)");
   }
   steps.push_back(std::move(step));
+}
+
+// Every occurrence of `from` in s replaced by `to`, left to right.
+void replace_every(std::string& s, std::string_view from, std::string_view to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+}
+
+// The WordPiece decoder's cleanup: the spaces English tokenization puts before punctuation and contractions.
+void wordpiece_cleanup(std::string& s) {
+  static const std::pair<const char*, const char*> kRules[] = {
+      {" .", "."},     {" ?", "?"},     {" !", "!"},           {" ,", ","},     {" ' ", "'"},    {" n't", "n't"},
+      {" 'm", "'m"},   {" do not", " don't"}, {" 's", "'s"},   {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& [from, to] : kRules) replace_every(s, from, to);
 }
 
 }  // namespace
@@ -125,6 +144,19 @@ void HfDecoder::Step::apply(std::vector<std::string>& tokens) const {
         while (n < stop && end >= begin + content.size() && t.compare(end - content.size(), content.size(), content) == 0)
           end -= content.size(), ++n;
         t = t.substr(begin, end - begin);
+      }
+      return;
+    case kWordPiece:  // continuation pieces lose their prefix, every other piece but the first gets a space
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        auto& t = tokens[i];
+        if (i > 0) {
+          if (t.compare(0, content.size(), content) == 0) {
+            t.erase(0, content.size());
+          } else {
+            t.insert(0, " ");
+          }
+        }
+        if (cleanup) wordpiece_cleanup(t);
       }
       return;
   }

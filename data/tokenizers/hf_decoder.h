@@ -1,7 +1,8 @@
 // The decoder and post-processor of a Hugging Face tokenizer.json. Decoders, chained over the list of
 // token strings as Hugging Face does: ByteLevel (alphabet characters back to bytes, then lossy UTF-8),
-// ByteFallback (<0xXX> runs to their bytes), Fuse, Replace, Strip and Sequence; none: tokens joined by
-// spaces. Post-processors, for add_special_tokens: TemplateProcessing (its single-sequence template),
+// ByteFallback (<0xXX> runs to their bytes), Fuse, Replace, Strip, WordPiece (## pieces joined, the others
+// after a space, with its cleanup) and Sequence; none: tokens joined by spaces. Post-processors, for
+// add_special_tokens: TemplateProcessing (its single-sequence template),
 // RobertaProcessing and BertProcessing (cls ... sep), ByteLevel (adds nothing) and Sequence. Other
 // types are refused at load, naming them.
 #pragma once

@@ -6,15 +6,18 @@
 #include <unicode/ustring.h>
 
 #include "core/error.h"
+#include "data/tokenizers/bert_chars.h"
 #include "data/tokenizers/split_regex.h"
 #include "data/tokenizers/utf8.h"
 
 namespace loom {
 
 struct HfNormalizer::Step {
-  enum Kind { kUnicode, kLowercase, kStrip, kStripAccents, kReplace, kPrepend } kind;
+  enum Kind { kUnicode, kLowercase, kStrip, kStripAccents, kReplace, kPrepend, kBertClean } kind;
   const icu::Normalizer2* form = nullptr;  // kUnicode
   bool left = false, right = false;        // kStrip
+  bool clean_text = false, handle_chinese = false;  // kBertClean
+  bool bert_marks = false;  // kStripAccents: the marks of bert_chars.h (BertNormalizer), else today's Mn
   std::unique_ptr<SplitRegex> regex;       // kReplace
   std::string content;                     // kReplace, kPrepend
 
@@ -61,6 +64,30 @@ void append_lowercase(std::string& out, char32_t c) {
   }
 }
 
+// BertNormalizer's clean_text: drops NUL, U+FFFD and the "other" characters (bert_chars.h) but tab, newline and
+// carriage return, and turns whitespace into a space; handle_chinese_chars: a space either side of each CJK
+// ideograph.
+std::string bert_clean(std::string_view text, bool clean_text, bool handle_chinese) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    char32_t c = utf8::next(text, i);
+    if (clean_text) {
+      const bool line_space = c == '\t' || c == '\n' || c == '\r';
+      if (c == 0 || c == utf8::kReplacement || (bert_chars::is_other(c) && !line_space)) continue;
+      if (line_space || bert_chars::is_white_space(c)) c = ' ';
+    }
+    if (handle_chinese && bert_chars::is_cjk_ideograph(c)) {
+      out += ' ';
+      utf8::append(out, c);
+      out += ' ';
+    } else {
+      utf8::append(out, c);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string HfNormalizer::Step::apply(std::string_view text) const {
@@ -91,13 +118,18 @@ std::string HfNormalizer::Step::apply(std::string_view text) const {
     case kStripAccents:
       for (size_t i = 0; i < text.size();) {
         const size_t at = i;
-        if (u_charType(static_cast<UChar32>(utf8::next(text, i))) != U_NON_SPACING_MARK) out.append(text.substr(at, i - at));
+        const char32_t c = utf8::next(text, i);
+        const bool mark = bert_marks ? bert_chars::is_nonspacing_mark(c)
+                                     : u_charType(static_cast<UChar32>(c)) == U_NON_SPACING_MARK;
+        if (!mark) out.append(text.substr(at, i - at));
       }
       return out;
     case kReplace:
       return replace_all(*regex, text, content);
     case kPrepend:
       return text.empty() ? std::string() : content + std::string(text);
+    case kBertClean:
+      return bert_clean(text, clean_text, handle_chinese);
   }
   return std::string(text);
 }
@@ -169,13 +201,29 @@ void add_normalizer_steps(const nlohmann::json& spec, const std::string& where,
     step->regex = std::make_unique<SplitRegex>(is_regex ? pattern : regex_escape(pattern), RegexDialect::kHuggingFace,
                                                where + " (normalizer Replace)");
     step->content = spec.at("content").get<std::string>();
+  } else if (type == "BertNormalizer") {  // clean and space CJK, then (NFD and) strip accents, then lowercase
+    const bool lowercase = spec.value("lowercase", true);
+    const bool strip_accents = spec.contains("strip_accents") && !spec["strip_accents"].is_null()
+                                   ? spec["strip_accents"].get<bool>()
+                                   : lowercase;  // null: as lowercase
+    step->kind = Step::kBertClean;
+    step->clean_text = spec.value("clean_text", true);
+    step->handle_chinese = spec.value("handle_chinese_chars", true);
+    steps.push_back(std::move(step));
+    if (strip_accents) {
+      add_normalizer_steps({{"type", "NFD"}}, where, steps);
+      add_normalizer_steps({{"type", "StripAccents"}}, where, steps);
+      steps.back()->bert_marks = true;
+    }
+    if (lowercase) add_normalizer_steps({{"type", "Lowercase"}}, where, steps);
+    return;
   } else if (type == "Prepend") {
     step->kind = Step::kPrepend;
     step->content = spec.at("prepend").get<std::string>();
   } else {
     throw Error(where + ": normalizer '" + type +
                 "' is not implemented by loom (it reads NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, "
-                "Replace, Prepend and Sequence)");
+                "Replace, Prepend, BertNormalizer and Sequence)");
   }
   steps.push_back(std::move(step));
 }

@@ -1,6 +1,7 @@
 // The normalizers of a Hugging Face tokenizer.json, applied to each stretch of text between added
 // tokens before it is split: NFC, NFD, NFKC, NFKD (ICU), Lowercase (per code point, full mappings, as
-// Rust's char::to_lowercase), Strip, StripAccents, Replace, Prepend and a Sequence of them. Any other
+// Rust's char::to_lowercase), Strip, StripAccents, Replace, Prepend, BertNormalizer (clean_text,
+// handle_chinese_chars, strip_accents, lowercase) and a Sequence of them. Any other
 // type is refused at load, naming it.
 #pragma once
 #include <memory>

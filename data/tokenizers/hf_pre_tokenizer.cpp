@@ -3,16 +3,27 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "data/tokenizers/bert_chars.h"
 #include "data/tokenizers/hf_normalizer.h"
+#include "data/tokenizers/utf8.h"
 
 namespace loom {
 
 const char* const kByteLevelPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+namespace {
+
+// (span, is_match) covering text[start, end), as Hugging Face's Pattern::find_matches.
+using MatchSpans = std::vector<std::pair<TextPiece, bool>>;
+
+// The pieces `behavior` makes of the spans (inverted first when `invert`), appended to out.
+void apply_split_behavior(MatchSpans& spans, SplitBehavior behavior, bool invert, std::vector<TextPiece>& out);
+
+}  // namespace
+
 void split_spans(const SplitRegex& regex, SplitBehavior behavior, bool invert, std::string_view text, uint32_t start,
                  uint32_t end, std::vector<TextPiece>& out) {
-  // (span, is_match) covering the whole text, as Hugging Face's Pattern::find_matches.
-  thread_local std::vector<std::pair<TextPiece, bool>> spans;
+  thread_local MatchSpans spans;
   spans.clear();
   const std::string_view part = text.substr(start, end - start);
   uint32_t done = 0;
@@ -22,6 +33,29 @@ void split_spans(const SplitRegex& regex, SplitBehavior behavior, bool invert, s
     done = static_cast<uint32_t>(e);
   });
   if (done < part.size()) spans.push_back({{start + done, end, false}, false});
+  apply_split_behavior(spans, behavior, invert, out);
+}
+
+namespace {
+
+// Each character `is_delimiter` accepts is a match of its own, as Hugging Face's split by a char predicate.
+void split_chars(bool (*is_delimiter)(char32_t), SplitBehavior behavior, std::string_view text, uint32_t start,
+                 uint32_t end, std::vector<TextPiece>& out) {
+  thread_local MatchSpans spans;
+  spans.clear();
+  uint32_t done = start;
+  for (size_t i = start; i < end;) {
+    const auto at = static_cast<uint32_t>(i);
+    if (!is_delimiter(utf8::next(text, i))) continue;
+    if (at > done) spans.push_back({{done, at, false}, false});
+    spans.push_back({{at, static_cast<uint32_t>(i), false}, true});
+    done = static_cast<uint32_t>(i);
+  }
+  if (done < end) spans.push_back({{done, end, false}, false});
+  apply_split_behavior(spans, behavior, false, out);
+}
+
+void apply_split_behavior(MatchSpans& spans, SplitBehavior behavior, bool invert, std::vector<TextPiece>& out) {
   if (invert)
     for (auto& s : spans) s.second = !s.second;
 
@@ -70,6 +104,8 @@ void split_spans(const SplitRegex& regex, SplitBehavior behavior, bool invert, s
   }
 }
 
+}  // namespace
+
 void HfPreTokenizer::add(const nlohmann::json& spec, const std::string& where) {
   if (spec.is_null()) return;
   const std::string type = spec.value("type", "");
@@ -93,6 +129,15 @@ void HfPreTokenizer::add(const nlohmann::json& spec, const std::string& where) {
     else throw Error(where + ": Split behavior '" + behavior + "' is not one of Removed, Isolated, MergedWithPrevious, "
                      "MergedWithNext, Contiguous");
     splits_.push_back(std::move(step));
+  } else if (type == "BertPreTokenizer") {  // whitespace removed, then each punctuation character on its own
+    splits_.push_back({nullptr, bert_chars::is_white_space, SplitBehavior::kRemoved, false});
+    splits_.push_back({nullptr, bert_chars::is_punctuation, SplitBehavior::kIsolated, false});
+  } else if (type == "WhitespaceSplit") {
+    splits_.push_back({nullptr, bert_chars::is_white_space, SplitBehavior::kRemoved, false});
+  } else if (type == "Whitespace") {  // runs of word characters, and runs of what is neither word nor space
+    splits_.push_back({std::make_unique<SplitRegex>(R"(\w+|[^\w\s]+)", RegexDialect::kHuggingFace,
+                                                    where + " (pre_tokenizer Whitespace)"),
+                       nullptr, SplitBehavior::kRemoved, true});
   } else if (type == "ByteLevel") {
     byte_level_ = true;
     add_prefix_space_ = spec.value("add_prefix_space", true);
@@ -101,7 +146,8 @@ void HfPreTokenizer::add(const nlohmann::json& spec, const std::string& where) {
                                                        where + " (pre_tokenizer ByteLevel)");
   } else {
     throw Error(where + ": pre-tokenizer '" + type +
-                "' is not implemented by loom (it reads ByteLevel, Split and Sequence: byte-level BPE tokenizers)");
+                "' is not implemented by loom (it reads ByteLevel, Split, BertPreTokenizer, Whitespace, WhitespaceSplit "
+                "and Sequence)");
   }
 }
 
@@ -115,7 +161,13 @@ void HfPreTokenizer::split(std::string_view text, std::vector<TextPiece>& out) c
   thread_local std::vector<TextPiece> next;
   for (const auto& step : splits_) {
     next.clear();
-    for (const auto& p : out) split_spans(*step.regex, step.behavior, step.invert, text, p.start, p.end, next);
+    for (const auto& p : out) {
+      if (step.regex) {
+        split_spans(*step.regex, step.behavior, step.invert, text, p.start, p.end, next);
+      } else {
+        split_chars(step.is_delimiter, step.behavior, text, p.start, p.end, next);
+      }
+    }
     out.swap(next);
   }
   if (!byte_level_) return;

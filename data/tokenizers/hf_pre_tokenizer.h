@@ -1,6 +1,7 @@
 // The pre-tokenizer of a Hugging Face tokenizer.json: Split (a regex or string, the five delimiter
-// behaviours, invert) and ByteLevel (add_prefix_space, use_regex with GPT-2's pattern), alone or in a
-// Sequence, ByteLevel last. It cuts a normalized stretch of text into the pieces BPE merges within.
+// behaviours, invert), BertPreTokenizer (whitespace, then each punctuation character alone), Whitespace,
+// WhitespaceSplit and ByteLevel (add_prefix_space, use_regex with GPT-2's pattern), alone or in a
+// Sequence, ByteLevel last. It cuts a normalized stretch of text into the pieces the model encodes one by one.
 // ByteLevel's mapping of bytes to printable characters is not done here: the BPE model works on raw
 // bytes (hf_bpe.h). Other pre-tokenizers, and ByteLevel before another one, are refused at load.
 #pragma once
@@ -35,7 +36,8 @@ class HfPreTokenizer {
 
  private:
   struct SplitStep {
-    std::unique_ptr<SplitRegex> regex;
+    std::unique_ptr<SplitRegex> regex;        // the matches; null: each character is_delimiter accepts
+    bool (*is_delimiter)(char32_t) = nullptr;
     SplitBehavior behavior;
     bool invert;
   };

@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "data/tokenizers/hf_bpe.h"
+#include "data/tokenizers/hf_wordpiece.h"
 #include "data/tokenizers/utf8.h"
 
 namespace loom {
@@ -35,12 +37,17 @@ HfTokenizer::HfTokenizer(const std::string& path) : Tokenizer(path, crc32_file(p
     LOOM_CHECK(file.is_object() && file.contains("model"), path, ": not a Hugging Face tokenizer.json (no \"model\")");
     const auto& model = file["model"];
     const std::string model_type = model.value("type", model.contains("merges") ? "BPE" : "");
-    if (model_type != "BPE")
+    if (model_type != "BPE" && model_type != "WordPiece")
       throw Error(path + ": model type '" + model_type +
-                  "' is not implemented by loom (it reads BPE models: byte-level BPE as GPT-2, Llama 3, Qwen 2)");
+                  "' is not implemented by loom (it reads BPE models, as GPT-2, Llama 3, Qwen 2, and WordPiece, as "
+                  "BERT)");
     normalizer_ = std::make_unique<HfNormalizer>(file.value("normalizer", nlohmann::json()), path);
     pre_tokenizer_ = std::make_unique<HfPreTokenizer>(file.value("pre_tokenizer", nlohmann::json()), path);
-    model_ = std::make_unique<HfBpeModel>(model, pre_tokenizer_->byte_level(), path);
+    if (model_type == "BPE") {
+      model_ = std::make_unique<HfBpeModel>(model, pre_tokenizer_->byte_level(), path);
+    } else {
+      model_ = std::make_unique<HfWordPieceModel>(model, path);
+    }
     decoder_ = std::make_unique<HfDecoder>(file.value("decoder", nlohmann::json()), path);
     vocab_size_ = static_cast<int64_t>(model_->tokens().size());
 

@@ -1,17 +1,17 @@
-// A Hugging Face `tokenizer.json` with a BPE model (GPT-2, RoBERTa, Llama 3, Qwen 2 style) behind the
-// Tokenizer interface, encoding as the `tokenizers` library does: added tokens that match the raw text
+// A Hugging Face `tokenizer.json` with a BPE model (GPT-2, RoBERTa, Llama 3, Qwen 2 style) or a WordPiece
+// model (BERT's) behind the Tokenizer interface, encoding as the `tokenizers` library does: added tokens that match the raw text
 // (normalized: false) are cut out first, each stretch between them is normalized, added tokens that
 // match normalized text are cut out next, the rest is pre-tokenized into pieces and each piece merged
-// by the BPE model. Roles (bos/eos/pad) come from tokenizer_config.json beside the file when there is
+// by the model (hf_model.h). Roles (bos/eos/pad) come from tokenizer_config.json beside the file when there is
 // one, else from the post-processor's template (bos) and the usual token texts. The file's truncation
 // and padding settings are not applied: loom cuts and packs sequences itself.
-// Types loom does not implement (WordPiece, Unigram, WordLevel models, other normalizers,
+// Types loom does not implement (Unigram and WordLevel models, other normalizers,
 // pre-tokenizers, decoders or post-processors) are refused at load, naming the type.
 #pragma once
 #include <memory>
 
 #include "data/tokenizers/added_tokens.h"
-#include "data/tokenizers/hf_bpe.h"
+#include "data/tokenizers/hf_model.h"
 #include "data/tokenizers/hf_decoder.h"
 #include "data/tokenizers/hf_normalizer.h"
 #include "data/tokenizers/hf_pre_tokenizer.h"
@@ -36,7 +36,7 @@ class HfTokenizer : public Tokenizer {
 
   std::unique_ptr<HfNormalizer> normalizer_;
   std::unique_ptr<HfPreTokenizer> pre_tokenizer_;
-  std::unique_ptr<HfBpeModel> model_;
+  std::unique_ptr<HfModel> model_;
   std::unique_ptr<HfDecoder> decoder_;
   HfPostProcessor post_;
   AddedTokenMatcher raw_added_, normalized_added_;

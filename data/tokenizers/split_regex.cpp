@@ -35,7 +35,9 @@ std::string pcre2_message(int code) {
 
 }  // namespace
 
-std::string with_nel_as_space(const std::string& pattern) {
+std::string with_reference_classes(const std::string& pattern) {
+  // Unicode's \w (UTS #18), which Rust's regex and Oniguruma match; PCRE2's \w leaves out marks and more.
+  static const std::string kWord = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}";
   std::string out;
   bool in_class = false;
   for (size_t i = 0; i < pattern.size(); ++i) {
@@ -46,6 +48,10 @@ std::string with_nel_as_space(const std::string& pattern) {
         out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
       } else if (e == 'S' && !in_class) {
         out += "[^\\s\\x{85}]";
+      } else if (e == 'w') {
+        out += in_class ? kWord : "[" + kWord + "]";
+      } else if (e == 'W' && !in_class) {
+        out += "[^" + kWord + "]";
       } else {
         out += c;
         out += e;
@@ -76,7 +82,7 @@ std::string with_nel_as_space(const std::string& pattern) {
 
 SplitRegex::SplitRegex(const std::string& pattern, RegexDialect dialect, const std::string& where)
     : pattern_(pattern) {
-  const std::string compiled = with_nel_as_space(pattern);
+  const std::string compiled = with_reference_classes(pattern);
   uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
   options |= dialect == RegexDialect::kTiktoken ? PCRE2_DOLLAR_ENDONLY : PCRE2_MULTILINE;
   int error = 0;

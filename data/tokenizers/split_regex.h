@@ -1,8 +1,9 @@
 // The split regexes of byte-level BPE tokenizers (GPT-2's, cl100k's, Llama 3's ...), through PCRE2 with
 // Unicode classes and JIT. Two dialects, as the references compile them: tiktoken's (Rust regex and
 // fancy-regex: `$` is the end of the text) and Hugging Face's (Oniguruma, Ruby syntax: `^` and `$`
-// are line anchors). In both, `\s` also matches U+0085 (NEL), which PCRE2's Unicode `\s` leaves out;
-// a `\S` inside a character class keeps PCRE2's meaning.
+// are line anchors). In both, `\s` also matches U+0085 (NEL), which PCRE2's Unicode `\s` leaves out, and
+// `\w` is Unicode's word class, marks and joiners included, which PCRE2's `\w` leaves out; a `\S` or `\W`
+// inside a character class keeps PCRE2's meaning.
 // Matching is thread-safe: each thread has its own match data and JIT stack.
 #pragma once
 #include <cstddef>
@@ -48,7 +49,9 @@ class SplitRegex {
   bool jit_ = false;
 };
 
-// The pattern with `\s` widened to U+0085 (see above); exposed for the unit tests.
-std::string with_nel_as_space(const std::string& pattern);
+// The pattern with `\s` widened to U+0085 (see above) and `\w` (`\W` outside a class) made Unicode's word
+// class as both references have it: letters and other alphabetics, marks, decimal digits, connector
+// punctuation and the joiners. Exposed for the unit tests.
+std::string with_reference_classes(const std::string& pattern);
 
 }  // namespace loom

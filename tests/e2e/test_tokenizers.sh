@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # loom's Hugging Face and tiktoken tokenizers give the references' ids (tokenizers and tiktoken, pinned in
-# scripts/setup.sh) on the whole KJV, 8,000 verses each of WEB and Reina-Valera 1909 and a Unicode torture text,
+# scripts/setup.sh), byte-level BPE and BERT's WordPiece, on the whole KJV, 8,000 verses each of WEB and Reina-Valera
+# 1909, a Unicode torture text and every assigned code point,
 # decode as they do, and round-trip where they do (tests/golden/tokenizer_golden.py). Then a tiktoken tokenizer
 # (GPT-2's ranks, Llama 3's pattern, a special token at id 128255: 4-byte token files) trains, evaluates
 # and generates through tokenizer.model, `loom info` takes its vocabulary, and unsupported files are refused
@@ -58,19 +59,22 @@ python3 - "$WORK" <<'PY'
 import sys
 from tokenizers import Tokenizer, models, pre_tokenizers, normalizers
 work = sys.argv[1]
-Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]")).save(f"{work}/wordpiece.json")
+Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]")).save(f"{work}/wordlevel.json")
+Tokenizer(models.WordPiece({"a": 0, "##b": 1}, unk_token="[UNK]")).save(f"{work}/wordpiece-no-unk.json")
 Tokenizer(models.Unigram([("a", -1.0), ("<unk>", -2.0)], unk_id=1)).save(f"{work}/unigram.json")
 t = Tokenizer(models.BPE({"a": 0}, []))
 t.pre_tokenizer = pre_tokenizers.Metaspace()
 t.save(f"{work}/metaspace.json")
 t = Tokenizer(models.BPE({"a": 0}, []))
-t.normalizer = normalizers.BertNormalizer()
-t.save(f"{work}/bert-normalizer.json")
+t.normalizer = normalizers.Nmt()
+t.save(f"{work}/nmt-normalizer.json")
 PY
-expect_refusal 1 "model type 'WordPiece' is not implemented" -- "$LOOM" encode --tokenizer "$WORK/wordpiece.json"
+expect_refusal 1 "model type 'WordLevel' is not implemented" -- "$LOOM" encode --tokenizer "$WORK/wordlevel.json"
+expect_refusal 1 "wordpiece-no-unk.json: model.unk_token '\[UNK\]' is not in model.vocab" -- \
+  "$LOOM" encode --tokenizer "$WORK/wordpiece-no-unk.json"
 expect_refusal 1 "model type 'Unigram' is not implemented" -- "$LOOM" encode --tokenizer "$WORK/unigram.json"
 expect_refusal 1 "pre-tokenizer 'Metaspace' is not implemented" -- "$LOOM" encode --tokenizer "$WORK/metaspace.json"
-expect_refusal 1 "normalizer 'BertNormalizer' is not implemented" -- "$LOOM" encode --tokenizer "$WORK/bert-normalizer.json"
+expect_refusal 1 "normalizer 'Nmt' is not implemented" -- "$LOOM" encode --tokenizer "$WORK/nmt-normalizer.json"
 # Damaged copies of a tokenizer.json and of a rank file load or are refused naming the file; never a crash.
 python3 - "$WORK/tok/kjv-bpe.json" "$ranks" "$WORK/damaged" <<'PY'
 import os, random, sys

@@ -9,6 +9,14 @@ Tokenizers, made here at test time:
                written as "a b" strings
   kjv-llama    the same trained Llama-3 style: NFKC, Split on Llama 3's regex then ByteLevel without regex,
                ignore_merges, a <|begin_of_text|> template, merges as [a, b] pairs
+  kjv-wordpiece  BERT's uncased WordPiece trained by `tokenizers` on the first corpus (vocab 2000): BertNormalizer
+               (lowercase, accents stripped, CJK spaced), BertPreTokenizer, a [CLS] $A [SEP] template, the
+               WordPiece decoder with its cleanup; also on every assigned code point (below), where the [UNK]s of the
+               pieces show where the pre-tokenizer cut
+  kjv-wordpiece-cased  the same cased (accents kept), with the Whitespace pre-tokenizer (torture text only)
+  bert-normalizer  every assigned code point (code_point_lines), space-separated, through
+               BertNormalizer (uncased, then cased) and BertPreTokenizer into a BPE of only byte-fallback tokens:
+               the ids spell the normalized text's bytes, so each code point's normalization is compared
   gpt2-hf      a tokenizer.json built by `tokenizers` from GPT-2's real ranks (vocab + merges)
   gpt2         gpt2.tiktoken with GPT-2's pattern, against tiktoken's Encoding of the same file and pattern
   llama3-gpt2  gpt2.tiktoken with Llama 3's pattern and its 256 special tokens
@@ -29,6 +37,7 @@ import re
 import subprocess
 import sys
 import time
+import unicodedata
 
 import tiktoken
 import tokenizers
@@ -62,6 +71,41 @@ def train_kjv_bpe(text_file, out):
     spec["model"]["merges"] = [m if isinstance(m, str) else f"{m[0]} {m[1]}" for m in spec["model"]["merges"]]
     json.dump(spec, open(out, "w"), ensure_ascii=False)
     return Tokenizer.from_file(out)
+
+
+def train_kjv_wordpiece(text_file, out, lowercase):
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer() if lowercase else pre_tokenizers.Whitespace()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=2000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                                        show_progress=False)
+    tok.train([text_file], trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls),
+                                                                                               ("[SEP]", sep)])
+    tok.save(out)
+    return tok
+
+
+def bert_normalizer_bytes(out, lowercase):
+    vocab = {f"<0x{b:02X}>": b for b in range(256)}
+    vocab["[UNK]"] = 256
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="[UNK]", byte_fallback=True))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.ByteFallback()
+    tok.save(out)
+    return tok
+
+
+def code_point_lines(separator, per_line=2000):
+    """Every code point assigned in Python's Unicode database but CR and LF (the line ends) and U+11938, Unicode 13's
+    one new canonical composite, which the reference's older NFD tables do not decompose. (Code points assigned later
+    than ICU's tables are lowercased by the reference's newer Rust tables only.)"""
+    points = [c for c in range(1, 0x110000) if unicodedata.category(chr(c)) not in ("Cn", "Cs")
+              and c not in (0x0A, 0x0D, 0x11938)]
+    return [separator.join(map(chr, points[i:i + per_line])) for i in range(0, len(points), per_line)]
 
 
 def train_kjv_llama(text_file, out):
@@ -223,6 +267,19 @@ def main():
     specs["kjv-bpe"] = (["--tokenizer", path], HfReference(train_kjv_bpe(first_text, path)), bible)
     path = os.path.join(a.work, "kjv-llama.json")
     specs["kjv-llama"] = (["--tokenizer", path], HfReference(train_kjv_llama(first_text, path)), bible)
+    path = os.path.join(a.work, "kjv-wordpiece.json")
+    specs["kjv-wordpiece"] = (["--tokenizer", path], HfReference(train_kjv_wordpiece(first_text, path, True)),
+                              bible + ["code-points"])
+    path = os.path.join(a.work, "kjv-wordpiece-cased.json")
+    specs["kjv-wordpiece-cased"] = (["--tokenizer", path], HfReference(train_kjv_wordpiece(first_text, path, False)),
+                                    ["unicode-torture"])
+    corpora.append(("code-points", [line.encode() for line in code_point_lines("")]))
+    # Spaced, so that NFD does not reorder runs of marks assigned after the reference's Unicode version.
+    corpora.append(("code-points-spaced", [line.encode() for line in code_point_lines(" ")]))
+    for case, lowercase in (("uncased", True), ("cased", False)):
+        path = os.path.join(a.work, f"bert-normalizer-{case}.json")
+        specs[f"bert-normalizer-{case}"] = (["--tokenizer", path], HfReference(bert_normalizer_bytes(path, lowercase)),
+                                            ["code-points-spaced"])
     path = os.path.join(a.work, "gpt2-hf.json")
     # GPT-2's ranks again through a tokenizer.json and under Llama 3's pattern: the same ids as "gpt2" on the Bibles
     # but for the pattern's edge cases, which the torture text holds; the first Bible is enough for the rest.
@@ -252,7 +309,7 @@ def main():
         args, reference, _ = specs[name]
         compare(name, "unicode-torture", lines, torture, reference, a.loom, args, ["--no-special-in-text"],
                 special_in_text=False)
-    for name in ("kjv-bpe", "kjv-llama"):
+    for name in ("kjv-bpe", "kjv-llama", "kjv-wordpiece"):
         args, reference, _ = specs[name]
         compare(name, "unicode-torture", lines, torture, reference, a.loom, args, ["--add-special-tokens"],
                 add_special=True)

@@ -38,9 +38,10 @@ BertInputs bert_inputs(int64_t vocab) {
 
 torch::Tensor hf_bert(const std::string& mode, const loom::ModelConfig& c, const BertInputs& in,
                       const std::filesystem::path& dir) {
-  const nlohmann::json config = {{"vocab_size", c.vocab_size}, {"d_model", c.d_model}, {"n_layers", c.n_layers},
+  nlohmann::json config = {{"vocab_size", c.vocab_size}, {"d_model", c.d_model}, {"n_layers", c.n_layers},
                                  {"n_heads", c.n_heads}, {"d_ff", c.ffn_dim()}, {"max_seq_len", c.max_seq_len},
                                  {"norm_eps", c.norm_eps}, {"tie_embeddings", c.tie_embeddings}};
+  if (c.num_labels > 0) config["num_labels"] = c.num_labels;
   const nlohmann::json input = {{"config", config}, {"tokens", loom::test::tensor_json(in.tokens)},
                                 {"padding", loom::test::tensor_json(in.padding.to(torch::kLong))},
                                 {"token_types", loom::test::tensor_json(in.token_types)}, {"seed", 5}};
@@ -56,8 +57,14 @@ TEST_CASE("bert: parameter counts equal transformers' and the built model's", "[
   // transformers' BertForMaskedLM(BertConfig()): sum(p.numel() for p in model.parameters()).
   const auto preset = (loom::test::source_dir() / "configs" / "bert-base-uncased.yaml").string();
   CHECK(loom::count_parameters(loom::load_config(preset).model) == 109514298);
-  for (const auto& sets : std::vector<std::vector<std::string>>{
-           {}, {"model.norm_position=pre"}, {"model.tie_embeddings=false"}, {"model.activation=relu"}}) {
+  // BertForSequenceClassification(BertConfig(num_labels=2)): the encoder, its pooler and the classifier.
+  CHECK(loom::count_parameters(loom::load_config(preset, {"model.num_labels=2"}).model) == 109483778);
+  for (const auto& sets : std::vector<std::vector<std::string>>{{},
+                                                                {"model.norm_position=pre"},
+                                                                {"model.tie_embeddings=false"},
+                                                                {"model.activation=relu"},
+                                                                {"model.num_labels=3"},
+                                                                {"model.num_labels=3", "model.tie_embeddings=false"}}) {
     const auto config = bert_config(sets);
     loom::Bert model(config);
     CHECK(loom::test::numel_sum(*model) == loom::count_parameters(config));
@@ -92,6 +99,48 @@ TEST_CASE("bert: transformers' random BertForMaskedLM loads with equal logits, a
     CHECK_THAT(model->forward(in.tokens, in.padding, in.token_types),
                loom::test::reference_logits(hf_bert("read", config, in, exported)));
   }
+}
+
+TEST_CASE("bert: transformers' random BertForSequenceClassification loads with equal logits and exports back; a "
+          "BertForMaskedLM gives a classifier its encoder", "[bert][hf][golden]") {
+  torch::manual_seed(12);
+  const auto config = bert_config({"model.num_labels=3"});
+  const auto in = bert_inputs(config.vocab_size);
+  const auto dir = loom::test::scratch_dir("hf-bert-classifier");
+  const auto expected = hf_bert("write", config, in, dir / "hf");
+  REQUIRE(expected.sizes() == torch::IntArrayRef({2, 3}));
+  loom::Bert model(config);
+  loom::load_bert_weights(*model, dir / "hf");
+  model->eval();
+  torch::NoGradGuard no_grad;
+  CHECK_THAT(model->forward(in.tokens, in.padding, in.token_types), loom::test::reference_logits(expected));
+
+  loom::test::perturb(*model);
+  const auto exported = dir / "export";
+  std::filesystem::create_directories(exported);
+  loom::write_safetensors(exported / "model.safetensors", loom::export_bert_weights(*model), {{"format", "pt"}});
+  std::ofstream(exported / "config.json") << loom::bert_config_json(config, {}).dump(2);
+  CHECK_THAT(model->forward(in.tokens, in.padding, in.token_types),
+             loom::test::reference_logits(hf_bert("read", config, in, exported)));
+
+  // Fine-tuning from a pretrained MLM file: the encoder's weights are the file's (those of an MLM model loading
+  // it), the pooler and classifier keep the classifier's own init.
+  const auto masked_lm = bert_config();
+  hf_bert("write", masked_lm, in, dir / "mlm");
+  loom::Bert pretrained(masked_lm), fine_tuned(config);
+  loom::load_bert_weights(*pretrained, dir / "mlm");
+  const auto fresh_classifier = fine_tuned->named_parameters()["classifier.weight"].clone();
+  loom::load_bert_weights(*fine_tuned, dir / "mlm");
+  const auto mlm_params = pretrained->named_parameters();
+  int64_t encoder = 0;
+  for (const auto& p : fine_tuned->named_parameters()) {
+    if (!mlm_params.contains(p.key())) continue;
+    INFO(p.key());
+    CHECK(torch::equal(p.value(), mlm_params[p.key()]));
+    ++encoder;
+  }
+  CHECK(encoder == 5 + 2 * 12);  // 3 embeddings, the embedding norm's 2, 12 per block
+  CHECK(torch::equal(fine_tuned->named_parameters()["classifier.weight"], fresh_classifier));
 }
 
 TEST_CASE("bert: a pre-norm BERT has no BertForMaskedLM names", "[bert][hf]") {

@@ -194,9 +194,15 @@ TEST_CASE("tokenizers: split behaviours and ByteLevel's prefix space", "[tokeniz
   CHECK((!out[1].space_before && out[1].start == 5 && out[1].end == 11));  // " world"
 }
 
-TEST_CASE("tokenizers: whitespace takes NEL as Rust and Oniguruma do, and $ follows each dialect", "[tokenizer]") {
-  CHECK(loom::with_nel_as_space(R"(\s+(?!\S)|[^\s\p{L}])") == R"([\s\x{85}]+(?![^\s\x{85}])|[^\s\x{85}\p{L}])");
-  CHECK(loom::with_nel_as_space(R"([]\s]\\s)") == R"([]\s\x{85}]\\s)");
+TEST_CASE("tokenizers: whitespace takes NEL and \\w marks and joiners as Rust and Oniguruma do, and $ follows each "
+          "dialect", "[tokenizer]") {
+  CHECK(loom::with_reference_classes(R"(\s+(?!\S)|[^\s\p{L}])") == R"([\s\x{85}]+(?![^\s\x{85}])|[^\s\x{85}\p{L}])");
+  CHECK(loom::with_reference_classes(R"([]\s]\\s)") == R"([]\s\x{85}]\\s)");
+  // "a" + COMBINING DIAERESIS, ZERO WIDTH JOINER, "b", THAI CHARACTER SARA AM (Lo) + MAI EK (Mn): one word each side
+  // of the space, which PCRE2's own \w would cut at the mark and the joiner.
+  const loom::SplitRegex word(R"(\w+|[^\w\s]+)", loom::RegexDialect::kHuggingFace, "test");
+  CHECK(pieces(word, "a\xCC\x88\xE2\x80\x8D" "b \xE0\xB8\xB3\xE0\xB9\x88!") ==
+        std::vector<std::string>{"a\xCC\x88\xE2\x80\x8D" "b", "\xE0\xB8\xB3\xE0\xB9\x88", "!"});
   const loom::SplitRegex space(R"(\s+)", loom::RegexDialect::kTiktoken, "test");
   CHECK(pieces(space, "a\xC2\x85 b") == std::vector<std::string>{"\xC2\x85 "});
   const loom::SplitRegex end_tiktoken(R"(x$)", loom::RegexDialect::kTiktoken, "test");
