@@ -58,7 +58,12 @@ std::string describe_variant(const ModelConfig& m) {
     }
     out += rope;
   }
-  out += ", " + std::string(enum_name(m.activation)) + (m.bias ? ", biases" : ", no biases") + (m.tie_embeddings ? ", tied head" : ", untied head");
+  if (m.position == PositionKind::kRelative)
+    out += " (" + std::to_string(m.relative_buckets) + " buckets to " + std::to_string(m.relative_max_distance) + ")";
+  if (m.head_size > 0) out += ", head_dim " + std::to_string(m.head_size);
+  if (!m.scale_attention) out += ", unscaled attention";
+  out += ", " + std::string(enum_name(m.activation)) + (m.bias ? ", biases" : ", no biases") + (m.tie_embeddings ? ", tied head" : ", untied head") +
+         (m.scale_head ? " x d_model^-0.5" : "");
   if (m.attention_window > 0) out += ", window " + std::to_string(m.attention_window);
   return out;
 }

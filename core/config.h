@@ -58,6 +58,8 @@ struct ModelConfig {
   NormPosition norm_position = NormPosition::kPre;  // post: transformer and bert only
   double norm_eps = 1e-5;
   PositionKind position = PositionKind::kLearned;
+  int64_t relative_buckets = 32;        // position relative (T5): buckets of the relative attention bias
+  int64_t relative_max_distance = 128;  // ... the distance from which all fall in the last bucket
   double rope_theta = 10000.0;
   RopeScaling rope_scaling = RopeScaling::kNone;
   double rope_scaling_factor = 1.0;
@@ -67,6 +69,8 @@ struct ModelConfig {
   double dropout = 0.1;
   bool tie_embeddings = true;
   bool scale_embeddings = false;  // token embeddings * sqrt(d_model)
+  bool scale_attention = true;    // scores q.k / sqrt(head_dim); false: q.k (T5)
+  bool scale_head = false;        // the decoder's output * d_model^-0.5 before a tied head (T5)
   double init_std = 0.02;
   std::string init_from;  // safetensors weights a fresh run starts from; empty: random init
   int64_t num_labels = 0;  // bert: 0 pretrains the MLM head; >= 2 a sequence classifier over that many labels
@@ -113,6 +117,10 @@ struct DataConfig {
   // Pair batches: source and target lengths padded up to a multiple of this (lcm with parallel.tp under
   // sequence parallelism).
   int64_t pad_to_multiple = 1;
+  // model.arch transformer: T5's span corruption of token windows instead of pairs (data/pairs/span_corruption.h).
+  bool span_corruption = false;
+  double noise_density = 0.15;
+  double mean_noise_span = 3.0;
 };
 
 // tokenizer.special_tokens: a named preset (`gpt2`, `cl100k_base`, `o200k_base`, `llama3`) or text -> id;

@@ -14,7 +14,7 @@ namespace loom {
 enum class ModelArch { kGpt, kTransformer, kBert };
 enum class NormKind { kLayerNorm, kRmsNorm };
 enum class NormPosition { kPre, kPost };
-enum class PositionKind { kLearned, kSinusoidal, kRope, kAlibi };
+enum class PositionKind { kLearned, kSinusoidal, kRope, kAlibi, kRelative };
 enum class RopeScaling { kNone, kLinear, kNtk };
 // How an MoE router turns its logits into each token's experts and weights (models/moe_router.h).
 enum class MoeRouter { kTopkSoftmax, kSoftmaxTopk, kSigmoid };
@@ -73,7 +73,10 @@ struct EnumTable<PositionKind> {
       {PositionKind::kLearned, "learned", "a table"},
       {PositionKind::kSinusoidal, "sinusoidal", "fixed, added to the embeddings"},
       {PositionKind::kRope, "rope", "rotary, half-split as Hugging Face LLaMA"},
-      {PositionKind::kAlibi, "alibi", "linear attention biases"}};
+      {PositionKind::kAlibi, "alibi", "linear attention biases"},
+      {PositionKind::kRelative, "relative",
+       "T5's learned attention bias per head and log-bucketed relative distance (model.relative_buckets, "
+       "model.relative_max_distance; model.arch=transformer), computed once per stack and shared by its layers"}};
 };
 template <>
 struct EnumTable<RopeScaling> {

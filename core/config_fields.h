@@ -20,13 +20,15 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.n_heads", c.model.n_heads, "Attention (query) heads; must divide d_model.");
   v("model.n_kv_heads", c.model.n_kv_heads, "Key/value heads for grouped-query attention (1: multi-query); must divide n_heads. 0 means n_heads.");
   v("model.d_ff", c.model.d_ff, "MLP inner size (gated MLPs: of each of the gate and up projections); 0 means 4 * d_model.");
-  v("model.head_dim", c.model.head_size, "model.arch=gpt: the size of each attention head, when not d_model / n_heads (Qwen3: 128 with d_model 2048 and 32 heads); the query projection is then C -> n_heads * head_dim. 0 means d_model / n_heads.");
+  v("model.head_dim", c.model.head_size, "Size of each attention head, when not d_model / n_heads (Qwen3: 128 with d_model 2048 and 32 heads; T5 v1.1's d_kv): the query projection is then C -> n_heads * head_dim. 0 means d_model / n_heads.");
   v("model.qk_norm", c.model.qk_norm, "model.arch=gpt: RMSNorm (model.norm_eps, a learned gain of head_dim) over each query and key head before RoPE (Qwen3's q_norm, k_norm).");
   v("model.max_seq_len", c.model.max_seq_len, "Context length: the longest sequence the model sees (training and generation), the size of a learned position table.");
   v("model.norm", c.model.norm, "The norm before each sublayer and at the end.");
   v("model.norm_position", c.model.norm_position, "Where the norms sit in each block.");
   v("model.norm_eps", c.model.norm_eps, "Epsilon of the norms.");
   v("model.position", c.model.position, "Position information.");
+  v("model.relative_buckets", c.model.relative_buckets, "model.position=relative: buckets of the relative attention bias (T5: 32); in the encoder half of them for keys before the query, half after.");
+  v("model.relative_max_distance", c.model.relative_max_distance, "model.position=relative: distances of this and more share the last bucket (T5: 128); below half the buckets each distance has its own, then buckets grow logarithmically.");
   v("model.rope_theta", c.model.rope_theta, "RoPE base: frequencies theta^(-2i/head_dim).");
   v("model.rope_scaling", c.model.rope_scaling, "RoPE context extension.");
   v("model.rope_scaling_factor", c.model.rope_scaling_factor, "Factor of model.rope_scaling (>= 1).");
@@ -36,6 +38,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.dropout", c.model.dropout, "Dropout on embeddings, attention probabilities and residual branches.");
   v("model.tie_embeddings", c.model.tie_embeddings, "Share the token embedding with the output projection.");
   v("model.scale_embeddings", c.model.scale_embeddings, "Multiply token embeddings by sqrt(d_model) (the original Transformer); they are then initialized with std d_model^-0.5 instead of init_std.");
+  v("model.scale_attention", c.model.scale_attention, "Scale attention scores by 1/sqrt(head_dim); false: plain q.k, as T5 (whose init folds the scale into the query weights).");
+  v("model.scale_head", c.model.scale_head, "model.arch=transformer with model.tie_embeddings: multiply the decoder's output by d_model^-0.5 before the tied output projection, as T5.");
   v("model.init_std", c.model.init_std, "Std of the normal weight init; residual projections use init_std / sqrt(2 * n_layers).");
   v("model.init_from", c.model.init_from, "A .safetensors file, or a Hugging Face model directory holding model.safetensors (GPT-2 or LLaMA names, or loom's; see `loom export`), whose weights a fresh run starts from instead of the random init; shapes must match the model.* keys. A resumed run uses its checkpoint.");
   v("model.moe.num_experts", c.model.moe.num_experts, "Mixture of Experts (model.arch=gpt): routed experts in each MoE block's MLP (models/moe.h); 0: every block dense.");
@@ -66,6 +70,9 @@ void visit_fields(Config& c, Visitor&& v) {
   v("data.synthetic_max_len", c.data.synthetic_max_len, "Longest synthetic source sequence.");
   v("data.synthetic_valid_size", c.data.synthetic_valid_size, "Pairs in the fixed synthetic validation set.");
   v("data.pad_to_multiple", c.data.pad_to_multiple, "transformer: pad every pair batch's source and target length up to a multiple of this many positions (padding is masked and counts for nothing in the loss; 8 suits tensor cores). With parallel.sequence_parallel the batches are padded to lcm(this, parallel.tp); model.max_seq_len must be a multiple of that. 1: pad only to the longest pair.");
+  v("data.span_corruption", c.data.span_corruption, "model.arch=transformer: pretrain by T5's span corruption: windows of data.seq_len tokens of data.train / data.valid (token files or prepared directories, as model.arch=gpt reads them; train.batch_size windows a step) become pairs: the source keeps the window with each noise span replaced by a sentinel, the target is each sentinel followed by its span. Spans are a pure function of (run.seed, step, window index). Sentinels are the top ids of model.vocab_size (T5's <extra_id_0> = vocab_size - 1, then down), which must be set to cover the tokenizer's vocabulary and them.");
+  v("data.noise_density", c.data.noise_density, "data.span_corruption: the share of each window's tokens in noise spans (round(density x seq_len) of them; T5: 0.15).");
+  v("data.mean_noise_span", c.data.mean_noise_span, "data.span_corruption: the mean length of a noise span (round(noise tokens / this) spans a window; T5: 3).");
 
   v("tokenizer.model", c.tokenizer.model, "The tokenizer the token files or prepared directories were made with (checked by checksum): a SentencePiece `.model`, a Hugging Face `tokenizer.json` (byte-level BPE) or a tiktoken rank file (`.tiktoken`); `loom prepare --train-tokenizer` writes DIR/tokenizer.model. See docs/data.md, Tokenizers.");
   v("tokenizer.type", c.tokenizer.type, "What kind of file tokenizer.model is.");

@@ -164,8 +164,6 @@ void validate(const Config& c) {
   check.require(m.head_size >= 0, "model.head_dim", m.head_size, " must be >= 0 (0: d_model / n_heads)");
   if (m.n_heads > 0 && m.d_model > 0 && m.head_size == 0)
     check.require(m.d_model % m.n_heads == 0, "model.n_heads", m.n_heads, " does not divide model.d_model=", m.d_model);
-  check.require((m.head_size == 0 && !m.qk_norm) || m.arch == ModelArch::kGpt, "model.head_dim",
-                "model.head_dim and model.qk_norm apply to model.arch=gpt only");
   check.require(!m.qk_norm || c.parallel.tp == 1, "model.qk_norm", "with parallel.tp > 1 is not supported yet (the "
                 "gains' gradients would need a sum over the TP group): set parallel.tp 1");
   check.require(m.n_kv_heads >= 0, "model.n_kv_heads", m.n_kv_heads, " must be >= 0 (0: n_heads)");
@@ -174,8 +172,8 @@ void validate(const Config& c) {
                   " does not divide model.n_heads=", m.n_heads, " (each key/value head serves a whole group of query heads)");
   check.require(m.d_ff >= 0, "model.d_ff", m.d_ff, " must be >= 0 (0: 4 * d_model)");
   check.require(m.norm_eps > 0, "model.norm_eps", m.norm_eps, " must be > 0");
-  if (m.position == PositionKind::kRope && m.n_heads > 0 && m.d_model % m.n_heads == 0)
-    check.require(m.head_dim() % 2 == 0, "model.position", "rope needs an even head size, got d_model / n_heads = ",
+  if (m.position == PositionKind::kRope && m.n_heads > 0 && m.head_dim() > 0)
+    check.require(m.head_dim() % 2 == 0, "model.position", "rope needs an even head size, got ",
                   m.head_dim());
   if (m.position == PositionKind::kSinusoidal)
     check.require(m.d_model % 2 == 0, "model.position", "sinusoidal needs an even d_model, got ", m.d_model);
@@ -183,6 +181,16 @@ void validate(const Config& c) {
   check.require(m.rope_scaling_factor >= 1, "model.rope_scaling_factor", m.rope_scaling_factor, " must be >= 1");
   check.require(m.rope_scaling == RopeScaling::kNone || m.position == PositionKind::kRope, "model.rope_scaling",
                 "applies to model.position=rope only, not ", enum_name(m.position));
+  if (m.position == PositionKind::kRelative) {
+    check.require(m.relative_buckets >= 4 && m.relative_buckets % 2 == 0, "model.relative_buckets", m.relative_buckets,
+                  " must be an even number >= 4 (the encoder's bias takes half for each direction, each half an exact "
+                  "and a logarithmic part)");
+    check.require(m.relative_max_distance > m.relative_buckets / 2, "model.relative_max_distance",
+                  m.relative_max_distance, " must exceed model.relative_buckets / 2 = ", m.relative_buckets / 2,
+                  " (the exact buckets of the causal bias)");
+  }
+  check.require(!m.scale_head || m.tie_embeddings, "model.scale_head",
+                "scales the decoder's output before a tied head: it needs model.tie_embeddings=true");
   check.require(m.attention_window >= 0, "model.attention_window", m.attention_window,
                 " must be >= 0 (0: full attention)");
   check.require(m.max_seq_len > 0, "model.max_seq_len", m.max_seq_len, " must be > 0");

@@ -20,6 +20,9 @@ struct ModelShape {
   int64_t decoder_layers = 0;    // the GPT's blocks, the encoder-decoder's decoder blocks
   bool cross_attention = false;  // each decoder block attends to the encoder's output (a norm and an attention more)
   int64_t position_tables = 1;   // learned positions: one table per embedded sequence
+  // model.position relative (T5): a relative_buckets x n_heads bias table per stack, held by the first stage
+  // (which computes each stack's bias and passes it on with the hidden states).
+  int64_t relative_bias_tables = 0;
   bool final_norms = true;       // each stack ends in a norm (pre-norm)
   int64_t stage_outputs = 1;     // tensors a pipeline stage passes on (and gradients it sends back)
   bool fused_loss = false;       // its task fuses head and loss on a whole model without TP (train.loss_chunk_tokens)

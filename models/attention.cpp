@@ -36,6 +36,19 @@ torch::Tensor with_documents(const std::optional<torch::Tensor>& mask, bool* is_
   return mask->masked_fill(~same_document, -std::numeric_limits<float>::infinity());
 }
 
+// Adds a position bias (1 or B, H, T, S) (models/relative_position_bias.h) to what scores_mask returned
+// (nothing, the causal flag or a bool mask): the bias with -inf where masked.
+torch::Tensor with_position_bias(const std::optional<torch::Tensor>& mask, bool* is_causal, const torch::Tensor& bias,
+                                 int64_t T, int64_t S) {
+  LOOM_CHECK(!mask || mask->scalar_type() == torch::kBool, "a position bias does not combine with ALiBi's");
+  torch::Tensor visible;
+  if (*is_causal) visible = torch::ones({T, S}, bias.options().dtype(torch::kBool)).tril();
+  if (mask) visible = *mask;
+  *is_causal = false;
+  if (!visible.defined()) return bias;
+  return bias.masked_fill(~visible, -std::numeric_limits<float>::infinity());
+}
+
 }  // namespace
 
 AttentionImpl::AttentionImpl(const AttentionOptions& options)
@@ -152,13 +165,18 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
   std::optional<torch::Tensor> mask;
   bool is_causal = false;  // every memory position is visible to cross-attention
   if (!cross) mask = scores_mask(first, T, first + T - S, S, q, &is_causal);
+  if (inputs.position_bias.defined()) {
+    LOOM_CHECK(inputs.position_bias.size(-2) == T && inputs.position_bias.size(-1) == S, "a position bias of ",
+               inputs.position_bias.sizes(), " for ", T, " queries and ", S, " keys");
+    mask = with_position_bias(mask, &is_causal, inputs.position_bias.to(q.device(), q.scalar_type()), T, S);
+  }
   if (inputs.key_padding.defined()) mask = with_key_padding(mask, &is_causal, inputs.key_padding, T, S);
 
   const double dropout = is_training() ? options_.dropout : 0.0;
   // Plain causal self-attention (no cache offset, padding, window or bias: is_causal without a mask) on
   // CPU goes through the query-blocked kernel where that is faster (see blocked_attention.cpp); packed
   // documents too, as each query's first key. SDPA takes them as a (B, 1, T, T) mask.
-  const bool blocked = is_causal && !mask && dropout == 0.0 && kv_heads_ == heads_ && blocked_attention_is_faster(q, k, v);
+  const bool blocked = options_.scaled && is_causal && !mask && dropout == 0.0 && kv_heads_ == heads_ && blocked_attention_is_faster(q, k, v);
   if (inputs.positions.defined() && !blocked && !cross)
     mask = with_documents(mask, &is_causal, inputs.positions.to(q.device()));
   std::optional<TensorParallelRng::Fork> own_stream;  // this rank's heads: its own dropout masks
@@ -166,7 +184,8 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
   const torch::Tensor key_starts =
       blocked && inputs.positions.defined() ? document_starts(inputs.positions) : torch::Tensor();
   return blocked ? blocked_causal_attention(q, k, v, 64, false, key_starts)
-                 : at::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal, std::nullopt,
+                 : at::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal,
+                                                    options_.scaled ? std::nullopt : std::optional<double>(1.0),
                                                     /*enable_gqa=*/kv_heads_ != heads_);  // (B, H, T, D)
 }
 

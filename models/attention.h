@@ -36,6 +36,10 @@ struct AttentionInputs {
   torch::Tensor positions;
   // Cross-attention while decoding incrementally: the memory's keys and values, computed by the first call.
   MemoryKeys* memory_keys = nullptr;
+  // Self-attention: added to the scores (T5's relative position bias, models/relative_position_bias.h),
+  // (1 or B, H, T, S) of this rank's heads, for the T queries against the S keys attended to (with a cache:
+  // every cached key and the new ones).
+  torch::Tensor position_bias;
 };
 
 struct AttentionOptions {
@@ -47,6 +51,7 @@ struct AttentionOptions {
   double qk_norm_eps = 1e-6;
   bool bias = true;
   bool causal = true;
+  bool scaled = true;  // scores q.k / sqrt(D); false: q.k (T5)
   int64_t window = 0;  // > 0: each position sees itself and the window - 1 before it
   PositionKind position = PositionKind::kLearned;  // rope and alibi act here; the others in the embedding
   RopeOptions rope;

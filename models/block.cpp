@@ -4,9 +4,9 @@ namespace loom {
 namespace {
 
 // BlockInputs as the side tensors of a recomputed block (models/recompute.h), and back. The encoder output
-// (memory) is the one that needs gradient.
+// (memory) and a position bias (T5's, from its table) need gradient.
 RecomputeSide side_of(const BlockInputs& inputs) {
-  return {inputs.positions, inputs.padding, inputs.memory, inputs.memory_padding};
+  return {inputs.positions, inputs.padding, inputs.memory, inputs.memory_padding, inputs.position_bias};
 }
 BlockInputs inputs_of(const RecomputeSide& side) {
   BlockInputs inputs;
@@ -14,6 +14,7 @@ BlockInputs inputs_of(const RecomputeSide& side) {
   inputs.padding = side[1];
   inputs.memory = side[2];
   inputs.memory_padding = side[3];
+  inputs.position_bias = side[4];
   return inputs;
 }
 
@@ -74,6 +75,7 @@ torch::Tensor BlockImpl::self_attention_half(const torch::Tensor& x, KVCache* ca
     AttentionInputs self;
     self.key_padding = inputs.padding;
     self.positions = inputs.positions;
+    self.position_bias = inputs.position_bias;
     return attention_->forward(in, cache, self);
   });
 }

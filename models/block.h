@@ -41,6 +41,7 @@ struct BlockInputs {
   torch::Tensor memory;             // (B, S, C) encoder output, for the cross-attention
   torch::Tensor memory_padding;     // (B, S) bool, true at padded source positions
   MemoryKeys* memory_keys = nullptr;  // decoding: the cross-attention's keys and values of the memory, computed once
+  torch::Tensor position_bias;      // added to the self-attention's scores (AttentionInputs::position_bias)
 };
 
 class BlockImpl : public torch::nn::Module {

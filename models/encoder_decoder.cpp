@@ -23,7 +23,8 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
       tp_(tp),
       stage_(stage),
       position_(config.position),
-      embedding_scale_(config.scale_embeddings ? std::sqrt(static_cast<double>(config.d_model)) : 1.0) {
+      embedding_scale_(config.scale_embeddings ? std::sqrt(static_cast<double>(config.d_model)) : 1.0),
+      head_scale_(config.scale_head ? 1.0 / std::sqrt(static_cast<double>(config.d_model)) : 1.0) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be known before the model is built");
   const int64_t encoder_layers = config.encoder_layers();
   StageBuilder build(*this, stage_, config.pipeline_layers(), "model.n_encoder_layers + model.n_layers");
@@ -45,6 +46,20 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
     decoder_positions = torch::nn::Embedding(config.max_seq_len, C);
     encoder_positions_ = build.keep("encoder_positions", encoder_positions, stage_.first);
     decoder_positions_ = build.keep("decoder_positions", decoder_positions, stage_.first);
+  }
+  if (position_ == PositionKind::kRelative) {
+    RelativePositionBiasOptions relative;
+    relative.buckets = config.relative_buckets;
+    relative.max_distance = config.relative_max_distance;
+    relative.n_heads = config.n_heads;
+    relative.init_std = config.init_std;
+    relative.tp = tp_;
+    relative.bidirectional = true;
+    RelativePositionBias encoder_bias(relative);
+    relative.bidirectional = false;
+    RelativePositionBias decoder_bias(relative);
+    encoder_bias_ = build.keep("encoder_relative_bias", encoder_bias, stage_.first);
+    decoder_bias_ = build.keep("decoder_relative_bias", decoder_bias, stage_.first);
   }
   dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
   encoder_ = build.blocks<Block>("encoder", 0, encoder_layers, encoder_block);
@@ -70,29 +85,64 @@ std::vector<torch::Tensor> EncoderDecoderImpl::forward_stage(const torch::Tensor
                                                              const torch::Tensor& source_padding,
                                                              const torch::Tensor& target_inputs,
                                                              const std::vector<torch::Tensor>& inputs) {
-  TORCH_CHECK(stage_.first || inputs.size() == 2, "a later pipeline stage takes [source side, target side]");
+  const bool relative = position_ == PositionKind::kRelative;
+  const size_t takes = stage_.first ? 0 : 2 + (relative ? 1 + (takes_encoder_bias() ? 1 : 0) : 0);
+  TORCH_CHECK(inputs.size() == takes, "pipeline stage of blocks from ", stage_.first_block, " takes ", takes,
+              " tensors (source side, target side and relative biases), not ", inputs.size());
   runner().keep_ends();  // ZeRO-3's ends: embedding, positions, final norms, head
   // x: (B, S, C): the encoder's hidden states, from the stage ending the encoder on the memory;
   // y: (B, T, C): the embedded target, then the decoder's hidden states.
   auto x = stage_.first ? embed(source, 0, Side::kSource) : inputs[0];
   auto y = stage_.first ? embed(target_inputs, 0, Side::kTarget) : inputs[1];
+  // Relative positions: both stacks' biases, computed on the first stage, then passed on.
+  torch::Tensor encoder_position_bias, decoder_position_bias;
+  if (relative && stage_.first) {
+    encoder_position_bias = encoder_bias(source.size(1));
+    decoder_position_bias = decoder_bias(0, target_inputs.size(1));
+  } else if (relative) {
+    size_t k = 2;
+    if (takes_encoder_bias()) encoder_position_bias = inputs[k++];
+    decoder_position_bias = inputs[k];
+  }
   BlockInputs encoder_inputs;
   encoder_inputs.padding = source_padding;
+  encoder_inputs.position_bias = encoder_position_bias;
   x = run_encoder_blocks(x, encoder_inputs);
   if (ends_encoder_ && encoder_norm_) x = encoder_norm_->forward(x);
   BlockInputs decoder_inputs;
   decoder_inputs.memory = x;
   decoder_inputs.memory_padding = source_padding;
+  decoder_inputs.position_bias = decoder_position_bias;
   y = run_decoder_blocks(y, decoder_inputs, nullptr);
   if (stage_.last) return {head(y)};
-  return {x, y};
+  std::vector<torch::Tensor> out = {x, y};
+  if (relative && passes_encoder_bias()) out.push_back(encoder_position_bias);
+  if (relative) out.push_back(decoder_position_bias);
+  return out;
+}
+
+bool EncoderDecoderImpl::takes_encoder_bias() const { return !stage_.first && !encoder_.empty(); }
+bool EncoderDecoderImpl::passes_encoder_bias() const { return !encoder_.empty() && !ends_encoder_; }
+
+torch::Tensor EncoderDecoderImpl::encoder_bias(int64_t S) {
+  return encoder_bias_ ? encoder_bias_->forward(0, S, 0, S) : torch::Tensor();
+}
+
+torch::Tensor EncoderDecoderImpl::decoder_bias(int64_t first, int64_t T) {
+  return decoder_bias_ ? decoder_bias_->forward(first, T, 0, first + T) : torch::Tensor();
 }
 
 std::vector<std::vector<int64_t>> EncoderDecoderImpl::stage_output_shapes(int64_t B, int64_t S, int64_t T) const {
   const int64_t shards = sequence_multiple(), C = config_.d_model;
   TORCH_CHECK(S % shards == 0 && T % shards == 0, "sequence parallelism over ", shards,
               " ranks needs source and target lengths that are multiples of it, not ", S, " and ", T);
-  return {{B, S / shards, C}, {B, T / shards, C}};
+  std::vector<std::vector<int64_t>> shapes = {{B, S / shards, C}, {B, T / shards, C}};
+  if (position_ == PositionKind::kRelative) {  // the biases of this rank's heads this stage receives
+    const int64_t heads = config_.n_heads / tp_.size();
+    if (takes_encoder_bias()) shapes.push_back({1, heads, S, S});
+    shapes.push_back({1, heads, T, T});
+  }
+  return shapes;
 }
 
 torch::Tensor EncoderDecoderImpl::embed(const torch::Tensor& tokens, int64_t first_position, Side side) {
@@ -111,7 +161,8 @@ torch::Tensor EncoderDecoderImpl::embed(const torch::Tensor& tokens, int64_t fir
 }
 
 torch::Tensor EncoderDecoderImpl::head(const torch::Tensor& hidden) {
-  return ends_.logits(decoder_norm_ ? decoder_norm_->forward(hidden) : hidden);
+  auto h = decoder_norm_ ? decoder_norm_->forward(hidden) : hidden;
+  return ends_.logits(head_scale_ != 1.0 ? h * head_scale_ : h);
 }
 
 torch::Tensor EncoderDecoderImpl::encode(const torch::Tensor& source, const torch::Tensor& source_padding) {
@@ -120,6 +171,7 @@ torch::Tensor EncoderDecoderImpl::encode(const torch::Tensor& source, const torc
   auto x = embed(source, 0, Side::kSource);
   BlockInputs inputs;
   inputs.padding = source_padding;
+  inputs.position_bias = encoder_bias(source.size(1));
   x = run_encoder_blocks(x, inputs);
   return encoder_norm_ ? encoder_norm_->forward(x) : x;
 }
@@ -138,19 +190,21 @@ torch::Tensor EncoderDecoderImpl::run_decoder_blocks(torch::Tensor y, BlockInput
 }
 
 torch::Tensor EncoderDecoderImpl::run_decoder(const torch::Tensor& x, const torch::Tensor& memory,
-                                              const torch::Tensor& source_padding, DecoderState* state) {
+                                              const torch::Tensor& source_padding, DecoderState* state,
+                                              const torch::Tensor& position_bias) {
   TORCH_CHECK(whole(), "decoding runs the whole model; a pipeline stage runs forward_stage()");
   TORCH_CHECK(state == nullptr || !tp_.sequence_parallel(),
               "a sequence-parallel model does not decode incrementally: load it whole");
   BlockInputs inputs;
   inputs.memory = memory;
   inputs.memory_padding = source_padding;
+  inputs.position_bias = position_bias;
   return head(run_decoder_blocks(x, inputs, state));
 }
 
 torch::Tensor EncoderDecoderImpl::decode(const torch::Tensor& target, const torch::Tensor& memory,
                                          const torch::Tensor& source_padding) {
-  return run_decoder(embed(target, 0, Side::kTarget), memory, source_padding, nullptr);
+  return run_decoder(embed(target, 0, Side::kTarget), memory, source_padding, nullptr, decoder_bias(0, target.size(1)));
 }
 
 torch::Tensor EncoderDecoderImpl::forward(const torch::Tensor& source, const torch::Tensor& source_lengths,
@@ -171,8 +225,9 @@ DecoderState EncoderDecoderImpl::start_decoding(const torch::Tensor& source, con
 }
 
 torch::Tensor EncoderDecoderImpl::decode_step(const torch::Tensor& tokens, DecoderState& state) {
+  // Relative positions: the new queries' bias against every cached key and themselves (no window).
   const auto x = embed(tokens, state.seen(), Side::kTarget);
-  return run_decoder(x, state.memory, state.source_padding, &state);
+  return run_decoder(x, state.memory, state.source_padding, &state, decoder_bias(state.seen(), tokens.size(1)));
 }
 
 }  // namespace loom

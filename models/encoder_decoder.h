@@ -7,6 +7,11 @@
 // |i - j|; the cross-attention has no positions), an optional sliding window in the self-attention (the
 // encoder's sees |i - j| < window), ReLU or GELU, embeddings scaled by sqrt(d_model) with
 // model.scale_embeddings.
+// T5 (Raffel et al. 2020) is this model with its options (configs/t5-*.yaml): model.position relative (a
+// bucketed bias per head, models/relative_position_bias.h: one table per stack, both on the first stage,
+// computed once per forward and shared by the stack's blocks), model.scale_attention false, RMSNorm,
+// no biases, ReLU or gated GELU, model.head_dim (d_kv), and a tied head after the decoder's output is scaled
+// by d_model^-0.5 (model.scale_head) or an untied one. Its Hugging Face names: models/t5_weights.h.
 // Exposed as embed -> encoder blocks / decoder blocks -> head, like the GPT.
 // Pipeline parallelism: the encoder blocks then the decoder blocks split into the stages (ModelStage over
 // ModelConfig::pipeline_layers(), models/model_stage.h). The first stage embeds both the source and the target
@@ -15,7 +20,10 @@
 // the encoder's hidden states and the embedded target through the encoder stages, then the memory
 // (the encoder's output) and the decoder's hidden states through the decoder stages, so that every
 // decoder stage attends to the memory and sends its gradient back. The stage holding the last encoder
-// block applies the encoder's final norm. Blocks keep their global names ("decoder.1" on any stage), so a
+// block applies the encoder's final norm. With relative positions the first stage computes both stacks'
+// biases and they travel on after the two sides: the encoder's (1, H, S, S) to the stages holding
+// encoder blocks, the decoder's (1, H, T, T) to every stage (H: this TP rank's heads); their gradients come
+// back the same way to the tables. Blocks keep their global names ("decoder.1" on any stage), so a
 // checkpoint's names are the same under every layout.
 // Tensor parallelism as the GPT's: built with a TP group, the self- and cross-attention split their heads
 // (cross-attention's q rows and k/v rows of one column-parallel weight), the MLPs their FFN columns, the
@@ -47,6 +55,7 @@
 #include "models/gpt.h"
 #include "models/layers.h"
 #include "models/parallel_linear.h"
+#include "models/relative_position_bias.h"
 #include "models/vocab_parallel_embedding.h"
 
 namespace loom {
@@ -114,7 +123,15 @@ class EncoderDecoderImpl : public StagedModel {
 
  private:
   torch::Tensor run_decoder(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& source_padding,
-                            DecoderState* state);
+                            DecoderState* state, const torch::Tensor& position_bias);
+  // Relative positions: the encoder's bias for S source positions, the decoder's for T queries from `first`
+  // against every position up to them; undefined without relative positions.
+  torch::Tensor encoder_bias(int64_t S);
+  torch::Tensor decoder_bias(int64_t first, int64_t T);
+  // Relative positions under pipeline parallelism: whether this stage receives the encoder's bias (it holds
+  // encoder blocks after the first stage) and sends it on (the next stage holds encoder blocks too).
+  bool takes_encoder_bias() const;
+  bool passes_encoder_bias() const;
   // x through this stage's encoder blocks, y through its decoder blocks (attending to inputs.memory), run by
   // the runner (its blocks 0.. n_encoder_blocks() - 1, then the decoder's); state: incremental decoding's
   // caches, or null.
@@ -129,8 +146,10 @@ class EncoderDecoderImpl : public StagedModel {
   bool ends_encoder_ = true;  // holds the last encoder block (and the pre-norm encoder's final norm)
   PositionKind position_;
   double embedding_scale_;
+  double head_scale_;  // the decoder's output * this before the head (T5's tied head: d_model^-0.5)
   VocabularyEnds ends_;  // the shared token embedding and the head
   torch::nn::Embedding encoder_positions_{nullptr}, decoder_positions_{nullptr};  // learned positions only
+  RelativePositionBias encoder_bias_{nullptr}, decoder_bias_{nullptr};  // relative positions, first stage only
   torch::nn::Dropout dropout_{nullptr};
   std::vector<Block> encoder_, decoder_;                // this stage's
   Norm encoder_norm_{nullptr}, decoder_norm_{nullptr};  // pre-norm only: the stacks' outputs are not normed

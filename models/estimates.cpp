@@ -20,6 +20,7 @@ namespace {
 struct Parts {
   int64_t norm, attention, block, decoder_block, head, position_table, embedding, embedding_extras, head_extras;
   int64_t moe_block = 0, expert = 0;
+  int64_t relative_tables;  // T5's relative attention bias tables, on the first stage
 };
 
 // MoE blocks among global blocks [first, end) of the GPT.
@@ -48,6 +49,7 @@ Parts parts_of(const ModelConfig& c, const ModelShape& shape) {
   p.position_table = c.position == PositionKind::kLearned ? c.max_seq_len * C : 0;
   p.embedding = c.vocab_size * C;
   p.embedding_extras = shape.token_types * C + (shape.embedding_norm ? p.norm : 0);
+  p.relative_tables = c.position == PositionKind::kRelative ? shape.relative_bias_tables * c.relative_buckets * c.n_heads : 0;
   const int64_t N = shape.classifier_labels;
   p.head_extras = shape.mlm_head ? C * C + C + p.norm + c.vocab_size : N > 0 ? C * C + C + C * N + N : 0;
   return p;
@@ -117,9 +119,10 @@ int64_t count_parameters(const ModelConfig& c) {
   const Parts p = parts_of(c, s);
   // One token embedding, a position table per embedded sequence, the blocks, a final norm per stack (pre-norm).
   const int64_t stacks = (s.encoder_layers > 0 ? 1 : 0) + (s.decoder_layers > 0 ? 1 : 0);
-  return p.embedding + p.embedding_extras + s.position_tables * p.position_table + s.encoder_layers * p.block +
-         s.decoder_layers * p.decoder_block + moe_blocks_in(c, 0, c.n_layers) * (p.moe_block - p.block) +
-         (s.final_norms ? stacks * p.norm : 0) + p.head + p.head_extras;
+  return p.embedding + p.embedding_extras + p.relative_tables + s.position_tables * p.position_table +
+         s.encoder_layers * p.block + s.decoder_layers * p.decoder_block +
+         moe_blocks_in(c, 0, c.n_layers) * (p.moe_block - p.block) + (s.final_norms ? stacks * p.norm : 0) + p.head +
+         p.head_extras;
 }
 
 int64_t count_active_parameters(const ModelConfig& c) {
@@ -152,7 +155,7 @@ int64_t count_stage_parameters(const Config& config, int64_t stage) {
     const BlockRange range = stage_blocks(stage_layers(s.pipeline_layers(), config.parallel.pp, config.parallel.pp_layers), stage);
     n += moe_blocks_in(c, range.first, range.end) * (p.moe_block - p.block);
   }
-  if (first) n += p.embedding + p.embedding_extras + s.position_tables * p.position_table;
+  if (first) n += p.embedding + p.embedding_extras + p.relative_tables + s.position_tables * p.position_table;
   if (s.final_norms && blocks.ends_encoder) n += p.norm;
   if (last) n += (s.final_norms ? p.norm : 0) + head + p.head_extras;
   return n;
@@ -337,9 +340,12 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   // Sent forward and back, one tensor per micro-batch in flight (the encoder-decoder: two).
   const int64_t directions = pp == 1 ? 0 : (stage < pp - 1) + (stage > 0);
   const double sides = static_cast<double>(shape.stage_outputs);
-  out.pipeline_sends =
-      static_cast<int64_t>(sides * static_cast<double>(directions * in_flight) * (bf16_params ? 2 : 4) * s * b * h /
-                           sequence);
+  // T5's relative biases travel beside the sides: (1, H / tp, s, s) a stack, at most (models/encoder_decoder.h).
+  const double biases = m.position == PositionKind::kRelative
+                            ? static_cast<double>(shape.relative_bias_tables) * (a / t) * s * s
+                            : 0.0;
+  out.pipeline_sends = static_cast<int64_t>(static_cast<double>(directions * in_flight) * (bf16_params ? 2 : 4) *
+                                            (sides * s * b * h / sequence + biases));
   return out;
 }
 

@@ -18,6 +18,7 @@ BlockOptions block_options(const ModelConfig& c, const TensorParallelism& tp, co
   a.qk_norm = c.qk_norm;
   a.qk_norm_eps = c.norm_eps;
   a.bias = c.bias;
+  a.scaled = c.scale_attention;
   a.window = c.attention_window;
   a.position = c.position;
   a.rope.theta = c.rope_theta;

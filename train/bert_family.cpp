@@ -16,6 +16,8 @@ namespace {
 void validate_bert(const Config& c, ConfigChecks& check) {
   const ModelConfig& m = c.model;
   check.require(m.position == PositionKind::kLearned, "model.position", "model.arch=bert has learned positions");
+  check.require(!m.scale_head, "model.scale_head", "applies to model.arch=transformer only");
+  check.require(!c.data.span_corruption, "data.span_corruption", "T5's pretraining objective: model.arch=transformer only");
   check.require(m.n_encoder_layers == 0, "model.n_encoder_layers",
                 "applies to model.arch=transformer only (bert: model.n_layers)");
   check.require(m.attention_window == 0, "model.attention_window", "model.arch=bert attends to the whole window");
@@ -31,6 +33,8 @@ void validate_bert(const Config& c, ConfigChecks& check) {
   check.require(c.parallel.cp <= 1, "parallel.cp", "context parallelism is built for model.arch=gpt");
   check.require(!c.parallel.sequence_parallel_active(), "parallel.sequence_parallel",
                 "model.arch=bert is not sequence-parallel yet: set it false");
+  check.require(m.head_size == 0, "model.head_dim", "model.arch=bert's heads are d_model / n_heads: leave it 0");
+  check.require(!m.qk_norm, "model.qk_norm", "applies to model.arch=gpt only");
   check.require(m.num_labels == 0 || m.num_labels >= 2, "model.num_labels", m.num_labels,
                 ": 0 pretrains the MLM head, a classifier has at least 2 labels");
   check.require(m.num_labels == 0 || !c.data.whole_word_masking, "data.whole_word_masking",

@@ -15,6 +15,10 @@ void validate_gpt(const Config& c, ConfigChecks& check) {
   check.require(m.norm_position == NormPosition::kPre, "model.norm_position",
                 "post applies to model.arch=transformer and bert only");
   check.require(m.n_encoder_layers == 0, "model.n_encoder_layers", "applies to model.arch=transformer only");
+  check.require(m.position != PositionKind::kRelative, "model.position",
+                "relative (T5's bucketed bias) applies to model.arch=transformer only; gpt: rope or alibi");
+  check.require(!m.scale_head, "model.scale_head", "applies to model.arch=transformer only");
+  check.require(!c.data.span_corruption, "data.span_corruption", "T5's pretraining objective: model.arch=transformer only");
   check.require(m.num_labels == 0, "model.num_labels", "applies to model.arch=bert only");
   check.require(!c.data.whole_word_masking, "data.whole_word_masking", "applies to model.arch=bert only");
   check.require(c.data.synthetic == SyntheticTask::kNone, "data.synthetic",

@@ -4,7 +4,10 @@
 
 #include "core/error.h"
 #include "data/corpus/data_files.h"
+#include "data/corpus/lm_mixture.h"
+#include "data/pairs/span_corruption.h"
 #include "optim/cross_entropy.h"
+#include "train/lm_task.h"
 #include "train/translation_eval.h"
 
 namespace loom {
@@ -55,6 +58,7 @@ std::vector<std::vector<int64_t>> TranslationTask::stage_output_shapes(const Tas
 }
 
 std::optional<OutputScores> TranslationTask::score_outputs(const Config& config) {
+  if (config.data.span_corruption) return std::nullopt;  // denoising windows: the loss says it all
   const auto scores = evaluate_translation(model_, *data_, config.decode);
   OutputScores out;
   out.fields = {{"exact_match", scores.exact_match}, {"sentences", scores.references.size()}, {"beam", config.decode.beam}};
@@ -71,11 +75,42 @@ std::optional<OutputScores> TranslationTask::score_outputs(const Config& config)
   return out;
 }
 
+namespace {
+
+// data.span_corruption: the token windows of data.train / data.valid as T5's span-corrupted pairs, the
+// sentinels at the top of model.vocab_size above every corpus's vocabulary.
+std::unique_ptr<Seq2SeqSource> span_corruption_source(const Config& config, TaskData data_use) {
+  const int64_t seq_len = config.data.seq_len, vocab = config.model.vocab_size;
+  SpanCorruptionOptions options;
+  options.noise_density = config.data.noise_density;
+  options.mean_noise_span = config.data.mean_noise_span;
+  options.vocab_size = vocab;
+  options.seed = static_cast<uint64_t>(config.run.seed);
+  LmData opened = open_lm_data(config, data_use == TaskData::kEvaluation ? TaskData::kEvaluation : TaskData::kTraining);
+  const int64_t sentinels = noise_tokens_and_spans(seq_len, options).second;
+  for (const TokenCorpus* corpus : opened.corpora())
+    if (corpus->vocab_size() + sentinels > vocab)
+      throw ConfigError(config.where("model.vocab_size") + ": model.vocab_size: " + std::to_string(vocab) +
+                        " leaves no room for data.span_corruption's " + std::to_string(sentinels) +
+                        " sentinels above the " + std::to_string(corpus->vocab_size()) + " ids of " + corpus->name() +
+                        ": set it to at least " + std::to_string(corpus->vocab_size() + sentinels));
+  std::unique_ptr<LmBatches> train;
+  if (!opened.sources.empty())
+    train = std::make_unique<LmMixture>(std::move(opened.sources), LmSampler(options.seed, seq_len),
+                                        config.train.batch_size);
+  return std::make_unique<SpanCorruptionSource>(std::move(train), std::move(opened.valid), seq_len,
+                                                config.train.batch_size, options);
+}
+
+}  // namespace
+
 std::unique_ptr<TranslationTask> make_translation_task(const Config& config, TaskData data_use, const ModelSource& model) {
-  auto data = make_seq2seq_source(config, data_use != TaskData::kEvaluation);
-  check_vocab(config, data->vocab_size(), "the training pairs");
+  auto data = config.data.span_corruption ? span_corruption_source(config, data_use)
+                                          : make_seq2seq_source(config, data_use != TaskData::kEvaluation);
+  check_vocab(config, data->vocab_size(), config.data.span_corruption ? "the span-corrupted windows" : "the training pairs");
   TaskModel built = model();
-  const std::string name = config.data.synthetic == SyntheticTask::kNone
+  const std::string name = config.data.span_corruption ? "span-corrupted windows"
+                           : config.data.synthetic == SyntheticTask::kNone
                                ? "pairs"
                                : "synthetic " + std::string(enum_name(config.data.synthetic)) + " pairs";
   return std::make_unique<TranslationTask>(built.as<EncoderDecoder>(), std::move(data), name, std::move(built.tp_rng),

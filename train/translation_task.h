@@ -2,6 +2,8 @@
 // input bos + target, labels target + eos), loss the label-smoothed cross-entropy over the non-padding
 // target tokens. Its batches are padded to multiples of data.pad_to_multiple and, under sequence
 // parallelism, of the TP size (data/pairs/seq2seq_source.h pad_to_multiple): the padding counts for nothing.
+// With data.span_corruption its pairs are T5's span-corrupted token windows (data/pairs/span_corruption.h),
+// trained alike; validation then reports the loss only.
 #pragma once
 #include <memory>
 
@@ -26,7 +28,7 @@ class TranslationTask : public Task {
   bool can_evaluate() const override { return data_->eval_size() > 0; }
   int64_t eval_size() const override { return data_->eval_size(); }
   std::string eval_data_name() const override { return eval_data_name_; }
-  // Every evaluation pair decoded as decode.* says: exact match, and corpus BLEU of the detokenized
+  // Every evaluation pair (not span corruption's) decoded as decode.* says: exact match, and corpus BLEU of the detokenized
   // translations when the run has a tokenizer (train/translation_eval.h).
   std::optional<OutputScores> score_outputs(const Config& config) override;
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;

@@ -116,7 +116,7 @@ TEST_CASE("config: context parallelism refuses what ring attention cannot run, n
              Catch::Contains("data.document_mask: packs documents into model.arch=gpt windows") &&
                  Catch::Contains("set it false"));
   CHECK_THAT(config_error("model:\n  arch: transformer\n  init_from: x.safetensors\n"),
-             Catch::Contains("x.yaml:3: model.init_from: importing weights is built for model.arch=gpt only") &&
+             Catch::Contains("x.yaml:3: model.init_from: model.arch=transformer reads Hugging Face T5ForConditionalGeneration weights only") &&
                  Catch::Contains("leave it empty"));
   // With sequence parallelism each TP rank keeps 1/tp of a CP rank's positions: 128 / 4 = 32 over 2.
   CHECK(config_error("", {"parallel.cp=4", "parallel.tp=2", "parallel.sequence_parallel=true"}).empty());
