@@ -24,10 +24,10 @@ for a in "${aten[@]}"; do
   for g in "${gemm[@]}"; do settings+=("$(echo "$a $g" | xargs)"); done
 done
 # The numeric unit tests: all but those of parsing, files, tokenizers, corpus preparation, weight files (safetensors
-# and Hugging Face names: their logits checks run the forward the variants tests run here), allocation, schedules'
+# and Hugging Face names, [hf]: their logits checks run the forwards the variants, models and family tests run here), allocation, schedules'
 # closed forms in double and process plumbing, whose results do not depend on the CPU's arithmetic.
 numeric='~[.]~[config]~[data]~[file_io]~[checkpoint]~[schedule]~[mesh]~[mpi]~[reliability]~[bleu]~[prepare]~[fuzz]'
-numeric+='~[safetensors]~[tokenizer]~[pairs]~[allocator]'
+numeric+='~[safetensors]~[hf]~[tokenizer]~[pairs]~[allocator]'
 spec=()
 mpi=1
 while (($#)); do

@@ -1,6 +1,7 @@
 #include "train/classify_task.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <numeric>
 

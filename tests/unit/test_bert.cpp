@@ -103,8 +103,8 @@ TEST_CASE("bert: transformers' random BertForMaskedLM loads with equal logits, a
   }
 }
 
-TEST_CASE("bert: transformers' random BertForSequenceClassification loads with equal logits and exports back; a "
-          "BertForMaskedLM gives a classifier its encoder", "[bert][hf][golden]") {
+TEST_CASE("bert: transformers' random BertForSequenceClassification loads with equal logits and exports back, and "
+          "a BertForMaskedLM gives a classifier its encoder", "[bert][hf][golden]") {
   torch::manual_seed(12);
   const auto config = bert_config({"model.num_labels=3"});
   const auto in = bert_inputs(config.vocab_size);
