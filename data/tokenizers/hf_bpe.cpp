@@ -36,14 +36,11 @@ HfBpeModel::HfBpeModel(const nlohmann::json& model, bool byte_level, const std::
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (model.contains(key) && !model[key].is_null() && !model[key].get<std::string>().empty())
       throw Error(where + ": model." + key + " is not implemented by loom (byte-level BPE has none): set it to null");
-  const auto& vocab = model.at("vocab");
-  LOOM_CHECK(vocab.is_object(), where, ": model.vocab is not a mapping of token to id");
-  for (const auto& [text, id_json] : vocab.items()) {
-    const int64_t id = id_json.get<int64_t>();
-    check_token_id(id, static_cast<int64_t>(vocab.size()), where + ": model.vocab['" + text + "']");
-    vocab_.insert(text, static_cast<int32_t>(id));
-    if (tokens_.size() <= static_cast<size_t>(id)) tokens_.resize(static_cast<size_t>(id) + 1);
-    tokens_[static_cast<size_t>(id)] = text;
+  read_hf_vocab(model, where, vocab_, tokens_);
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    const std::string& text = tokens_[i];
+    if (text.empty()) continue;
+    const auto id = static_cast<int32_t>(i);
     // A byte-level entry outside the byte alphabet can never come out of bytes: BPE leaves it out.
     if (!byte_level) {
       pieces_.insert(text, static_cast<int32_t>(id));

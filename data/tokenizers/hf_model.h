@@ -3,11 +3,14 @@
 // model.type.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace loom {
+
+class StringTable;
 
 class HfModel {
  public:
@@ -19,5 +22,10 @@ class HfModel {
   // Vocabulary entries by id as the file writes them ("" for ids it does not use).
   virtual const std::vector<std::string>& tokens() const = 0;
 };
+
+// model.vocab of a tokenizer.json (both models have one): text -> id into `vocab`, and by id the text into
+// `tokens` ("" for ids it leaves out). A damaged id is a loom::Error naming `where`.
+void read_hf_vocab(const nlohmann::json& model, const std::string& where, StringTable& vocab,
+                   std::vector<std::string>& tokens);
 
 }  // namespace loom

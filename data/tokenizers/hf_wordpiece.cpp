@@ -1,21 +1,12 @@
 #include "data/tokenizers/hf_wordpiece.h"
 
 #include "core/error.h"
-#include "data/tokenizers/tokenizer.h"
 #include "data/tokenizers/utf8.h"
 
 namespace loom {
 
 HfWordPieceModel::HfWordPieceModel(const nlohmann::json& model, const std::string& where) {
-  const auto& vocab = model.at("vocab");
-  LOOM_CHECK(vocab.is_object(), where, ": model.vocab is not a mapping of token to id");
-  for (const auto& [text, id_json] : vocab.items()) {
-    const int64_t id = id_json.get<int64_t>();
-    check_token_id(id, static_cast<int64_t>(vocab.size()), where + ": model.vocab['" + text + "']");
-    vocab_.insert(text, static_cast<int32_t>(id));
-    if (tokens_.size() <= static_cast<size_t>(id)) tokens_.resize(static_cast<size_t>(id) + 1);
-    tokens_[static_cast<size_t>(id)] = text;
-  }
+  read_hf_vocab(model, where, vocab_, tokens_);
   prefix_ = model.value("continuing_subword_prefix", std::string("##"));
   max_chars_ = model.value("max_input_chars_per_word", int64_t{100});
   const std::string unk = model.value("unk_token", std::string("[UNK]"));

@@ -53,6 +53,18 @@ torch::Tensor hf_bert(const std::string& mode, const loom::ModelConfig& c, const
   return loom::test::json_tensor(out["logits"], torch::kFloat);
 }
 
+// Export: the model's weights changed, written as `loom export` does, read by from_pretrained: the same logits.
+void check_export_reads_back(loom::Bert& model, const loom::ModelConfig& config, const BertInputs& in,
+                             const std::filesystem::path& dir) {
+  loom::test::perturb(*model);
+  const auto exported = dir / "export";
+  std::filesystem::create_directories(exported);
+  loom::write_safetensors(exported / "model.safetensors", loom::export_bert_weights(*model), {{"format", "pt"}});
+  std::ofstream(exported / "config.json") << loom::bert_config_json(config, {}).dump(2);
+  CHECK_THAT(model->forward(in.tokens, in.padding, in.token_types),
+             loom::test::reference_logits(hf_bert("read", config, in, exported)));
+}
+
 }  // namespace
 
 TEST_CASE("bert: parameter counts equal transformers' and the built model's", "[bert]") {
@@ -92,14 +104,7 @@ TEST_CASE("bert: transformers' random BertForMaskedLM loads with equal logits, a
     CHECK(relative < 1e-6);  // measured: about 5e-7 of the largest logit
     WARN("import: max |loom - transformers| / max |transformers| = " << relative);
 
-    // Export: changed weights, written as `loom export` does, read by from_pretrained.
-    loom::test::perturb(*model);
-    const auto exported = dir / "export";
-    std::filesystem::create_directories(exported);
-    loom::write_safetensors(exported / "model.safetensors", loom::export_bert_weights(*model), {{"format", "pt"}});
-    std::ofstream(exported / "config.json") << loom::bert_config_json(config, {}).dump(2);
-    CHECK_THAT(model->forward(in.tokens, in.padding, in.token_types),
-               loom::test::reference_logits(hf_bert("read", config, in, exported)));
+    check_export_reads_back(model, config, in, dir);
   }
 }
 
@@ -117,13 +122,7 @@ TEST_CASE("bert: transformers' random BertForSequenceClassification loads with e
   torch::NoGradGuard no_grad;
   CHECK_THAT(model->forward(in.tokens, in.padding, in.token_types), loom::test::reference_logits(expected));
 
-  loom::test::perturb(*model);
-  const auto exported = dir / "export";
-  std::filesystem::create_directories(exported);
-  loom::write_safetensors(exported / "model.safetensors", loom::export_bert_weights(*model), {{"format", "pt"}});
-  std::ofstream(exported / "config.json") << loom::bert_config_json(config, {}).dump(2);
-  CHECK_THAT(model->forward(in.tokens, in.padding, in.token_types),
-             loom::test::reference_logits(hf_bert("read", config, in, exported)));
+  check_export_reads_back(model, config, in, dir);
 
   // Fine-tuning from a pretrained MLM file: the encoder's weights are the file's (those of an MLM model loading
   // it), the pooler and classifier keep the classifier's own init.
