@@ -3,8 +3,10 @@
 # equals the single-process run of the same global batch (fp32, dropout off, 2 post-norm blocks, 20 steps
 # with a validation MLM loss and accuracy at 10 and 20; losses within 1e-5, clipped gradient norms within
 # 1e-4 relative): DP=2, TP=2 (heads, MLP, the vocabulary of the tied embedding and of the MLM output bias)
-# and PP=2 (1F1B, the tied embedding's gradients summed across the first and last stage), and a ZeRO-3 smoke
-# test at DP=2 (the ends kept gathered over the step). The validation
+# and PP=2 (1F1B, the tied embedding's gradients summed across the first and last stage), activation
+# checkpointing, bf16 TP=2 (within twice the single process's own bf16 error), and ZeRO-3
+# test at DP=2 (the ends kept gathered over the step); a DP=2 checkpoint resumed by one process stays on the
+# single-process curve. The validation
 # rows carry the MLM accuracy, and `loom eval` of the run repeats the last one. With dropout, a run resumed
 # from its step-10 checkpoint repeats the uninterrupted losses bit for bit.
 source "$(dirname "$0")/common.sh"
@@ -36,6 +38,15 @@ last = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl") if '"valid"'
 out = json.load(open(sys.argv[2]))
 assert abs(out["loss"] - last["loss"]) < 1e-6 and abs(out["accuracy"] - last["accuracy"]) < 1e-9, (out, last)
 PY
+# Activation checkpointing recomputes every block from its input: the same curve within 1e-5.
+tiny_train "$WORK/recompute" --set train.activation_checkpointing=full >"$WORK/recompute.log" 2>&1 \
+  || fail "activation checkpointing"
+same_losses_and_grad_norms "$WORK/single" "$WORK/recompute" "BERT with activation checkpointing (full)"
+# bf16 autocast: TP=2 rounds its partial sums apart from one process, so its curve is held within twice the
+# single process's own bf16 error (its largest distance from $WORK/single, the same run in fp32).
+tiny_train "$WORK/bf16" --set precision.dtype=bf16 >"$WORK/bf16.log" 2>&1 || fail "bf16 run"
+mpi_train 2 "$WORK/bf16-tp2" --set precision.dtype=bf16 --set parallel.tp=2 --set parallel.dp=1 || fail "bf16 TP=2"
+same_losses_within_dtype_error "$WORK/bf16" "$WORK/bf16-tp2" "$WORK/single" "BERT bf16 autocast, TP=2" 2
 mpi_train 2 "$WORK/dp2" --set parallel.dp=2 || fail "DP=2 failed"
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2" "BERT DP=2"
 mpi_train 2 "$WORK/tp2" --set parallel.tp=2 --set parallel.dp=1 || fail "TP=2 failed"
@@ -44,6 +55,13 @@ mpi_train 2 "$WORK/pp2" --set parallel.pp=2 --set parallel.dp=1 --set parallel.m
 same_losses_and_grad_norms "$WORK/single" "$WORK/pp2" "BERT PP=2"
 mpi_train 2 "$WORK/zero3" --set parallel.dp=2 --set parallel.zero=3 || fail "ZeRO-3 DP=2 failed"
 same_losses_and_grad_norms "$WORK/single" "$WORK/zero3" "BERT ZeRO-3 DP=2"
+# DP=2 for 10 steps, then one process from its checkpoint to 20: the single-process curve (the masks are a
+# function of seed, step and sequence, whatever rank draws them).
+mpi_train 2 "$WORK/dp2-to-single" --set parallel.dp=2 --set train.max_steps=10 --set schedule.total_steps=20 \
+  --set checkpoint.every=10 || fail "DP=2 first half"
+tiny_train "$WORK/dp2-to-single" >"$WORK/dp2-to-single-2.log" 2>&1 || fail "resumed as one process"
+grep -q "resumed from .*/checkpoints/10" "$WORK/dp2-to-single-2.log" || fail "the single process did not resume"
+same_train_losses "$WORK/single" "$WORK/dp2-to-single" "BERT DP=2 checkpoint resumed as one process" 20
 # Dropout on: a run stopped at its step-10 checkpoint and trained on to 20 repeats the uninterrupted losses bit
 # for bit (the masks are a function of seed, step and sequence; dropout's RNG state is in the checkpoint).
 drop=(--set model.dropout=0.1 --set checkpoint.every=10)

@@ -2,7 +2,8 @@
 # T5 (the encoder-decoder with T5's options: relative position bias, RMSNorm, no biases, unscaled attention,
 # the scaled tied head; configs/t5-kjv-es.yaml made tiny) on the Bible pairs under mpirun equals the
 # single-process run of the same token-based batches (fp32, dropout off, 20 steps with a validation loss at 10
-# and 20; losses within 1e-5, clipped gradient norms within 1e-4 relative): DP=2, TP=2 (heads, MLP, the tied
+# and 20; losses within 1e-5, clipped gradient norms within 1e-4 relative; in bf16, DP=2 within twice the single
+# process's own bf16 error): DP=2, TP=2 (heads, MLP, the tied
 # vocabulary, the relative bias tables by head), PP=2 with parallel.pp_layers [1, 3] (the first stage computes
 # both stacks' biases and passes them on with the encoder's and the decoder's hidden states; the second holds
 # an encoder block and both decoder blocks), PP=2 GPipe split between the stacks (only the decoder's bias
@@ -44,6 +45,11 @@ tiny_train "$WORK/recompute" --set train.activation_checkpointing=full >"$WORK/r
 same_losses_and_grad_norms "$WORK/single" "$WORK/recompute" "T5 with activation checkpointing (full)"
 mpi_train 2 "$WORK/dp2" --set parallel.dp=2 || fail "DP=2 failed"
 same_losses_and_grad_norms "$WORK/single" "$WORK/dp2" "T5 DP=2"
+# bf16 autocast: DP=2 sums its gradients in another order, so its curve is held within twice the single
+# process's own bf16 error (its largest distance from $WORK/single, the same run in fp32).
+tiny_train "$WORK/bf16" --set precision.dtype=bf16 >"$WORK/bf16.log" 2>&1 || fail "bf16 run"
+mpi_train 2 "$WORK/bf16-dp2" --set precision.dtype=bf16 --set parallel.dp=2 || fail "bf16 DP=2"
+same_losses_within_dtype_error "$WORK/bf16" "$WORK/bf16-dp2" "$WORK/single" "T5 bf16 autocast, DP=2" 2
 mpi_train 2 "$WORK/tp2" --set parallel.tp=2 --set parallel.dp=1 || fail "TP=2 failed"
 same_losses_and_grad_norms "$WORK/single" "$WORK/tp2" "T5 TP=2"
 mpi_train 2 "$WORK/pp2" --set parallel.pp=2 --set parallel.dp=1 --set parallel.microbatches=2 \
