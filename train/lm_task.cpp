@@ -45,24 +45,16 @@ LmBatch context_part(LmBatch batch, const ContextParallelism& cp) {
 
 LmTask::LmTask(Gpt model, std::unique_ptr<LmBatches> batches, std::unique_ptr<TokenCorpus> valid, const Config& config,
                std::unique_ptr<TensorParallelRng> tp_rng)
-    : model_(std::move(model)),
-      batches_(std::move(batches)),
-      valid_(std::move(valid)),
-      sampler_(static_cast<uint64_t>(config.run.seed), config.data.seq_len),
-      valid_name_(config.data.valid),
-      batch_size_(config.train.batch_size),
-      loss_chunk_tokens_(config.train.loss_chunk_tokens) {
-  tp_rng_ = std::move(tp_rng);
-}
+    : WindowTask(std::move(batches), std::move(valid), config, config.data.seq_len, std::move(tp_rng)),
+      model_(std::move(model)),
+      loss_chunk_tokens_(config.train.loss_chunk_tokens) {}
 
 TaskBatch LmTask::train_batch(int64_t step, int64_t first, int64_t count) const {
-  LOOM_CHECK(batches_ != nullptr, "no training data (data.train)");
-  return context_part(batches_->train_batch(step, first, count), model_->context_parallelism());
+  return context_part(train_windows(step, first, count), model_->context_parallelism());
 }
 
 TaskBatch LmTask::eval_batch(int64_t first, int64_t count) const {
-  LOOM_CHECK(valid_ != nullptr, "no validation data (data.valid)");
-  return context_part(sampler_.eval_batch(*valid_, first, count), model_->context_parallelism());  // no seed
+  return context_part(eval_windows(first, count), model_->context_parallelism());
 }
 
 torch::Tensor LmTask::loss(const TaskBatch& batch, torch::Device device, double label_smoothing) {

@@ -7,11 +7,11 @@
 #include "data/corpus/lm_mixture.h"
 #include "data/corpus/token_corpus.h"
 #include "models/gpt.h"
-#include "train/task.h"
+#include "train/window_task.h"
 
 namespace loom {
 
-class LmTask : public Task {
+class LmTask : public WindowTask {
  public:
   // batches: where training batches come from (null: evaluation only); valid may be null (no evaluation).
   LmTask(Gpt model, std::unique_ptr<LmBatches> batches, std::unique_ptr<TokenCorpus> valid, const Config& config,
@@ -19,14 +19,7 @@ class LmTask : public Task {
 
   StagedModel& model() override { return *model_; }
   TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
-  int64_t train_batch_size(int64_t) const override { return batch_size_; }
   TaskBatch eval_batch(int64_t first, int64_t count) const override;
-  bool can_evaluate() const override { return valid_ != nullptr; }
-  std::string eval_data_name() const override { return valid_name_; }
-  std::vector<std::string> source_names() const override { return batches_ ? batches_->source_names() : std::vector<std::string>{}; }
-  std::vector<int64_t> source_tokens(int64_t step) const override {
-    return batches_ ? batches_->source_tokens(step) : std::vector<int64_t>{};
-  }
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
   std::vector<torch::Tensor> stage_forward(const TaskBatch& batch, torch::Device device,
                                            const std::vector<torch::Tensor>& inputs, double label_smoothing) override;
@@ -34,11 +27,6 @@ class LmTask : public Task {
 
  private:
   Gpt model_;
-  std::unique_ptr<LmBatches> batches_;
-  std::unique_ptr<TokenCorpus> valid_;
-  LmSampler sampler_;
-  std::string valid_name_;  // data.valid
-  int64_t batch_size_;  // train.batch_size
   int64_t loss_chunk_tokens_;  // train.loss_chunk_tokens: the fused head + loss, 0 the plain logits
 };
 

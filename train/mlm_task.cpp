@@ -75,25 +75,17 @@ MlmTokenIds mlm_token_ids(const Config& config) {
 
 MlmTask::MlmTask(Bert model, std::unique_ptr<LmBatches> batches, std::unique_ptr<TokenCorpus> valid,
                  const MlmTokenIds& ids, const Config& config, std::unique_ptr<TensorParallelRng> tp_rng)
-    : model_(std::move(model)),
-      batches_(std::move(batches)),
-      valid_(std::move(valid)),
-      sampler_(static_cast<uint64_t>(config.run.seed), config.data.seq_len - 2),
+    : WindowTask(std::move(batches), std::move(valid), config, config.data.seq_len - 2, std::move(tp_rng)),
+      model_(std::move(model)),
       ids_(ids),
-      seed_(static_cast<uint64_t>(config.run.seed)),
-      valid_name_(config.data.valid),
-      batch_size_(config.train.batch_size) {
-  tp_rng_ = std::move(tp_rng);
-}
+      seed_(static_cast<uint64_t>(config.run.seed)) {}
 
 TaskBatch MlmTask::train_batch(int64_t step, int64_t first, int64_t count) const {
-  LOOM_CHECK(batches_ != nullptr, "no training data (data.train)");
-  return MlmBatch{mask_for_mlm(batches_->train_batch(step, first, count).inputs, ids_, seed_, step, first)};
+  return MlmBatch{mask_for_mlm(train_windows(step, first, count).inputs, ids_, seed_, step, first)};
 }
 
 TaskBatch MlmTask::eval_batch(int64_t first, int64_t count) const {
-  LOOM_CHECK(valid_ != nullptr, "no validation data (data.valid)");
-  return MlmBatch{mask_for_mlm(sampler_.eval_batch(*valid_, first, count).inputs, ids_, seed_, kMlmEvalStep, first)};
+  return MlmBatch{mask_for_mlm(eval_windows(first, count).inputs, ids_, seed_, kMlmEvalStep, first)};
 }
 
 torch::Tensor MlmTask::loss(const TaskBatch& batch, torch::Device device, double label_smoothing) {

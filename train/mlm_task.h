@@ -14,7 +14,7 @@
 #include "data/corpus/mlm_masking.h"
 #include "data/corpus/token_corpus.h"
 #include "models/bert.h"
-#include "train/task.h"
+#include "train/window_task.h"
 
 namespace loom {
 
@@ -24,7 +24,7 @@ struct MlmBatch {
   int64_t tokens() const { return masked.inputs.numel(); }
 };
 
-class MlmTask : public Task {
+class MlmTask : public WindowTask {
  public:
   // batches: windows of data.seq_len - 2 tokens (null: evaluation only); valid may be null.
   MlmTask(Bert model, std::unique_ptr<LmBatches> batches, std::unique_ptr<TokenCorpus> valid, const MlmTokenIds& ids,
@@ -32,16 +32,7 @@ class MlmTask : public Task {
 
   StagedModel& model() override { return *model_; }
   TaskBatch train_batch(int64_t step, int64_t first, int64_t count) const override;
-  int64_t train_batch_size(int64_t) const override { return batch_size_; }
   TaskBatch eval_batch(int64_t first, int64_t count) const override;
-  bool can_evaluate() const override { return valid_ != nullptr; }
-  std::string eval_data_name() const override { return valid_name_; }
-  std::vector<std::string> source_names() const override {
-    return batches_ ? batches_->source_names() : std::vector<std::string>{};
-  }
-  std::vector<int64_t> source_tokens(int64_t step) const override {
-    return batches_ ? batches_->source_tokens(step) : std::vector<int64_t>{};
-  }
   torch::Tensor loss(const TaskBatch& batch, torch::Device device, double label_smoothing) override;
   std::vector<torch::Tensor> stage_forward(const TaskBatch& batch, torch::Device device,
                                            const std::vector<torch::Tensor>& inputs, double label_smoothing) override;
@@ -53,13 +44,8 @@ class MlmTask : public Task {
 
  private:
   Bert model_;
-  std::unique_ptr<LmBatches> batches_;
-  std::unique_ptr<TokenCorpus> valid_;
-  LmSampler sampler_;
   MlmTokenIds ids_;
   uint64_t seed_;
-  std::string valid_name_;
-  int64_t batch_size_;
   double correct_ = 0;  // chosen tokens predicted right by evaluation's forwards since the last take
 };
 
