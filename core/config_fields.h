@@ -39,7 +39,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.tie_embeddings", c.model.tie_embeddings, "Share the token embedding with the output projection.");
   v("model.scale_embeddings", c.model.scale_embeddings, "Multiply token embeddings by sqrt(d_model) (the original Transformer); they are then initialized with std d_model^-0.5 instead of init_std.");
   v("model.scale_attention", c.model.scale_attention, "Scale attention scores by 1/sqrt(head_dim); false: plain q.k, as T5 (whose init folds the scale into the query weights).");
-  v("model.scale_head", c.model.scale_head, "model.arch=transformer with model.tie_embeddings: multiply the decoder's output by d_model^-0.5 before the tied output projection, as T5.");
+  v("model.scale_head", c.model.scale_head, "model.arch=transformer with model.tie_embeddings: multiply the decoder's output by d_model^-0.5 before the tied output projection, as T5; the embedding is then initialized with std 1 (T5's init) instead of init_std.");
   v("model.init_std", c.model.init_std, "Std of the normal weight init; residual projections use init_std / sqrt(2 * n_layers).");
   v("model.init_from", c.model.init_from, "A .safetensors file, or a Hugging Face model directory holding model.safetensors (GPT-2 or LLaMA names, or loom's; see `loom export`), whose weights a fresh run starts from instead of the random init; shapes must match the model.* keys. A resumed run uses its checkpoint.");
   v("model.moe.num_experts", c.model.moe.num_experts, "Mixture of Experts (model.arch=gpt): routed experts in each MoE block's MLP (models/moe.h); 0: every block dense.");

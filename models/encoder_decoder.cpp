@@ -75,8 +75,9 @@ EncoderDecoderImpl::EncoderDecoderImpl(const ModelConfig& config, const TensorPa
 
   torch::NoGradGuard no_grad;
   // Scaled embeddings start at unit variance after the scaling (as fairseq), so that they and the
-  // positions are of one size; the tied head then gives logits of unit variance too.
-  ends_.init_embedding(config.scale_embeddings ? 1.0 / embedding_scale_ : config.init_std);
+  // positions are of one size; the tied head then gives logits of unit variance too. A scaled head (T5's
+  // d_model^-0.5) starts from unit-variance embeddings, as T5 initializes them, for logits of unit variance.
+  ends_.init_embedding(config.scale_embeddings ? 1.0 / embedding_scale_ : config.scale_head ? 1.0 : config.init_std);
   for (auto& table : {encoder_positions, decoder_positions})
     if (table) torch::nn::init::normal_(table->weight, 0.0, config.init_std);
 }
