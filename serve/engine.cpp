@@ -289,6 +289,22 @@ std::vector<Completion> Engine::step() {
   return done;
 }
 
+Engine::Phase Engine::phase(int64_t id) const {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) return Phase::kGone;
+  if (std::find(running_.begin(), running_.end(), id) == running_.end())
+    return std::find(waiting_.begin(), waiting_.end(), id) == waiting_.end() ? Phase::kGone : Phase::kWaiting;
+  const auto& sequence = *it->second;
+  return sequence.table.length + 1 < static_cast<int64_t>(sequence.tokens.size()) ? Phase::kPrefilling
+                                                                                   : Phase::kDecoding;
+}
+
+std::string Engine::audit() const {
+  std::vector<const BlockTable*> tables;
+  for (const auto& [id, sequence] : sequences_) tables.push_back(&sequence->table);
+  return pool_->audit(tables);
+}
+
 std::vector<Completion> Engine::run() {
   std::vector<Completion> all;
   do {
