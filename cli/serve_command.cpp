@@ -93,13 +93,15 @@ int serve_command(const Argv& argv, const ProcessGroup& processes) {
   if (args.flag("dry-run")) {
     const auto& c = model->config();
     const auto dtype = model->parameters().front().scalar_type();
-    const int64_t block = KVBlockPool::block_bytes(model->n_blocks(), engine_options.block_size, c.kv_heads(),
-                                                   c.head_dim(), dtype);
+    const int64_t block = KVBlockPool::block_bytes(model->n_blocks(), engine_options.block_size, c.kv_heads() / tp,
+                                                   c.head_dim(), dtype);  // under TP: a rank's share of the heads
     const int64_t blocks = engine_options.kv_bytes / block;
     const int64_t per_sequence = (c.max_seq_len + engine_options.block_size - 1) / engine_options.block_size;
-    std::cout << "KV cache: " << block / engine_options.block_size << " bytes per token (" << model->n_blocks()
-              << " layers x keys and values x " << c.kv_heads() << " heads x " << c.head_dim() << " x "
-              << c10::elementSize(dtype) << " bytes)\n"
+    if (processes.info().rank == 0)
+      std::cout << "KV cache: " << block / engine_options.block_size << " bytes per token (" << model->n_blocks()
+              << " layers x keys and values x " << c.kv_heads() / tp << " heads x " << c.head_dim() << " x "
+              << c10::elementSize(dtype) << " bytes" << (tp > 1 ? ", per rank of " + std::to_string(tp) : "")
+              << ")\n"
               << "budget --kv-mb " << (engine_options.kv_bytes >> 20) << ": " << blocks << " blocks of "
               << engine_options.block_size << " positions (" << block
               << " bytes each) = " << blocks * engine_options.block_size

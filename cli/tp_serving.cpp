@@ -38,7 +38,8 @@ LoadedModel load_serving_model(const std::string& run_dir, std::optional<int64_t
                                const ProcessGroup& processes) {
   if (tp == 1) return load_trained_model(run_dir, step);
   const auto config = load_config((std::filesystem::path(run_dir) / "config.yaml").string());
-  return load_trained_model_tp(run_dir, step, processes.world(config.parallel.timeout_s));
+  return load_trained_model_tp(run_dir, step, processes.world(config.parallel.timeout_s), processes.info().local_rank,
+                               processes.info().local_size);
 }
 
 }  // namespace loom::cli

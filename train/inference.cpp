@@ -48,15 +48,16 @@ LoadedModel load_trained_model(const std::filesystem::path& run_dir, std::option
 }
 
 LoadedModel load_trained_model_tp(const std::filesystem::path& run_dir, std::optional<int64_t> step,
-                                  std::unique_ptr<Communicator> world) {
+                                  std::unique_ptr<Communicator> world, int64_t local_rank, int64_t local_size) {
   LoadedModel loaded = inference_config(run_dir, step);
+  configure_cpu(loaded.config.runtime, local_size);  // the node's cores shared by its ranks
   const int64_t tp = world->size();
   loaded.config.parallel.tp = tp;
   loaded.config.parallel.sequence_parallel = false;  // decoding feeds one position a row: nothing to split
   LOOM_CHECK(loaded.config.model.n_heads % tp == 0 && loaded.config.model.kv_heads() % tp == 0,
              "parallel.tp=", tp, " must divide model.n_heads=", loaded.config.model.n_heads,
              " and the key/value heads (", loaded.config.model.kv_heads(), ")");
-  const auto device = runtime_device(loaded.config.runtime);
+  const auto device = runtime_device(loaded.config.runtime, local_rank);
   loaded.mesh = std::make_shared<Mesh>(loaded.config, std::move(world), device);
   loaded.model = model_family(loaded.config.model.arch)
                      .build(loaded.config, TensorParallelism(&loaded.mesh->device_group(MeshAxis::kTp), nullptr, false),

@@ -29,8 +29,9 @@ LoadedModel load_trained_model(const std::filesystem::path& run_dir, std::option
 
 // The same model split over the tensor-parallel group `world` (every rank of an `mpirun -np N` job, N = its
 // size, parallel.tp=N; no dp, pp or cp): each rank builds its TP shard and loads it, resharded from the
-// checkpoint's layout (train/checkpoint_reshard.h). Collective over world.
+// checkpoint's layout (train/checkpoint_reshard.h). Collective over world. local_rank / local_size: this rank's
+// place among the ranks on its node (its GPU, its share of the CPU threads).
 LoadedModel load_trained_model_tp(const std::filesystem::path& run_dir, std::optional<int64_t> step,
-                                  std::unique_ptr<Communicator> world);
+                                  std::unique_ptr<Communicator> world, int64_t local_rank, int64_t local_size);
 
 }  // namespace loom

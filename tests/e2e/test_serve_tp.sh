@@ -3,7 +3,7 @@
 # ... --set parallel.tp=2` (rank 0 takes the HTTP traffic and leads every engine step, rank 1 follows with the other
 # half of every layer) give the single process's completions token for token, greedy and sampled with seeds
 # (a sampled token follows the exact logits, so a wrong split shows); 12 concurrent clients share the steps; SIGTERM
-# to the ranks ends both cleanly (rank 1 waits for rank 0's stop; mpirun exits 0). pp, cp and dp are refused with a message, as is a tp that is not the
+# to the ranks ends both cleanly (rank 1 waits for rank 0's stop; mpirun exits 0); --dry-run gives a rank's KV bytes. pp, cp and dp are refused with a message, as is a tp that is not the
 # job's size.
 source "$(dirname "$0")/common.sh"
 run=$WORK/run
@@ -28,6 +28,13 @@ grep -q "tensor parallelism only" <<<"$out" || fail "pp=2: $out"
 out=$("$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/x" --set parallel.tp=2 2>&1) &&
   fail "tp=2 in one process was accepted"
 grep -q "the job has 1 processes" <<<"$out" || fail "tp=2 in one process: $out"
+
+# --dry-run under tp=2: a rank's KV bytes per token, half the single process's 1024 (2 layers x (K, V) x 1 of the 2
+# heads x 32 dims x 4 bytes), printed once.
+dry=$("${MPIRUN[@]}" -np 2 "$LOOM" serve "$run" --dry-run --kv-mb 1 --block-size 4 --set parallel.tp=2 2>&1) ||
+  fail "--dry-run under tp=2: $dry"
+[ "$(grep -c "512 bytes per token" <<<"$dry")" = 1 ] && grep -q "512 blocks of 4 positions" <<<"$dry" ||
+  fail "--dry-run under tp=2: $dry"
 
 log=$WORK/serve.log
 "${MPIRUN[@]}" -np 2 timeout 300 "$LOOM" serve "$run" --port 0 --block-size 4 --kv-mb 4 --ignore-eos --set parallel.tp=2 \
