@@ -88,7 +88,7 @@ int serve_command(const Argv& argv, const ProcessGroup& processes) {
   const auto loaded = load_serving_model(run_dir, step, tp, processes);
   auto model = loaded.as<Gpt>();
   LOOM_CHECK(model, run_dir, " is a model.arch=", enum_name(loaded.config.model.arch),
-             " run: loom serve serves decoder-only (GPT-family) runs");
+             " run: loom serve serves decoder-only (GPT-family) runs; loom translate decodes this one");
   LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn prompts into tokens");
   if (args.flag("dry-run")) {
     const auto& c = model->config();
