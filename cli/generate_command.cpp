@@ -5,6 +5,7 @@
 // through the inference engine (serve/engine.h: continuous batching over a paged KV cache), one output line per
 // prompt in file order; --sequential decodes them one at a time with the single-prompt path instead (the
 // benchmark's baseline: scripts/bench_serve.sh). Both print their throughput to stderr.
+// Under `mpirun -np N` with --set parallel.tp=N, --input runs the model split over the ranks (cli/tp_serving.h).
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/tp_serving.h"
 #include "core/error.h"
 #include "data/tokenizers/incremental_decoder.h"
 #include "data/tokenizers/tokenizer.h"
@@ -32,7 +34,10 @@ std::string generated_text(const Tokenizer& tokenizer, const std::vector<int64_t
 }
 
 // --input/--output: every prompt of the file through the engine (or, --sequential, one at a time).
-int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, const GenerationRequest& defaults) {
+// Under tensor parallelism every rank reads the same file and runs the same engine steps (the engine agrees on
+// rank 0's logits), each with its shard of the model; rank 0 writes the output.
+int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, const GenerationRequest& defaults,
+                  bool writes) {
   const std::string input = *args.option("input");
   const auto output = args.option("output");
   if (!output) throw ConfigError("--input needs --output FILE for the completions");
@@ -94,6 +99,7 @@ int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, cons
       detail += ", " + std::to_string(stats.prefix_hit_tokens) + " prompt tokens from the prefix cache";
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!writes) return 0;
   std::ofstream out(*output);
   if (!out) throw ConfigError("cannot write --output " + *output);
   int64_t tokens = 0;
@@ -115,13 +121,13 @@ int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, cons
 
 }  // namespace
 
-int generate_command(const Argv& argv, const ProcessGroup&) {
+int generate_command(const Argv& argv, const ProcessGroup& processes) {
   const char* usage =
       "loom generate RUN_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] "
       "[--seed S] [--step S] [--no-cache] [--ignore-eos] [--json]\n"
       "       loom generate RUN_DIR --input PROMPTS.jsonl --output OUT.jsonl [--max-new-tokens N] [--temperature T] "
       "[--top-k K] [--top-p P] [--seed S] [--step S] [--ignore-eos] [--max-batch N] [--kv-mb MB] [--block-size N] "
-      "[--prefix-caching] [--sequential]";
+      "[--prefix-caching] [--sequential] [--set parallel.tp=N under mpirun -np N]";
   const auto args = parse_args(argv,
                                {"prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "step", "input",
                                 "output", "max-batch", "kv-mb", "block-size"},
@@ -139,7 +145,11 @@ int generate_command(const Argv& argv, const ProcessGroup&) {
 
   std::optional<int64_t> step;
   if (args.option("step")) step = args.int_option("step", 0);
-  const auto loaded = load_trained_model(args.positional[0], step);
+  const int64_t tp = serving_tp(args, processes, "loom generate");
+  if (tp > 1 && (!args.option("input") || args.flag("sequential")))
+    throw ConfigError("loom generate: --set parallel.tp splits the model for --input files through the engine only "
+                      "(not --prompt, not --sequential)");
+  const auto loaded = load_serving_model(args.positional[0], step, tp, processes);
   auto model = loaded.as<Gpt>();
   LOOM_CHECK(model, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
              " run: loom translate decodes it");
@@ -153,7 +163,7 @@ int generate_command(const Argv& argv, const ProcessGroup&) {
     defaults.max_tokens = max_new;
     defaults.sampling = sampling;
     defaults.stop_token = stop;
-    return generate_file(args, model, *tokenizer, defaults);
+    return generate_file(args, model, *tokenizer, defaults, processes.info().rank == 0);
   }
   const std::string prompt_text = args.option_or("prompt", "");
   const auto ids = tokenizer->encode(prompt_text);

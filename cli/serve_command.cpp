@@ -5,6 +5,8 @@
 // address it listens on (with --port 0, the free port it picked) on stdout once it accepts connections.
 // The chat endpoint renders conversations with a chat template: --chat-template FILE, else the one the run's
 // training data was prepared with (loom prepare --sft --chat-template, recorded in the data's manifest.json).
+// Under `mpirun -np N` with --set parallel.tp=N the model is split over the ranks: rank 0 serves HTTP and leads
+// every engine step, the others follow it (serve/step_broadcast.h) and all end with rank 0's stop.
 // --dry-run prints what the KV cache budget holds (bytes per token, blocks, tokens of context, full-context
 // sequences) and exits without serving.
 #include <csignal>
@@ -17,6 +19,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/tp_serving.h"
 #include "core/error.h"
 #include "core/signals.h"
 #include "data/prepare/sft_record.h"
@@ -24,6 +27,7 @@
 #include "serve/engine.h"
 #include "serve/engine_worker.h"
 #include "serve/http_server.h"
+#include "serve/step_broadcast.h"
 #include "train/inference.h"
 
 namespace loom::cli {
@@ -60,11 +64,11 @@ std::optional<ChatFormat> data_chat_format(const Config& config, std::string& so
 
 }  // namespace
 
-int serve_command(const Argv& argv, const ProcessGroup&) {
+int serve_command(const Argv& argv, const ProcessGroup& processes) {
   const char* usage =
       "loom serve RUN_DIR [--port N] [--host 127.0.0.1] [--step S] [--max-batch N] [--kv-mb MB] [--block-size N] "
       "[--max-prefill-tokens N] [--threads N] [--model-name NAME] [--chat-template FILE] [--ignore-eos] "
-      "[--prefix-caching] [--dry-run]";
+      "[--prefix-caching] [--dry-run] [--set parallel.tp=N under mpirun -np N]";
   const auto args = parse_args(argv,
                                {"port", "host", "step", "max-batch", "kv-mb", "block-size", "max-prefill-tokens",
                                 "threads", "model-name", "chat-template"},
@@ -80,21 +84,24 @@ int serve_command(const Argv& argv, const ProcessGroup&) {
   std::optional<int64_t> step;
   if (args.option("step")) step = args.int_option("step", 0);
 
-  const auto loaded = load_trained_model(run_dir, step);
+  const int64_t tp = serving_tp(args, processes, "loom serve");
+  const auto loaded = load_serving_model(run_dir, step, tp, processes);
   auto model = loaded.as<Gpt>();
   LOOM_CHECK(model, run_dir, " is a model.arch=", enum_name(loaded.config.model.arch),
-             " run: loom serve serves decoder-only (GPT-family) runs");
+             " run: loom serve serves decoder-only (GPT-family) runs; loom translate decodes this one");
   LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn prompts into tokens");
   if (args.flag("dry-run")) {
     const auto& c = model->config();
     const auto dtype = model->parameters().front().scalar_type();
-    const int64_t block = KVBlockPool::block_bytes(model->n_blocks(), engine_options.block_size, c.kv_heads(),
-                                                   c.head_dim(), dtype);
+    const int64_t block = KVBlockPool::block_bytes(model->n_blocks(), engine_options.block_size, c.kv_heads() / tp,
+                                                   c.head_dim(), dtype);  // under TP: a rank's share of the heads
     const int64_t blocks = engine_options.kv_bytes / block;
     const int64_t per_sequence = (c.max_seq_len + engine_options.block_size - 1) / engine_options.block_size;
-    std::cout << "KV cache: " << block / engine_options.block_size << " bytes per token (" << model->n_blocks()
-              << " layers x keys and values x " << c.kv_heads() << " heads x " << c.head_dim() << " x "
-              << c10::elementSize(dtype) << " bytes)\n"
+    if (processes.info().rank == 0)
+      std::cout << "KV cache: " << block / engine_options.block_size << " bytes per token (" << model->n_blocks()
+              << " layers x keys and values x " << c.kv_heads() / tp << " heads x " << c.head_dim() << " x "
+              << c10::elementSize(dtype) << " bytes" << (tp > 1 ? ", per rank of " + std::to_string(tp) : "")
+              << ")\n"
               << "budget --kv-mb " << (engine_options.kv_bytes >> 20) << ": " << blocks << " blocks of "
               << engine_options.block_size << " positions (" << block
               << " bytes each) = " << blocks * engine_options.block_size
@@ -140,10 +147,19 @@ int serve_command(const Argv& argv, const ProcessGroup&) {
     throw ConfigError("the chat template " + chat_source + " has no \"assistant\" role for the replies");
 
   Engine engine(model, engine_options);
-  EngineWorker worker(engine);
+  // Tensor parallelism: the other ranks step their engines as rank 0's says (serve/step_broadcast.h), over a
+  // communicator with no timeout (an idle server sends nothing).
+  const auto steps = tp > 1 ? processes.world(1e9) : nullptr;
+  install_stop_signal_handlers();  // every rank: a follower stopped by mpirun's SIGTERM waits for rank 0's stop
+  if (tp > 1 && processes.info().rank != 0) {
+    run_step_follower(engine, *steps);
+    return 0;
+  }
+  StepLeader leader(engine, steps.get());
+  auto worker_owner = std::make_unique<EngineWorker>(engine, &leader);
+  auto& worker = *worker_owner;
   HttpServer server(worker, options);
   const int bound = server.bind();
-  install_stop_signal_handlers();
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is a failed write, not the end of the server
   std::thread watcher([&] {
     while (!stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -152,11 +168,14 @@ int serve_command(const Argv& argv, const ProcessGroup&) {
   });
   std::cout << "loom serve: " << options.model_name << " (step " << loaded.step << ", context "
             << options.context << ", " << engine.pool().blocks() << " KV blocks of " << engine_options.block_size
-            << " positions" << (options.chat ? ", chat template from " + chat_source : "") << ") listening on http://"
+            << " positions" << (tp > 1 ? ", tensor-parallel over " + std::to_string(tp) + " ranks" : "")
+            << (options.chat ? ", chat template from " + chat_source : "") << ") listening on http://"
             << options.host << ":" << bound << std::endl;
   server.listen();
   request_stop();  // listen() also returns when the socket fails: the watcher then ends too
   watcher.join();
+  worker_owner.reset();  // its last steps (the cancellations) reach the other ranks too
+  leader.finish();       // then their loops end
   std::cout << "loom serve: stopped" << std::endl;
   return 0;
 }

@@ -100,7 +100,11 @@ class PagedKVCache final : public KVCache {
     for (size_t b = 0; b < seen_.size(); ++b) seen_[b] += T;
     ++appends_;
     if (last_)
-      for (size_t b = 0; b < seen_.size(); ++b) plan.rows[b]->length = seen_[b];
+      for (size_t b = 0; b < seen_.size(); ++b) {
+        plan.rows[b]->length = seen_[b];
+        // the next forward reads from length - window on: the blocks wholly before go back to the pool
+        if (plan.window > 0) plan.pool->release_before(*plan.rows[b], seen_[b] - plan.window);
+      }
     return {read(keys), read(values)};
   }
 
@@ -149,6 +153,7 @@ void KVBlockPool::release(BlockTable& table) {
   // The last block first: under eviction a prefix's deeper blocks go before the blocks they extend.
   for (auto it = table.blocks.rbegin(); it != table.blocks.rend(); ++it) {
     const int64_t b = *it;
+    if (b == kNoBlock) continue;  // freed by release_before
     if (--refs_[static_cast<size_t>(b)] > 0) continue;
     if (published_[static_cast<size_t>(b)].filed)
       evictable_at_[static_cast<size_t>(b)] = evictable_.insert(evictable_.end(), b);

@@ -11,11 +11,15 @@
 // published blocks its tokens start with. Blocks are counted by references; a released block that holds a
 // published prefix stays cached (evictable, the least recently released first) until a reservation needs it, so
 // used_blocks() counts the referenced blocks only (models/paged_kv_cache_prefix.cpp).
+// Sliding window: a forward reads at most the last `window` positions before its new ones, so after each forward
+// the blocks wholly before (length - window) go back to the pool (their table entries become kNoBlock): a long
+// sequence holds about window / block_size blocks. audit() checks the counts (models/paged_kv_cache_audit.cpp).
 // Shapes: K key/value heads, D head size, N = blocks * block_size slots.
 #pragma once
 #include <torch/torch.h>
 
 #include <list>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -23,8 +27,10 @@
 
 namespace loom {
 
+constexpr int64_t kNoBlock = -1;  // a table's entry for positions a sliding window no longer reads (freed)
+
 struct BlockTable {
-  std::vector<int64_t> blocks;  // the pool's block ids, in position order
+  std::vector<int64_t> blocks;  // the pool's block ids (or kNoBlock), in position order
   int64_t length = 0;           // positions stored (in every layer)
 };
 
@@ -48,6 +54,12 @@ class KVBlockPool {
   bool reserve(BlockTable& table, int64_t length);
   // Gives every block of `table` back; it then holds nothing.
   void release(BlockTable& table);
+  // Gives back the blocks of `table` that hold only positions before `position` (a sliding window's past).
+  void release_before(BlockTable& table, int64_t position);
+  // Checks the block accounting against the tables of every live sequence: each block referenced exactly as
+  // often as the tables hold it, each block in exactly one of {free, cached and evictable, referenced}, every
+  // cached block filed under its key. An empty string when consistent, else what is wrong.
+  std::string audit(const std::vector<const BlockTable*>& tables) const;
 
   void set_prefix_caching(bool on) { prefix_caching_ = on; }
   bool prefix_caching() const { return prefix_caching_; }
@@ -88,7 +100,8 @@ class KVBlockPool {
 // growing it from the pool (throws loom::Error when the pool is dry: the engine reserves first), and returns
 // row b's kept positions right-aligned; the last layer's append commits the new lengths. Rows of different
 // lengths make a ragged batch (seen_rows, key_padding). window > 0 reads at most the last `window` positions
-// kept before the new ones, as the contiguous cache keeps. select (beam search) is the contiguous cache's.
+// kept before the new ones, as the contiguous cache keeps, and the last layer's append then frees each row's
+// blocks that the next forward will not read (release_before). select (beam search) is the contiguous cache's.
 KVCaches paged_kv_caches(KVBlockPool& pool, std::vector<BlockTable*> rows, int64_t window = 0);
 
 }  // namespace loom

@@ -72,6 +72,10 @@ void KVBlockPool::publish(const BlockTable& table, const std::vector<int64_t>& t
   uint64_t parent = kPrefixRoot;
   for (int64_t i = 0; i < full; ++i) {
     const int64_t b = table.blocks[static_cast<size_t>(i)];
+    if (b == kNoBlock) {  // freed by a sliding window: not filed, the chain goes on through its tokens
+      parent = prefix_block_key(parent, tokens.data() + i * block_size_, block_size_);
+      continue;
+    }
     auto& p = published_[static_cast<size_t>(b)];
     if (p.filed && p.parent == parent) {  // filed before (by this sequence or the one it shares it with)
       parent = p.key;

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "parallel/tensor_parallel.h"
 
 namespace loom {
 
@@ -55,7 +56,9 @@ Engine::Engine(Gpt model, EngineOptions options) : model_(std::move(model)), opt
   model_->eval();
   const auto& config = model_->config();
   const auto weight = model_->parameters().front();
-  const int64_t kv_heads = config.kv_heads(), head_dim = config.head_dim();
+  // A TP-split model (serve/step_broadcast.h) keeps this rank's share of the key/value heads.
+  const int64_t tp = model_->tp_group() != nullptr ? model_->tp_group()->size() : 1;
+  const int64_t kv_heads = config.kv_heads() / tp, head_dim = config.head_dim();
   LOOM_CHECK(options_.block_size > 0 && options_.max_batch > 0 && options_.max_prefill_tokens > 0,
              "the engine needs a block size, a batch and a prefill budget > 0");
   const int64_t per_block =
@@ -222,7 +225,13 @@ void Engine::decode_running(std::vector<Completion>& done) {
   const auto device = pool_->keys(0).device();
   auto caches = paged_kv_caches(*pool_, rows, model_->config().attention_window);
   const auto tokens = torch::tensor(last, torch::kLong).unsqueeze(1).to(device);
-  const auto logits = model_->forward(tokens, &caches).select(1, -1).to(torch::kFloat).cpu();  // (B, V)
+  auto logits = model_->forward(tokens, &caches).select(1, -1);  // (B, V), or this rank's (B, V_r) under TP
+  if (auto* tp = model_->tp_group(); tp != nullptr && tp->size() > 1) {
+    // the whole vocabulary, then rank 0's on every rank: the same logits, the same samples, the same schedule
+    logits = gather_from_tp_region(logits, *tp, model_->config().vocab_size).contiguous();
+    tp->broadcast(logits, 0);
+  }
+  logits = logits.to(torch::kFloat).cpu();
   ++stats_.forwards;
   stats_.decode_tokens += static_cast<int64_t>(ids.size());
   stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, pool_->used_blocks());
@@ -287,6 +296,22 @@ std::vector<Completion> Engine::step() {
   if (options_.prefix_caching)
     for (const int64_t id : running_) pool_->publish(sequences_.at(id)->table, sequences_.at(id)->tokens);
   return done;
+}
+
+Engine::Phase Engine::phase(int64_t id) const {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) return Phase::kGone;
+  if (std::find(running_.begin(), running_.end(), id) == running_.end())
+    return std::find(waiting_.begin(), waiting_.end(), id) == waiting_.end() ? Phase::kGone : Phase::kWaiting;
+  const auto& sequence = *it->second;
+  return sequence.table.length + 1 < static_cast<int64_t>(sequence.tokens.size()) ? Phase::kPrefilling
+                                                                                   : Phase::kDecoding;
+}
+
+std::string Engine::audit() const {
+  std::vector<const BlockTable*> tables;
+  for (const auto& [id, sequence] : sequences_) tables.push_back(&sequence->table);
+  return pool_->audit(tables);
 }
 
 std::vector<Completion> Engine::run() {

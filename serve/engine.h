@@ -103,6 +103,14 @@ class Engine {
   // The pieces of the streamed requests' output since the last call (the steps' and the cancellations'), in order.
   std::vector<TextDelta> take_deltas();
 
+  // Where a request is (for tests and metrics): waiting, prefilling (its cache lacks more than its last
+  // token), decoding, or gone (finished, cancelled or unknown).
+  enum class Phase { kWaiting, kPrefilling, kDecoding, kGone };
+  Phase phase(int64_t id) const;
+  // The pool's block accounting checked against every live sequence's table (KVBlockPool::audit): empty when
+  // consistent, else what is wrong.
+  std::string audit() const;
+
   bool idle() const { return waiting_.empty() && running_.empty(); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }

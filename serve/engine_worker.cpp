@@ -6,7 +6,7 @@
 
 namespace loom {
 
-EngineWorker::EngineWorker(Engine& engine) : engine_(engine) {
+EngineWorker::EngineWorker(Engine& engine, StepLeader* leader) : engine_(engine), leader_(leader) {
   metrics_.kv_blocks_total = engine_.pool().blocks();
   metrics_.kv_block_size = engine_.pool().block_size();
   thread_ = std::thread([this] { loop(); });
@@ -106,7 +106,7 @@ void EngineWorker::loop() {
     int64_t prompt_tokens = 0;
     for (auto& job : incoming) {
       try {
-        job->id = engine_.add(job->request);
+        job->id = add(job->request);
         added.push_back(job);
         prompt_tokens += static_cast<int64_t>(job->request.prompt.size());
       } catch (const std::exception& e) {
@@ -115,12 +115,12 @@ void EngineWorker::loop() {
       }
     }
     for (auto& job : cancels)
-      if (job->id >= 0) engine_.cancel(job->id);
+      if (job->id >= 0) cancel_id(job->id);
     std::vector<Completion> done;
     std::vector<TextDelta> deltas;
     std::string failure;
     try {
-      done = engine_.step();
+      done = step();
       deltas = engine_.take_deltas();
     } catch (const std::exception& e) {  // the batch's forward failed: every live request ends with the error
       failure = e.what();
@@ -145,13 +145,13 @@ void EngineWorker::loop() {
       deliver(deltas, done);
     } else {
       for (auto& [id, job] : live_) {
-        engine_.cancel(id);
+        cancel_id(id);
         job->error = "the engine failed: " + failure;
         ++metrics_.finished["error"];
         job->changed.notify_all();
       }
       live_.clear();
-      engine_.step();  // frees the cancelled ones' blocks
+      step();  // frees the cancelled ones' blocks
       engine_.take_deltas();
     }
     const auto& stats = engine_.stats();

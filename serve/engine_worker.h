@@ -17,6 +17,7 @@
 
 #include "serve/engine.h"
 #include "serve/serve_metrics.h"
+#include "serve/step_broadcast.h"
 
 namespace loom {
 
@@ -37,8 +38,9 @@ class EngineWorker {
     std::condition_variable changed;
   };
 
-  // Starts the thread. The engine is the worker's alone from now on.
-  explicit EngineWorker(Engine& engine);
+  // Starts the thread. The engine is the worker's alone from now on. leader (tensor-parallel serving,
+  // serve/step_broadcast.h): the engine's changes and steps go through it, to the other ranks too.
+  explicit EngineWorker(Engine& engine, StepLeader* leader = nullptr);
   ~EngineWorker();  // close(), then joins the thread
 
   // Queues a request. streaming: its pieces (TextDelta) are handed to wait() as they come; else wait() returns
@@ -59,8 +61,12 @@ class EngineWorker {
  private:
   void loop();
   void deliver(const std::vector<TextDelta>& deltas, std::vector<Completion>& done);
+  int64_t add(const GenerationRequest& request) { return leader_ ? leader_->add(request) : engine_.add(request); }
+  void cancel_id(int64_t id) { leader_ ? leader_->cancel(id) : engine_.cancel(id); }
+  std::vector<Completion> step() { return leader_ ? leader_->step() : engine_.step(); }
 
   Engine& engine_;
+  StepLeader* leader_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;  // the worker's: new work, a cancellation, stop
   std::vector<std::shared_ptr<Job>> incoming_;

@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "serve/connection_watch.h"
 
 namespace loom {
 namespace {
@@ -96,10 +97,16 @@ struct HttpServer::Impl {
       std::vector<TextDelta> deltas;
       std::optional<Completion> done;
       std::string error;
-      while (!worker.wait(*job, deltas, done, error, kHttpWaitSlice)) deltas.clear();
+      // The client may go away while it waits: then the request is cancelled and its blocks freed.
+      const ConnectionWatch client(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+      do {
+        deltas.clear();
+        if (client.gone()) worker.cancel(job);  // answered cancelled at once; nobody reads the response
+      } while (!worker.wait(*job, deltas, done, error, kHttpWaitSlice));
       if (!error.empty()) throw ApiError(503, error, "", "server_error");
       if (done->finish == FinishReason::kCancelled)
-        throw ApiError(503, "the request was cancelled: the server is shutting down", "", "server_error");
+        throw ApiError(503, "the request was cancelled (the client went away or the server is shutting down)", "",
+                     "server_error");
       http_json(res, 200, completion_response(api, id, created, prompt_tokens, *done));
       return;
     }
@@ -221,6 +228,9 @@ struct HttpServer::Impl {
     const int threads = options.threads;
     server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     server.set_payload_max_length(size_t{16} << 20);
+    // A stream's pieces are small writes: without TCP_NODELAY, Nagle's algorithm holds each until the client's
+    // delayed ACK of the last (~40 ms on Linux), which would be every stream's time to first token.
+    server.set_tcp_nodelay(true);
   }
 };
 

@@ -3,7 +3,8 @@
 # completions equal `loom generate`'s (the server with prefix caching, generate without), a stream's text equals
 # the non-streamed text (with a stop string too), the model is listed; each bad request gets its 4xx JSON error
 # naming the field and the server answers after it; 500 concurrent connections are all answered; a client gone
-# mid-stream has its request cancelled (0 KV blocks in use and 0 running after); SIGTERM stops the server cleanly
+# mid-stream or while its non-streamed request runs has its request cancelled (0 KV blocks in use and 0 running
+# after); SIGTERM stops the server cleanly
 # (exit 0); --dry-run's KV arithmetic; chat on a run trained on chat records, with its data's chat template.
 source "$(dirname "$0")/common.sh"
 python3 -c "import openai" 2>/dev/null || fail "the openai package is missing: scripts/setup.sh --tests installs it"
@@ -185,6 +186,27 @@ assert m["loom_kv_blocks_total"] > 0, m
 # The long prompt asked again (streamed) found its first blocks filed by its first asking, same text.
 assert m["loom_prefix_cache_hit_tokens_total"] >= 8 and m["loom_kv_blocks_cached"] > 0, m
 print("client gone mid-stream: cancelled, 0 of", int(m["loom_kv_blocks_total"]), "KV blocks in use, 0 running")
+
+# A client gone while its non-streamed request runs (it closes right after sending): cancelled too, blocks freed.
+cancelled_before = m['loom_requests_finished_total{reason="cancelled"}']
+busy = [threading.Thread(target=call, args=("POST", "/v1/completions",
+                                            {"prompt": "And", "max_tokens": 60, "ignore_eos": True}))
+        for _ in range(16)]
+for t in busy: t.start()
+body = json.dumps({"prompt": "And", "max_tokens": 60, "temperature": 0, "ignore_eos": True}).encode()
+s = socket.create_connection(("127.0.0.1", port), timeout=30)
+s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
+s.close()
+for t in busy: t.join()
+for _ in range(300):
+    m = metrics()
+    if m["loom_requests_running"] == 0 and m["loom_kv_blocks_used"] == 0 and m["loom_requests_waiting"] == 0:
+        break
+    time.sleep(0.1)
+assert m["loom_kv_blocks_used"] == 0 and m["loom_requests_running"] == 0, m
+assert m['loom_requests_finished_total{reason="cancelled"}'] == cancelled_before + 1, m
+print("client gone before its non-streamed answer: cancelled, 0 KV blocks in use")
 PY
 
 kill -TERM $pid
