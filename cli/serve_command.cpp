@@ -17,6 +17,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "core/signals.h"
 #include "data/prepare/sft_record.h"
@@ -61,13 +62,14 @@ std::optional<ChatFormat> data_chat_format(const Config& config, std::string& so
 }  // namespace
 
 int serve_command(const Argv& argv, const ProcessGroup&) {
-  const char* usage =
+  const std::string usage =
       "loom serve RUN_DIR [--port N] [--host 127.0.0.1] [--step S] [--max-batch N] [--kv-mb MB] [--block-size N] "
       "[--max-prefill-tokens N] [--threads N] [--model-name NAME] [--chat-template FILE] [--ignore-eos] "
-      "[--prefix-caching] [--dry-run]";
+      "[--prefix-caching] [--dry-run] " + std::string(kSpeculativeUsage);
   const auto args = parse_args(argv,
-                               {"port", "host", "step", "max-batch", "kv-mb", "block-size", "max-prefill-tokens",
-                                "threads", "model-name", "chat-template"},
+                               with_speculative_options({"port", "host", "step", "max-batch", "kv-mb", "block-size",
+                                                         "max-prefill-tokens", "threads", "model-name",
+                                                         "chat-template"}),
                                {"ignore-eos", "dry-run", "prefix-caching"}, 1, usage);
   const int port = static_cast<int>(args.int_option("port", 8000, 0, 65535));
   const std::string run_dir = args.positional[0];
@@ -139,6 +141,7 @@ int serve_command(const Argv& argv, const ProcessGroup&) {
   else if (!options.chat->roles.count(options.chat->assistant))
     throw ConfigError("the chat template " + chat_source + " has no \"assistant\" role for the replies");
 
+  const std::string speculation = configure_speculation(args, loaded, run_dir, engine_options);
   Engine engine(model, engine_options);
   EngineWorker worker(engine);
   HttpServer server(worker, options);
@@ -150,6 +153,7 @@ int serve_command(const Argv& argv, const ProcessGroup&) {
     worker.close();  // live requests end (cancelled), new ones are refused
     server.stop();
   });
+  if (!speculation.empty()) std::cout << "loom serve: " << speculation << std::endl;
   std::cout << "loom serve: " << options.model_name << " (step " << loaded.step << ", context "
             << options.context << ", " << engine.pool().blocks() << " KV blocks of " << engine_options.block_size
             << " positions" << (options.chat ? ", chat template from " + chat_source : "") << ") listening on http://"
