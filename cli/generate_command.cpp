@@ -142,7 +142,9 @@ int generate_command(const Argv& argv, const ProcessGroup&) {
                                with_speculative_options({"prompt", "max-new-tokens", "temperature", "top-k", "top-p",
                                                          "seed", "step", "input", "output", "max-batch", "kv-mb",
                                                          "block-size"}),
-                               {"no-cache", "ignore-eos", "json", "sequential", "prefix-caching"}, 1, usage);
+                               with_speculative_flags(
+                                   {"no-cache", "ignore-eos", "json", "sequential", "prefix-caching"}),
+                               1, usage);
   SamplingOptions sampling;
   sampling.temperature = args.double_option("temperature", 0.8);
   sampling.top_k = args.int_option("top-k", 0);
@@ -174,6 +176,7 @@ int generate_command(const Argv& argv, const ProcessGroup&) {
   }
   for (const auto& name : kSpeculativeOptions)
     if (args.option(name)) throw ConfigError("--" + name + " is for --input: the engine decodes speculatively");
+  if (args.flag("speculate-adaptive")) throw ConfigError("--speculate-adaptive is for --input");
   const std::string prompt_text = args.option_or("prompt", "");
   const auto ids = tokenizer->encode(prompt_text);
   // An empty prompt starts a fresh line, as after the end of a verse.

@@ -70,7 +70,7 @@ int serve_command(const Argv& argv, const ProcessGroup&) {
                                with_speculative_options({"port", "host", "step", "max-batch", "kv-mb", "block-size",
                                                          "max-prefill-tokens", "threads", "model-name",
                                                          "chat-template"}),
-                               {"ignore-eos", "dry-run", "prefix-caching"}, 1, usage);
+                               with_speculative_flags({"ignore-eos", "dry-run", "prefix-caching"}), 1, usage);
   const int port = static_cast<int>(args.int_option("port", 8000, 0, 65535));
   const std::string run_dir = args.positional[0];
   EngineOptions engine_options;

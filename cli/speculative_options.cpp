@@ -22,11 +22,16 @@ std::string spec_file_bytes(const std::string& path) {
 
 const std::set<std::string> kSpeculativeOptions{"draft", "speculate", "speculate-k", "ngram-max", "ngram-min"};
 const char* const kSpeculativeUsage =
-    "[--draft RUN_DIR | --speculate ngram [--ngram-max N] [--ngram-min N]] [--speculate-k K]";
+    "[--draft RUN_DIR | --speculate ngram [--ngram-max N] [--ngram-min N]] [--speculate-k K] [--speculate-adaptive]";
 
 std::set<std::string> with_speculative_options(std::set<std::string> value_options) {
   value_options.insert(kSpeculativeOptions.begin(), kSpeculativeOptions.end());
   return value_options;
+}
+
+std::set<std::string> with_speculative_flags(std::set<std::string> flag_options) {
+  flag_options.insert("speculate-adaptive");
+  return flag_options;
 }
 
 std::string configure_speculation(const Args& args, const LoadedModel& target, const std::string& target_dir,
@@ -36,16 +41,20 @@ std::string configure_speculation(const Args& args, const LoadedModel& target, c
   if (kind.empty()) {
     for (const char* name : {"speculate-k", "ngram-max", "ngram-min"})
       if (args.option(name)) throw ConfigError(std::string("--") + name + " needs --draft RUN_DIR or --speculate ngram");
+    if (args.flag("speculate-adaptive"))
+      throw ConfigError("--speculate-adaptive needs --draft RUN_DIR or --speculate ngram");
     return "";
   }
   options.speculate_k = args.int_option("speculate-k", 4, 1, 64);
+  options.adaptive_k = args.flag("speculate-adaptive");
+  const std::string k_text = (options.adaptive_k ? "k adaptive in 1.." : "k=") + std::to_string(options.speculate_k);
   if (kind == "ngram") {
     if (draft_dir) throw ConfigError("--speculate ngram drafts without a model: give it or --draft RUN_DIR, not both");
     const int64_t most = args.int_option("ngram-max", 3, 1, 64);
     const int64_t least = args.int_option("ngram-min", 1, 1, most);
     options.drafter = std::make_shared<NgramDrafter>(most, least);
     return "speculative decoding: n-gram prompt lookup (n " + std::to_string(most) + ".." + std::to_string(least) +
-           "), k=" + std::to_string(options.speculate_k);
+           "), " + k_text;
   }
   if (kind != "draft") throw ConfigError("--speculate " + kind + ": expected ngram (or --draft RUN_DIR)");
   if (!draft_dir) throw ConfigError("--speculate draft needs --draft RUN_DIR");
@@ -74,7 +83,7 @@ std::string configure_speculation(const Args& args, const LoadedModel& target, c
   const int64_t blocks = std::max(needed, options.kv_bytes / per_block);
   options.drafter = std::make_shared<DraftModelDrafter>(draft, blocks, options.block_size);
   return "speculative decoding: draft model " + *draft_dir + " (" + std::to_string(draft->n_blocks()) + " layers, " +
-         std::to_string(blocks) + " KV blocks), k=" + std::to_string(options.speculate_k);
+         std::to_string(blocks) + " KV blocks), " + k_text;
 }
 
 }  // namespace loom::cli

@@ -3,7 +3,8 @@
 //                          sized by the same --kv-mb budget); refused, naming both runs, when its tokenizer or
 //                          vocabulary differs from the target's;
 //   --speculate ngram      prompt lookup instead: no second model; --ngram-max N / --ngram-min N (3 / 1);
-//   --speculate-k K        proposals a sequence a step (4).
+//   --speculate-k K        proposals a sequence a step (4);
+//   --speculate-adaptive   each sequence's k follows its acceptance, within [1, K] (EngineOptions::adaptive_k).
 #pragma once
 #include <set>
 #include <string>
@@ -16,8 +17,9 @@ namespace loom::cli {
 
 extern const std::set<std::string> kSpeculativeOptions;  // the value options above, for parse_args
 extern const char* const kSpeculativeUsage;
-// value_options with kSpeculativeOptions added.
+// value_options with kSpeculativeOptions added; flag_options with --speculate-adaptive.
 std::set<std::string> with_speculative_options(std::set<std::string> value_options);
+std::set<std::string> with_speculative_flags(std::set<std::string> flag_options);
 
 // Sets options.drafter and options.speculate_k from the arguments (nothing without --draft / --speculate); a
 // line that says what drafts ("" without speculation). target_dir: the target's run directory (for messages).

@@ -21,6 +21,7 @@ struct Engine::Sequence {
   int64_t streamed_tokens = 0;      // generated tokens handed out in TextDeltas
   std::string streamed_text;        // the text handed out
   int64_t drafted = 0, accepted = 0;  // speculative decoding (Completion::drafted, accepted)
+  int64_t speculate_k = 0;            // EngineOptions::adaptive_k: its proposals a step now (0: not yet set)
 };
 
 const char* finish_reason_name(FinishReason reason) {
@@ -245,8 +246,9 @@ void Engine::decode_running(std::vector<Completion>& done) {
 
 void Engine::decode_speculative(std::vector<Completion>& done) {
   // As decode_running, with room for the proposals too (serve/speculative.h).
+  const auto k_of = [&](const Sequence& s) { return s.speculate_k > 0 ? s.speculate_k : options_.speculate_k; };
   const auto room = [&](const Sequence& s) {
-    return speculative_room(options_.speculate_k, model_->config().max_seq_len, static_cast<int64_t>(s.tokens.size()),
+    return speculative_room(k_of(s), model_->config().max_seq_len, static_cast<int64_t>(s.tokens.size()),
                             s.request.max_tokens - s.generated);
   };
   const auto decodes = [&](const Sequence& s) { return s.table.length + 1 == static_cast<int64_t>(s.tokens.size()); };
@@ -272,6 +274,9 @@ void Engine::decode_speculative(std::vector<Completion>& done) {
     auto& s = *sequences_.at(rows[i].id);
     s.drafted += outcome.drafted;
     s.accepted += outcome.accepted;
+    if (options_.adaptive_k && outcome.drafted > 0)  // all kept: 2 more next time, else 1 fewer (at least 1)
+      s.speculate_k = outcome.accepted == outcome.drafted ? std::min(k_of(s) + 2, options_.speculate_k)
+                                                          : std::max<int64_t>(1, k_of(s) - 1);
     stats_.drafted_tokens += outcome.drafted;
     stats_.accepted_tokens += outcome.accepted;
     stats_.decode_tokens += static_cast<int64_t>(outcome.tokens.size());

@@ -85,6 +85,9 @@ struct EngineOptions {
   // the target checks them in one forward. Null: one token a step.
   std::shared_ptr<Drafter> drafter;
   int64_t speculate_k = 4;
+  // Each sequence's k follows its acceptance: 2 more after a step that kept every proposal, 1 fewer after one that
+  // did not (from speculate_k, within [1, speculate_k]); it depends on the sequence alone, never on the batch.
+  bool adaptive_k = false;
 };
 
 struct EngineStats {

@@ -1,5 +1,5 @@
 // Speculative decoding (serve/speculative.h, serve/drafter.h, serve/draft_model.h): greedy output with a draft
-// model and with n-gram drafting equals the target's alone for every request (mixed lengths, a pool small enough
+// model (k fixed and adaptive) and with n-gram drafting equals the target's alone for every request (mixed lengths, a pool small enough
 // to preempt), every block of both pools is free afterwards; a draft equal to the target has every proposal
 // accepted; sampled output follows the target's distribution (chi-square over 4,000 seeds, on the first token and
 // on the pair of the first two, with and without top-k/top-p filters), and the same test rejects the draft's own
@@ -84,6 +84,7 @@ TEST_CASE("speculative: greedy output equals the target's alone, with a draft mo
   options.max_batch = 16;
   options.max_prefill_tokens = 40;
   options.speculate_k = kind == "ngram" ? 3 : 4;
+  options.adaptive_k = kind == "draft";  // k follows each sequence's acceptance: the outputs stay the same
   if (kind == "ngram") {
     options.drafter = std::make_shared<loom::NgramDrafter>(3, 1);
   } else {
