@@ -1,6 +1,6 @@
 // Speculative decoding (serve/speculative.h, serve/drafter.h, serve/draft_model.h): greedy output with a draft
-// model (k fixed and adaptive) and with n-gram drafting equals the target's alone for every request (mixed lengths, a pool small enough
-// to preempt), every block of both pools is free afterwards; a draft equal to the target has every proposal
+// model (k fixed and adaptive) and with n-gram drafting equals the target's alone for every request (mixed
+// lengths, a pool small enough to preempt, prefix caching), every block of both pools is free afterwards; a draft equal to the target has every proposal
 // accepted; sampled output follows the target's distribution (chi-square over 4,000 seeds, on the first token and
 // on the pair of the first two, with and without top-k/top-p filters), and the same test rejects the draft's own
 // distribution, which is what an always-accept rule would give; the n-gram lookup.
@@ -81,16 +81,25 @@ TEST_CASE("speculative: greedy output equals the target's alone, with a draft mo
   loom::EngineOptions options;
   options.block_size = 4;
   options.kv_blocks = small_pool ? 16 : 512;  // 16: one 48-position sequence and four more blocks: preemption
-  options.max_batch = 16;
+  options.max_batch = 4;  // later requests are admitted after the first publish their prompt's blocks
   options.max_prefill_tokens = 40;
   options.speculate_k = kind == "ngram" ? 3 : 4;
   options.adaptive_k = kind == "draft";  // k follows each sequence's acceptance: the outputs stay the same
+  options.prefix_caching = kind != "self";  // the prompts share a first block: rollbacks never touch shared blocks
   if (kind == "ngram") {
     options.drafter = std::make_shared<loom::NgramDrafter>(3, 1);
   } else {
-    // "self": the target drafts for itself (every proposal must be accepted); "draft": a 1-layer random model.
-    draft_model = std::make_shared<loom::DraftModelDrafter>(kind == "self" ? target : spec_test_gpt(11, 61, 1),
-                                                            /*blocks=*/small_pool ? 20 : 512, /*block_size=*/4);
+    // "self": the target drafts for itself (every proposal must be accepted); "draft": the target's weights with
+    // noise, so that it agrees often but not always.
+    auto draft = target;
+    if (kind == "draft") {
+      draft = spec_test_gpt(7, 61, 2);
+      torch::NoGradGuard no_grad;
+      torch::manual_seed(11);
+      for (auto& p : draft->parameters()) p.add_(torch::randn_like(p) * 0.1);
+    }
+    draft_model = std::make_shared<loom::DraftModelDrafter>(draft, /*blocks=*/small_pool ? 20 : 512,
+                                                            /*block_size=*/4);
     options.drafter = draft_model;
   }
   loom::Engine engine(target, options);
@@ -100,6 +109,7 @@ TEST_CASE("speculative: greedy output equals the target's alone, with a draft mo
     loom::GenerationRequest r;
     const int64_t length = std::uniform_int_distribution<int64_t>(1, 14)(rng);
     const int64_t period = std::uniform_int_distribution<int64_t>(1, 4)(rng);  // repeats for the n-gram lookup
+    r.prompt = {3, 8, 3, 8};  // one full block of 4 in common
     for (int64_t t = 0; t < length; ++t) r.prompt.push_back(static_cast<int64_t>((t % period) * 7 + i) % 61);
     r.max_tokens = std::uniform_int_distribution<int64_t>(1, 30)(rng);
     r.sampling.temperature = 0;
@@ -123,6 +133,7 @@ TEST_CASE("speculative: greedy output equals the target's alone, with a draft mo
   if (kind == "self") CHECK(accepted == drafted);
   if (kind != "self") CHECK(accepted < drafted);
   if (small_pool) CHECK(engine.stats().preemptions > 0);
+  if (options.prefix_caching) CHECK(engine.stats().prefix_hit_tokens > 0);
   CHECK(engine.pool().used_blocks() == 0);
   if (draft_model) CHECK(draft_model->pool().used_blocks() == 0);
 }
