@@ -15,6 +15,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/tp_serving.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "data/tokenizers/incremental_decoder.h"
 #include "data/tokenizers/tokenizer.h"
@@ -36,8 +37,8 @@ std::string generated_text(const Tokenizer& tokenizer, const std::vector<int64_t
 // --input/--output: every prompt of the file through the engine (or, --sequential, one at a time).
 // Under tensor parallelism every rank reads the same file and runs the same engine steps (the engine agrees on
 // rank 0's logits), each with its shard of the model; rank 0 writes the output.
-int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, const GenerationRequest& defaults,
-                  bool writes) {
+int generate_file(const Args& args, const LoadedModel& loaded, Gpt& model, const Tokenizer& tokenizer,
+                  const GenerationRequest& defaults, bool writes) {
   const std::string input = *args.option("input");
   const auto output = args.option("output");
   if (!output) throw ConfigError("--input needs --output FILE for the completions");
@@ -56,6 +57,8 @@ int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, cons
   std::vector<Completion> completions;
   const auto start = std::chrono::steady_clock::now();
   std::string detail;
+  if (args.flag("sequential") && (args.option("draft") || args.option("speculate")))
+    throw ConfigError("--sequential decodes without speculation: leave out --draft / --speculate");
   if (args.flag("sequential")) {
     for (size_t i = 0; i < lines.size(); ++i) {
       const auto& r = lines[i].request;
@@ -88,6 +91,8 @@ int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, cons
     options.kv_bytes = args.int_option("kv-mb", 256, 1, int64_t{1} << 20) << 20;
     options.prefix_caching = args.flag("prefix-caching");
     options.detokenize = detokenize;
+    const std::string speculation = configure_speculation(args, loaded, args.positional[0], options);
+    if (!speculation.empty()) std::cerr << speculation << std::endl;
     Engine engine(model, options);
     for (auto& line : lines) engine.add(std::move(line.request));
     completions = engine.run();
@@ -97,6 +102,13 @@ int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, cons
              std::to_string(engine.pool().blocks()) + " KV blocks";
     if (options.prefix_caching)
       detail += ", " + std::to_string(stats.prefix_hit_tokens) + " prompt tokens from the prefix cache";
+    if (options.drafter)
+      detail += ", " + std::to_string(stats.accepted_tokens) + " of " + std::to_string(stats.drafted_tokens) +
+                " drafted tokens accepted (" +
+                std::to_string(stats.drafted_tokens > 0 ? 100.0 * static_cast<double>(stats.accepted_tokens) /
+                                                              static_cast<double>(stats.drafted_tokens)
+                                                        : 0.0) +
+                "%)";
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!writes) return 0;
@@ -105,12 +117,15 @@ int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, cons
   int64_t tokens = 0;
   for (const auto& c : completions) {
     tokens += static_cast<int64_t>(c.tokens.size());
-    out << nlohmann::json{{"index", c.id},
-                          {"text", c.text},
-                          {"tokens", c.tokens.size()},
-                          {"finish_reason", finish_reason_name(c.finish)}}
-               .dump()
-        << "\n";
+    nlohmann::json line{{"index", c.id},
+                        {"text", c.text},
+                        {"tokens", c.tokens.size()},
+                        {"finish_reason", finish_reason_name(c.finish)}};
+    if (c.drafted > 0 || args.option("draft") || args.option("speculate")) {
+      line["drafted_tokens"] = c.drafted;
+      line["accepted_tokens"] = c.accepted;
+    }
+    out << line.dump() << "\n";
   }
   out.close();
   if (!out) throw Error("writing " + *output + " failed");
@@ -122,16 +137,19 @@ int generate_file(const Args& args, Gpt& model, const Tokenizer& tokenizer, cons
 }  // namespace
 
 int generate_command(const Argv& argv, const ProcessGroup& processes) {
-  const char* usage =
+  const std::string usage =
       "loom generate RUN_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] "
       "[--seed S] [--step S] [--no-cache] [--ignore-eos] [--json]\n"
       "       loom generate RUN_DIR --input PROMPTS.jsonl --output OUT.jsonl [--max-new-tokens N] [--temperature T] "
       "[--top-k K] [--top-p P] [--seed S] [--step S] [--ignore-eos] [--max-batch N] [--kv-mb MB] [--block-size N] "
-      "[--prefix-caching] [--sequential] [--set parallel.tp=N under mpirun -np N]";
+      "[--prefix-caching] [--sequential] [--set parallel.tp=N under mpirun -np N] " + std::string(kSpeculativeUsage);
   const auto args = parse_args(argv,
-                               {"prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "step", "input",
-                                "output", "max-batch", "kv-mb", "block-size"},
-                               {"no-cache", "ignore-eos", "json", "sequential", "prefix-caching"}, 1, usage);
+                               with_speculative_options({"prompt", "max-new-tokens", "temperature", "top-k", "top-p",
+                                                         "seed", "step", "input", "output", "max-batch", "kv-mb",
+                                                         "block-size"}),
+                               with_speculative_flags(
+                                   {"no-cache", "ignore-eos", "json", "sequential", "prefix-caching"}),
+                               1, usage);
   SamplingOptions sampling;
   sampling.temperature = args.double_option("temperature", 0.8);
   sampling.top_k = args.int_option("top-k", 0);
@@ -163,8 +181,11 @@ int generate_command(const Argv& argv, const ProcessGroup& processes) {
     defaults.max_tokens = max_new;
     defaults.sampling = sampling;
     defaults.stop_token = stop;
-    return generate_file(args, model, *tokenizer, defaults, processes.info().rank == 0);
+    return generate_file(args, loaded, model, *tokenizer, defaults, processes.info().rank == 0);
   }
+  for (const auto& name : kSpeculativeOptions)
+    if (args.option(name)) throw ConfigError("--" + name + " is for --input: the engine decodes speculatively");
+  if (args.flag("speculate-adaptive")) throw ConfigError("--speculate-adaptive is for --input");
   const std::string prompt_text = args.option_or("prompt", "");
   const auto ids = tokenizer->encode(prompt_text);
   // An empty prompt starts a fresh line, as after the end of a verse.

@@ -20,6 +20,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/tp_serving.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "core/signals.h"
 #include "data/prepare/sft_record.h"
@@ -65,14 +66,15 @@ std::optional<ChatFormat> data_chat_format(const Config& config, std::string& so
 }  // namespace
 
 int serve_command(const Argv& argv, const ProcessGroup& processes) {
-  const char* usage =
+  const std::string usage =
       "loom serve RUN_DIR [--port N] [--host 127.0.0.1] [--step S] [--max-batch N] [--kv-mb MB] [--block-size N] "
       "[--max-prefill-tokens N] [--threads N] [--model-name NAME] [--chat-template FILE] [--ignore-eos] "
-      "[--prefix-caching] [--dry-run] [--set parallel.tp=N under mpirun -np N]";
+      "[--prefix-caching] [--dry-run] [--set parallel.tp=N under mpirun -np N] " + std::string(kSpeculativeUsage);
   const auto args = parse_args(argv,
-                               {"port", "host", "step", "max-batch", "kv-mb", "block-size", "max-prefill-tokens",
-                                "threads", "model-name", "chat-template"},
-                               {"ignore-eos", "dry-run", "prefix-caching"}, 1, usage);
+                               with_speculative_options({"port", "host", "step", "max-batch", "kv-mb", "block-size",
+                                                         "max-prefill-tokens", "threads", "model-name",
+                                                         "chat-template"}),
+                               with_speculative_flags({"ignore-eos", "dry-run", "prefix-caching"}), 1, usage);
   const int port = static_cast<int>(args.int_option("port", 8000, 0, 65535));
   const std::string run_dir = args.positional[0];
   EngineOptions engine_options;
@@ -146,6 +148,7 @@ int serve_command(const Argv& argv, const ProcessGroup& processes) {
   else if (!options.chat->roles.count(options.chat->assistant))
     throw ConfigError("the chat template " + chat_source + " has no \"assistant\" role for the replies");
 
+  const std::string speculation = configure_speculation(args, loaded, run_dir, engine_options);
   Engine engine(model, engine_options);
   // Tensor parallelism: the other ranks step their engines as rank 0's says (serve/step_broadcast.h), over a
   // communicator with no timeout (an idle server sends nothing).
@@ -166,6 +169,7 @@ int serve_command(const Argv& argv, const ProcessGroup& processes) {
     worker.close();  // live requests end (cancelled), new ones are refused
     server.stop();
   });
+  if (!speculation.empty()) std::cout << "loom serve: " << speculation << std::endl;
   std::cout << "loom serve: " << options.model_name << " (step " << loaded.step << ", context "
             << options.context << ", " << engine.pool().blocks() << " KV blocks of " << engine_options.block_size
             << " positions" << (tp > 1 ? ", tensor-parallel over " + std::to_string(tp) + " ranks" : "")

@@ -6,8 +6,7 @@
 
 namespace loom {
 
-int64_t sample_token(torch::Tensor logits, const SamplingOptions& o, at::Generator& generator) {
-  if (o.temperature <= 0) return logits.argmax().item<int64_t>();
+torch::Tensor sampling_probabilities(torch::Tensor logits, const SamplingOptions& o) {
   logits = logits / o.temperature;
   if (o.top_k > 0 && o.top_k < logits.size(0)) {
     auto kth = std::get<0>(logits.topk(o.top_k)).min();
@@ -21,7 +20,12 @@ int64_t sample_token(torch::Tensor logits, const SamplingOptions& o, at::Generat
     auto drop = torch::zeros_like(drop_sorted).scatter(0, order, drop_sorted);
     logits = logits.masked_fill(drop, -std::numeric_limits<float>::infinity());
   }
-  return torch::multinomial(logits.softmax(0), 1, false, generator).item<int64_t>();
+  return logits.softmax(0);
+}
+
+int64_t sample_token(torch::Tensor logits, const SamplingOptions& o, at::Generator& generator) {
+  if (o.temperature <= 0) return logits.argmax().item<int64_t>();
+  return torch::multinomial(sampling_probabilities(logits, o), 1, false, generator).item<int64_t>();
 }
 
 at::Generator sampling_generator(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }

@@ -20,6 +20,9 @@ struct SamplingOptions {
 // logits: (V) float -> the next token: the argmax (temperature 0), else drawn from `generator` after the
 // temperature, top-k and top-p filters.
 int64_t sample_token(torch::Tensor logits, const SamplingOptions& options, at::Generator& generator);
+// logits: (V) float -> the distribution sample_token draws from (temperature > 0): the softmax after the
+// temperature, top-k and top-p filters (speculative decoding filters target and draft alike with it).
+torch::Tensor sampling_probabilities(torch::Tensor logits, const SamplingOptions& options);
 // The CPU generator sampling draws from, seeded: one per sequence, so its tokens depend on its seed alone.
 at::Generator sampling_generator(uint64_t seed);
 

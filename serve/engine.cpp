@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "parallel/tensor_parallel.h"
+#include "serve/drafter.h"
+#include "serve/speculative.h"
 
 namespace loom {
 
@@ -19,6 +21,8 @@ struct Engine::Sequence {
   std::vector<double> logprobs;     // of the generated tokens (GenerationRequest::logprobs)
   int64_t streamed_tokens = 0;      // generated tokens handed out in TextDeltas
   std::string streamed_text;        // the text handed out
+  int64_t drafted = 0, accepted = 0;  // speculative decoding (Completion::drafted, accepted)
+  int64_t speculate_k = 0;            // EngineOptions::adaptive_k: its proposals a step now (0: not yet set)
 };
 
 const char* finish_reason_name(FinishReason reason) {
@@ -111,7 +115,10 @@ bool Engine::cancel(int64_t id) {
 Completion Engine::finish(int64_t id, FinishReason reason) {
   auto& sequence = *sequences_.at(id);
   pool_->release(sequence.table);
+  if (options_.drafter) options_.drafter->release(id);
   Completion done;
+  done.drafted = sequence.drafted;
+  done.accepted = sequence.accepted;
   done.id = id;
   done.tokens.assign(sequence.tokens.end() - sequence.generated, sequence.tokens.end());
   if (reason == FinishReason::kStop && !done.tokens.empty() && done.tokens.back() == sequence.request.stop_token)
@@ -190,6 +197,7 @@ bool Engine::take_token(int64_t id, int64_t token, double logprob, std::vector<C
 void Engine::preempt(int64_t id) {
   auto& sequence = *sequences_.at(id);
   pool_->release(sequence.table);
+  if (options_.drafter) options_.drafter->release(id);
   ++sequence.preemptions;
   ++stats_.preemptions;
   running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
@@ -199,6 +207,7 @@ void Engine::preempt(int64_t id) {
 void Engine::decode_running(std::vector<Completion>& done) {
   // Each sequence whose cache holds all but its last token decodes it; first each needs a slot for it, and when
   // the pool is dry the sequence admitted last gives its blocks up.
+  if (options_.drafter) return decode_speculative(done);
   const auto decodes = [&](int64_t id) {
     const auto& sequence = *sequences_.at(id);
     return sequence.table.length + 1 == static_cast<int64_t>(sequence.tokens.size());
@@ -241,6 +250,47 @@ void Engine::decode_running(std::vector<Completion>& done) {
     const int64_t token = sample_token(row, sequence.request.sampling, sequence.generator);
     const double logprob = sequence.request.logprobs ? torch::log_softmax(row, 0)[token].item<double>() : 0.0;
     take_token(ids[b], token, logprob, done);
+  }
+}
+
+void Engine::decode_speculative(std::vector<Completion>& done) {
+  // As decode_running, with room for the proposals too (serve/speculative.h).
+  const auto k_of = [&](const Sequence& s) { return s.speculate_k > 0 ? s.speculate_k : options_.speculate_k; };
+  const auto room = [&](const Sequence& s) {
+    return speculative_room(k_of(s), model_->config().max_seq_len, static_cast<int64_t>(s.tokens.size()),
+                            s.request.max_tokens - s.generated);
+  };
+  const auto decodes = [&](const Sequence& s) { return s.table.length + 1 == static_cast<int64_t>(s.tokens.size()); };
+  for (size_t i = 0; i < running_.size();) {
+    auto& s = *sequences_.at(running_[i]);
+    if (!decodes(s) || pool_->reserve(s.table, s.table.length + 1 + room(s))) {
+      ++i;
+      continue;
+    }
+    preempt(running_.back());
+  }
+  std::vector<SpeculativeRow> rows;
+  for (const int64_t id : running_) {
+    auto& s = *sequences_.at(id);
+    if (decodes(s))
+      rows.push_back({id, &s.tokens, &s.table, &s.request.sampling, &s.generator, room(s), s.request.logprobs});
+  }
+  if (rows.empty()) return;
+  stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, pool_->used_blocks());
+  const auto outcomes = speculative_step(model_, *pool_, *options_.drafter, rows, stats_.forwards);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& outcome = outcomes[i];
+    auto& s = *sequences_.at(rows[i].id);
+    s.drafted += outcome.drafted;
+    s.accepted += outcome.accepted;
+    if (options_.adaptive_k && outcome.drafted > 0)  // all kept: 2 more next time, else 1 fewer (at least 1)
+      s.speculate_k = outcome.accepted == outcome.drafted ? std::min(k_of(s) + 2, options_.speculate_k)
+                                                          : std::max<int64_t>(1, k_of(s) - 1);
+    stats_.drafted_tokens += outcome.drafted;
+    stats_.accepted_tokens += outcome.accepted;
+    stats_.decode_tokens += static_cast<int64_t>(outcome.tokens.size());
+    for (size_t j = 0; j < outcome.tokens.size(); ++j)
+      if (take_token(rows[i].id, outcome.tokens[j], outcome.logprobs.empty() ? 0.0 : outcome.logprobs[j], done)) break;
   }
 }
 

@@ -49,6 +49,7 @@ struct Completion {
   FinishReason finish = FinishReason::kLength;
   int64_t preemptions = 0;      // times its blocks were taken and it was recomputed
   std::vector<double> logprobs;  // with GenerationRequest::logprobs: each token's log-probability under the model
+  int64_t drafted = 0, accepted = 0;  // speculative decoding: tokens proposed for it, and those the target kept
 };
 
 // A piece of a streamed request's output: the tokens generated since its last piece and the text they add.
@@ -70,6 +71,8 @@ size_t streamable_length(const std::string& text, const std::vector<std::string>
 // Where the earliest of the (non-empty) stop strings starts in text, or npos.
 size_t first_stop_string(const std::string& text, const std::vector<std::string>& stops);
 
+class Drafter;  // serve/drafter.h
+
 struct EngineOptions {
   int64_t block_size = 16;          // positions per KV block
   int64_t kv_blocks = 0;            // the pool's blocks; 0: as many as kv_bytes holds
@@ -78,11 +81,19 @@ struct EngineOptions {
   int64_t max_prefill_tokens = 512;  // prompt tokens prefilled in one step (chunked: a long prompt over several)
   bool prefix_caching = false;      // share the KV blocks of identical prefixes (models/paged_kv_cache.h)
   std::function<std::string(const std::vector<int64_t>&)> detokenize;  // for stop strings and Completion::text
+  // Speculative decoding (serve/speculative.h): the drafter proposes up to speculate_k tokens a sequence a step,
+  // the target checks them in one forward. Null: one token a step.
+  std::shared_ptr<Drafter> drafter;
+  int64_t speculate_k = 4;
+  // Each sequence's k follows its acceptance: 2 more after a step that kept every proposal, 1 fewer after one that
+  // did not (from speculate_k, within [1, speculate_k]); it depends on the sequence alone, never on the batch.
+  bool adaptive_k = false;
 };
 
 struct EngineStats {
   int64_t steps = 0, forwards = 0, prefill_tokens = 0, decode_tokens = 0, preemptions = 0, peak_used_blocks = 0;
   int64_t prefix_hit_tokens = 0;  // prompt positions found in the prefix cache (not prefilled)
+  int64_t drafted_tokens = 0, accepted_tokens = 0;  // speculative decoding: proposed, and kept by the target
 };
 
 class Engine {
@@ -127,6 +138,7 @@ class Engine {
   // A streamed sequence's new tokens and the text that can no longer be cut (all of it when final).
   void stream(Sequence& sequence, int64_t id, const std::string* text, const Completion* done);
   void decode_running(std::vector<Completion>& done);
+  void decode_speculative(std::vector<Completion>& done);  // decode_running with options_.drafter
   void admit_waiting();
   void prefill_running();
 

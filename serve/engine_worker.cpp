@@ -158,6 +158,8 @@ void EngineWorker::loop() {
     metrics_.steps = stats.steps;
     metrics_.preemptions = stats.preemptions;
     metrics_.prefix_hit_tokens = stats.prefix_hit_tokens;
+    metrics_.drafted_tokens = stats.drafted_tokens;
+    metrics_.accepted_tokens = stats.accepted_tokens;
     metrics_.kv_blocks_cached = engine_.pool().cached_blocks();
     metrics_.running = engine_.running();
     metrics_.waiting = engine_.waiting();
@@ -188,6 +190,7 @@ void EngineWorker::deliver(const std::vector<TextDelta>& deltas, std::vector<Com
     const auto it = live_.find(c.id);
     if (it == live_.end()) continue;
     ++metrics_.finished[finish_reason_name(c.finish)];
+    if (c.drafted > 0) metrics_.observe_acceptance(static_cast<double>(c.accepted) / static_cast<double>(c.drafted));
     it->second->done = std::move(c);
     it->second->changed.notify_all();
     live_.erase(it);

@@ -12,6 +12,14 @@ void ServeMetrics::observe_ttft(double seconds) {
   ttft_sum += seconds;
 }
 
+void ServeMetrics::observe_acceptance(double rate) {
+  size_t i = 0;
+  while (i < kAcceptanceBuckets.size() && rate > kAcceptanceBuckets[i]) ++i;
+  if (i < kAcceptanceBuckets.size()) ++acceptance_counts[i];
+  ++acceptance_count;
+  acceptance_sum += rate;
+}
+
 std::string ServeMetrics::prometheus() const {
   std::ostringstream out;
   const auto gauge = [&](const char* name, const char* help, const char* type, auto value) {
@@ -51,6 +59,21 @@ std::string ServeMetrics::prometheus() const {
   out << "loom_time_to_first_token_seconds_bucket{le=\"+Inf\"} " << ttft_count << "\n"
       << "loom_time_to_first_token_seconds_sum " << ttft_sum << "\n"
       << "loom_time_to_first_token_seconds_count " << ttft_count << "\n";
+  gauge("loom_speculative_drafted_tokens_total", "Tokens proposed by the drafter (speculative decoding).", "counter",
+        drafted_tokens);
+  gauge("loom_speculative_accepted_tokens_total", "Proposed tokens the target accepted.", "counter", accepted_tokens);
+  gauge("loom_speculative_acceptance_rate", "Accepted over drafted tokens, all requests.", "gauge",
+        drafted_tokens > 0 ? static_cast<double>(accepted_tokens) / static_cast<double>(drafted_tokens) : 0.0);
+  out << "# HELP loom_request_acceptance_rate Each finished request's accepted over drafted tokens.\n"
+      << "# TYPE loom_request_acceptance_rate histogram\n";
+  cumulative = 0;
+  for (size_t i = 0; i < kAcceptanceBuckets.size(); ++i) {
+    cumulative += acceptance_counts[i];
+    out << "loom_request_acceptance_rate_bucket{le=\"" << kAcceptanceBuckets[i] << "\"} " << cumulative << "\n";
+  }
+  out << "loom_request_acceptance_rate_bucket{le=\"+Inf\"} " << acceptance_count << "\n"
+      << "loom_request_acceptance_rate_sum " << acceptance_sum << "\n"
+      << "loom_request_acceptance_rate_count " << acceptance_count << "\n";
   return out.str();
 }
 

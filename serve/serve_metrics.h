@@ -1,7 +1,8 @@
 // What `loom serve` reports on GET /metrics, and its Prometheus text exposition format: requests running and
 // waiting, KV blocks in use and in the pool, prompt and generated tokens, the generation rate over the last
 // seconds, engine steps and preemptions, prefix cache hits, finished requests by reason, and the time to first
-// token as a histogram.
+// token as a histogram; with speculative decoding, the tokens drafted and accepted and each finished request's
+// acceptance rate as a histogram.
 #pragma once
 #include <array>
 #include <chrono>
@@ -22,8 +23,15 @@ struct ServeMetrics {
   std::array<int64_t, kTtftBuckets.size()> ttft_counts{};  // not cumulative: [i] holds (bucket i-1, bucket i]
   int64_t ttft_count = 0;
   double ttft_sum = 0;
+  // Speculative decoding: proposals made and kept in total; per finished request, its accepted / drafted.
+  static constexpr std::array<double, 10> kAcceptanceBuckets{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
+  int64_t drafted_tokens = 0, accepted_tokens = 0;
+  std::array<int64_t, kAcceptanceBuckets.size()> acceptance_counts{};  // not cumulative, as ttft_counts
+  int64_t acceptance_count = 0;
+  double acceptance_sum = 0;
 
   void observe_ttft(double seconds);
+  void observe_acceptance(double rate);
   std::string prometheus() const;  // text/plain; version=0.0.4
 };
 

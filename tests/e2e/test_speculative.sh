@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Speculative decoding from the command line (serve/speculative.h): `loom generate --input` with --draft RUN_DIR (a
+# 1-layer draft trained on the same data and tokenizer) and with --speculate ngram writes, greedy, the texts of the
+# engine alone, with each request's drafted and accepted tokens (accepted <= drafted, some drafted); a draft with
+# another vocabulary is refused naming both runs; `loom serve --speculate ngram` reports the counts on /metrics.
+source "$(dirname "$0")/common.sh"
+run=$WORK/run
+draft=$WORK/draft
+tiny_train "$run" --set train.max_steps=20 --set model.max_seq_len=64 >/dev/null 2>&1
+tiny_train "$draft" --set train.max_steps=20 --set model.max_seq_len=64 --set model.n_layers=1 >/dev/null 2>&1
+tiny_train "$WORK/other" --set train.max_steps=1 --set model.max_seq_len=64 --set model.vocab_size=1100 \
+  >/dev/null 2>&1
+
+cat > "$WORK/prompts.jsonl" <<'JSONL'
+{"prompt": "And God said", "max_tokens": 20}
+{"prompt": "In the beginning", "max_tokens": 12}
+{"prompt": "And he said unto them, and he said unto them", "max_tokens": 40, "stop": " LORD"}
+{"prompt": "And it came to pass, when the king heard the words of the law", "max_tokens": 30}
+JSONL
+gen() { "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --temperature 0 --max-batch 3 "$@"; }
+gen --output "$WORK/alone.jsonl" 2>/dev/null || fail "loom generate --input failed"
+for mode in draft ngram; do
+  if [ $mode = draft ]; then args=(--draft "$draft" --speculate-k 3); else args=(--speculate ngram --speculate-k 3); fi
+  log=$(gen --output "$WORK/$mode.jsonl" "${args[@]}" 2>&1) || fail "$mode: $log"
+  grep -qE "[0-9]+ of [0-9]+ drafted tokens accepted" <<<"$log" || fail "$mode: no acceptance line: $log"
+  python3 - "$WORK/alone.jsonl" "$WORK/$mode.jsonl" <<'PY' || fail "$mode: outputs differ from the target's alone"
+import json, sys
+alone, spec = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert [a["text"] for a in alone] == [s["text"] for s in spec], (alone, spec)
+assert all(0 <= s["accepted_tokens"] <= s["drafted_tokens"] for s in spec), spec
+assert sum(s["drafted_tokens"] for s in spec) > 0, spec
+PY
+done
+
+refused=$(gen --output "$WORK/x.jsonl" --draft "$WORK/other" 2>&1) && fail "a draft with another vocabulary ran"
+grep -q "a draft must share the target's tokenizer and vocabulary" <<<"$refused" && grep -q "$WORK/other" <<<"$refused" \
+  || fail "the refusal does not say why: $refused"
+refused=$(gen --output "$WORK/x.jsonl" --speculate-k 3 2>&1) && fail "--speculate-k without a drafter ran"
+grep -q -- "--speculate-k needs --draft RUN_DIR or --speculate ngram" <<<"$refused" || fail "$refused"
+
+log=$WORK/serve.log
+timeout 120 "$LOOM" serve "$run" --port 0 --speculate ngram --block-size 4 --kv-mb 4 >"$log" 2>&1 &
+pid=$!
+port=
+for _ in $(seq 300); do
+  port=$(sed -nE 's/.*listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$log")
+  [ -n "$port" ] && break
+  kill -0 $pid 2>/dev/null || fail "loom serve exited: $(cat "$log")"
+  sleep 0.1
+done
+[ -n "$port" ] || fail "loom serve printed no port: $(cat "$log")"
+grep -q "speculative decoding: n-gram" "$log" || fail "no speculation line: $(cat "$log")"
+timeout 60 python3 - "$port" <<'PY' || fail "metrics (server log: $(tail -5 "$log"))"
+import json, sys, urllib.request
+base = f"http://127.0.0.1:{sys.argv[1]}"
+body = json.dumps({"prompt": "And he said unto them, and he said unto them", "max_tokens": 24, "temperature": 0,
+                   "ignore_eos": True}).encode()
+request = urllib.request.Request(base + "/v1/completions", body, {"Content-Type": "application/json"})
+json.loads(urllib.request.urlopen(request).read())
+metrics = dict(l.rsplit(" ", 1) for l in urllib.request.urlopen(base + "/metrics").read().decode().splitlines()
+               if l and not l.startswith("#"))
+drafted, accepted = float(metrics["loom_speculative_drafted_tokens_total"]), float(
+    metrics["loom_speculative_accepted_tokens_total"])
+assert drafted > 0 and 0 <= accepted <= drafted, metrics
+assert metrics["loom_request_acceptance_rate_count"] == "1", metrics
+PY
+kill -TERM $pid
+wait $pid || fail "loom serve did not stop cleanly"
+pid=
+echo "test_speculative: ok"
