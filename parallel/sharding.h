@@ -21,10 +21,14 @@ namespace loom {
 // Parameters that shard alike: their optimizer groups (weight decay or not: the same number in every entry),
 // the ranks their gradients are averaged and ZeRO shards over, and hybrid sharding's replicas of this rank's
 // shards (null, or a group of one: none).
+// averaged_over: the ranks the gradients are averaged over when that is not the shard group's times the
+// replicas' (0): experts under expert parallelism are summed over the ranks holding them but averaged over all
+// of dp x cp, since each holds gradients of every ep rank's tokens.
 struct ShardedParameters {
   std::vector<std::vector<torch::Tensor>> groups;
   Communicator* shard_group = nullptr;
   Communicator* replica_group = nullptr;
+  int64_t averaged_over = 0;
 };
 
 // How a run's gradient sync shards and buckets (parallel.*, precision.param_dtype).
