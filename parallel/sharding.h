@@ -77,7 +77,10 @@ struct ShardingSizes {
   int64_t deferred = 0;        // parameters in a deferred bucket (a stage's copy of the tied embedding)
   UnitSizes units;             // ZeRO-3
   bool reshard_after_forward = true;
-  int64_t shard_params() const { return (params + shards - 1) / shards; }
+  // The parameters ZeRO's shards split when that is not `params` (0): under expert parallelism a rank holds E / ep
+  // experts but shards them over dp / ep ranks, so its shard is that of all the experts over dp.
+  int64_t sharded_params = 0;
+  int64_t shard_params() const { return ((sharded_params > 0 ? sharded_params : params) + shards - 1) / shards; }
 };
 
 // Bytes a rank holds for its parameters while training (models/estimates.h MemoryEstimate's parts).

@@ -44,6 +44,26 @@ tiny_train "$WORK/resumed" "${moe[@]}" >>"$WORK/resumed.log" 2>&1 || { tail -20 
 grep -q "resumed from .*/checkpoints/10" "$WORK/resumed.log" || fail "did not resume from step 10"
 same_train_losses "$WORK/single" "$WORK/resumed" "MoE EP=2 resumed in a single process at step 10" 20
 
+# loom info: ep 2 keeps half of each block's experts (weights, gradients; ZeRO-1's optimizer shard is unchanged:
+# the experts shard over dp / ep ranks) and sends the routed slots by all-to-all.
+for ep in 1 2; do
+  # shellcheck disable=SC2046
+  "$LOOM" info $(train_args "$WORK/info") "${moe[@]}" --set parallel.dp=2 --set parallel.ep=$ep --set parallel.zero=1 \
+    --json > "$WORK/info-ep$ep.json" || fail "loom info at ep $ep"
+done
+python3 - "$WORK/info-ep1.json" "$WORK/info-ep2.json" <<'PY' || fail "loom info under ep"
+import json, sys
+one, two = (json.load(open(f)) for f in sys.argv[1:3])
+C, F, E, k, L, T = 64, 48, 4, 2, 3, 4 * 32  # micro-batches of 4 x 32 tokens, 2 per step at dp 2
+experts_not_held = L * (E - E // 2) * 3 * C * F
+assert one["memory"]["weights"] - two["memory"]["weights"] == 4 * experts_not_held, (one["memory"], two["memory"])
+assert one["memory"]["optimizer"] == two["memory"]["optimizer"], (one["memory"], two["memory"])
+assert one["communication"]["all_to_all"] == 0
+# Every routed slot's row (fp32) out and back, forward and backward; half of them leave the rank.
+assert two["communication"]["all_to_all"] == L * 2 * 4 * T * k * C * 4 // 2, two["communication"]
+print("loom info: ep 2 weights", two["memory"]["weights"], "all-to-all bytes per step", two["communication"]["all_to_all"])
+PY
+
 # Refused, naming the key.
 refused() {  # refused LABEL MESSAGE [--set ...]
   local label=$1 message=$2; shift 2
