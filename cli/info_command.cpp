@@ -17,6 +17,7 @@
 #include "core/family_rules.h"
 #include "models/paged_kv_cache.h"
 #include "models/estimates.h"
+#include "models/moe_dispatch.h"
 #include "train/run_plan.h"
 
 namespace loom::cli {
@@ -104,6 +105,14 @@ int info_command(const Argv& argv, const ProcessGroup&) {
       communication = c;
   }
   const int64_t micro_batch = plan.micro_batch_size();
+  // parallel.ep: the bytes a rank sends by all-to-all per step (every MoE block, micro-batch, forward and backward).
+  int64_t moe_blocks = 0;
+  for (int64_t i = 0; m.moe.enabled() && i < m.n_layers; ++i) moe_blocks += m.moe.layer_is_moe(i) ? 1 : 0;
+  const int64_t all_to_all =
+      m.moe.enabled() ? moe_blocks * plan.accumulation_steps() *
+                            expert_all_to_all_bytes(micro_batch * config.data.seq_len, m.moe.top_k, m.d_model,
+                                                    config.precision.dtype == Dtype::kFp32 ? 4 : 2, p.ep)
+                      : 0;
   const MeshShape& layout = plan.layout();
   // Decoder-only runs: the KV cache of `loom serve` / `loom generate --input` (the pool's own arithmetic), in the
   // weights' dtype, and what the engine's default budget (--kv-mb 256) holds.
@@ -129,7 +138,8 @@ int info_command(const Argv& argv, const ProcessGroup&) {
         {"communication",
          {{"all_reduced", communication.all_reduced},
           {"reduce_scattered", communication.reduce_scattered},
-          {"all_gathered", communication.all_gathered}}}};
+          {"all_gathered", communication.all_gathered},
+          {"all_to_all", all_to_all}}}};
     out["layout"]["zero"] = static_cast<int>(p.zero);
     if (p.pp > 1) {
       out["layout"]["pp_schedule"] = enum_name(p.pp_schedule);
@@ -189,6 +199,9 @@ int info_command(const Argv& argv, const ProcessGroup&) {
     for (const auto& [name, bytes] : moved)
       std::printf("  %-16s %8s  (%s bytes)\n", name, gib(bytes).c_str(), grouped(bytes).c_str());
   }
+  if (all_to_all > 0)
+    std::printf("ep all-to-all   %8s per step and rank (%s bytes: ep %ld, each routed slot out and back, forward and backward)\n",
+                gib(all_to_all).c_str(), grouped(all_to_all).c_str(), static_cast<long>(p.ep));
   if (p.pp > 1) {
     std::printf("pipeline       %ld stages, %s, %ld micro-batches per step (the rows above: the busiest stage)\n",
                 static_cast<long>(p.pp), enum_name(p.pp_schedule),

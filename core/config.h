@@ -199,6 +199,7 @@ struct ParallelConfig {
   int64_t tp = 1;
   int64_t cp = 1;  // context parallelism: each rank holds 1/cp of every sequence (ring attention)
   int64_t pp = 1;
+  int64_t ep = 1;  // expert parallelism: each rank of an ep group (carved from dp) keeps 1/ep of the experts
   std::vector<int64_t> pp_layers;  // blocks per pipeline stage; empty: balanced
   int64_t microbatches = 0;        // pipeline micro-batches per step; 0: train.micro_batch_size decides
   PipelineSchedule pp_schedule = PipelineSchedule::k1F1B;

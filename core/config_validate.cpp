@@ -110,6 +110,31 @@ void validate_moe(const Config& c, ConfigChecks& check) {
                 "parallelism replicate or shard the experts)");
 }
 
+// parallel.ep: a split of the DP ranks and of every MoE layer's experts, and the layouts it does not combine
+// with yet.
+void validate_expert_parallel(const Config& c, ConfigChecks& check) {
+  const ParallelConfig& p = c.parallel;
+  check.require(p.ep >= 1, "parallel.ep", p.ep, " must be >= 1");
+  if (p.ep <= 1) return;
+  const MoeConfig& e = c.model.moe;
+  check.require(e.enabled(), "parallel.ep", p.ep, " splits the experts of a Mixture-of-Experts model, but model.moe.num_experts "
+                "is 0 (a dense model): set parallel.ep 1, or model.moe.num_experts");
+  if (!e.enabled()) return;
+  check.require(e.num_experts % p.ep == 0, "parallel.ep", p.ep, " does not divide model.moe.num_experts=", e.num_experts,
+                ": each rank of an ep group keeps num_experts / ep experts");
+  if (p.dp >= 1)
+    check.require(p.dp % p.ep == 0, "parallel.ep", p.ep, " does not divide parallel.dp=", p.dp,
+                  ": the ep groups are carved from the DP ranks");
+  if (p.shard_size > 0)
+    check.require(p.shard_size % p.ep == 0, "parallel.ep", p.ep, " does not divide parallel.shard_size=", p.shard_size,
+                  ": each ep group lies inside one ZeRO shard group");
+  check.require(p.tp == 1 && p.pp == 1 && p.cp == 1, "parallel.ep",
+                "expert parallelism with parallel.tp, parallel.pp or parallel.cp > 1 is not supported yet: set them 1 "
+                "(or parallel.ep 1)");
+  check.require(p.zero != ZeroStage::kParameters, "parallel.ep",
+                "expert parallelism with parallel.zero 3 is not supported yet: use parallel.zero 1 or 2 (or parallel.ep 1)");
+}
+
 }  // namespace
 
 void validate_batch_split(const Config& c, int64_t dp) {
@@ -209,6 +234,7 @@ void validate(const Config& c) {
     check.require(size <= (int64_t{1} << 24), key, size, " is beyond what loom builds (at most 2^24)");
 
   validate_moe(c, check);
+  validate_expert_parallel(c, check);
 
   check.require(c.data.seq_len > 0, "data.seq_len", c.data.seq_len, " must be > 0");
   check.require(c.data.seq_len <= m.max_seq_len, "data.seq_len", c.data.seq_len,

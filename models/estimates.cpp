@@ -109,6 +109,14 @@ ShardingSizes sharding_sizes(const Config& config, int64_t stage) {
   out.deferred = holds_tied_copy ? (parts_of(m, model_shape(m)).embedding + tp - 1) / tp : 0;
   if (config.parallel.zero == ZeroStage::kParameters) out.units = unit_sizes(config, stage);
   out.reshard_after_forward = config.parallel.reshard_after_forward;
+  if (const int64_t ep = config.parallel.ep; ep > 1 && m.moe.enabled()) {
+    // parallel.ep: a rank holds E / ep of each MoE block's experts (sharded over dp / ep ranks under ZeRO).
+    const BlockRange range = stage_blocks(stage_layers(model_shape(m).pipeline_layers(), pp, config.parallel.pp_layers), stage);
+    const int64_t not_held = moe_blocks_in(m, range.first, range.end) * (m.moe.num_experts - m.moe.num_experts / ep) *
+                             parts_of(m, model_shape(m)).expert;
+    out.sharded_params = out.params;
+    out.params -= not_held / tp;
+  }
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "models/gelu.h"
+#include "models/moe_dispatch.h"
 #include "models/moe_router.h"
 #include "models/recompute.h"
 
@@ -64,11 +65,23 @@ MoeOptions moe_options(const ModelConfig& c) {
 
 MoeExpertsImpl::MoeExpertsImpl(int64_t E, int64_t C, int64_t F, Activation activation, double init_std,
                                double out_init_std)
-    : activation_(activation) {
+    : num_experts_(E), activation_(activation) {
   torch::NoGradGuard no_grad;
   if (moe_gated(activation)) gate = register_parameter("gate", torch::empty({E, F, C}).normal_(0.0, init_std));
   up = register_parameter("up", torch::empty({E, F, C}).normal_(0.0, init_std));
   down = register_parameter("down", torch::empty({E, C, F}).normal_(0.0, out_init_std));
+}
+
+void MoeExpertsImpl::keep_local_experts(Communicator& ep) {
+  LOOM_CHECK(ep_ == nullptr && num_experts_ % ep.size() == 0, "an MoE layer's ", num_experts_,
+             " experts split once over an ep group dividing them, not over ", ep.size());
+  const int64_t local = num_experts_ / ep.size();
+  first_expert_ = ep.rank() * local;
+  // The whole layer was initialised first (the single process's values): the local rows are its.
+  torch::NoGradGuard no_grad;
+  for (auto* t : {&gate, &up, &down})
+    if (t->defined()) t->set_data(t->narrow(0, first_expert_, local).clone());
+  ep_ = ep.size() > 1 ? &ep : nullptr;
 }
 
 torch::Tensor MoeExpertsImpl::expert(int64_t e, const torch::Tensor& x) {
@@ -82,9 +95,25 @@ torch::Tensor MoeExpertsImpl::expert_of(const torch::Tensor& g, const torch::Ten
   return torch::linear(h, d);
 }
 
+torch::Tensor MoeExpertsImpl::grouped(const torch::Tensor& rows, const std::vector<int64_t>& counts) {
+  // Each expert's matrices as views of one unbind: backward stacks their gradients into the (E, ...) one
+  // once (indexing each would write a whole-size zero gradient per expert).
+  const auto gates = gate.defined() ? gate.unbind(0) : std::vector<torch::Tensor>();
+  const auto ups = up.unbind(0), downs = down.unbind(0);
+  std::vector<torch::Tensor> outputs;
+  int64_t offset = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    if (counts[e] == 0) continue;
+    outputs.push_back(expert_of(gates.empty() ? torch::Tensor() : gates[e], ups[e], downs[e],
+                                rows.narrow(0, offset, counts[e])));
+    offset += counts[e];
+  }
+  return outputs.empty() ? rows * 0 : torch::cat(outputs);
+}
+
 torch::Tensor MoeExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& experts,
                                       const torch::Tensor& weights, const torch::Tensor& keep) {
-  const int64_t N = x.size(0), k = experts.size(1), E = up.size(0);
+  const int64_t N = x.size(0), k = experts.size(1), E = num_experts_;
   auto slot_expert = experts.reshape(-1);
   auto slot_token = torch::arange(N, experts.options()).unsqueeze(1).expand({N, k}).reshape(-1);
   auto slot_weight = weights.reshape(-1);
@@ -98,24 +127,19 @@ torch::Tensor MoeExpertsImpl::forward(const torch::Tensor& x, const torch::Tenso
   const auto order = std::get<1>(slot_expert.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
   const auto tokens = slot_token.index_select(0, order);
   const auto counts = torch::bincount(slot_expert, {}, E).cpu();
-  const auto* count = counts.data_ptr<int64_t>();
   const auto rows = x.index_select(0, tokens);
-  // Each expert's matrices as views of one unbind: backward stacks their gradients into the (E, ...) one
-  // once (indexing each would write a whole-size zero gradient per expert).
-  const auto gates = gate.defined() ? gate.unbind(0) : std::vector<torch::Tensor>();
-  const auto ups = up.unbind(0), downs = down.unbind(0);
-  std::vector<torch::Tensor> outputs;
-  int64_t offset = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    if (count[e] == 0) continue;
-    outputs.push_back(expert_of(gates.empty() ? torch::Tensor() : gates[static_cast<size_t>(e)],
-                                ups[static_cast<size_t>(e)], downs[static_cast<size_t>(e)],
-                                rows.narrow(0, offset, count[e])));
-    offset += count[e];
-  }
   auto out = torch::zeros_like(x);
-  if (outputs.empty()) return out;
-  const auto weighted = torch::cat(outputs) * slot_weight.index_select(0, order).unsqueeze(1).to(x.dtype());
+  torch::Tensor computed;
+  if (ep_ != nullptr) {
+    // Every rank of the group takes part, whatever it routed.
+    computed = dispatch_to_experts(rows, counts, *ep_, [this](const torch::Tensor& r, const std::vector<int64_t>& c) {
+      return grouped(r, c);
+    });
+  } else {
+    if (rows.size(0) == 0) return out;
+    computed = grouped(rows, std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + E));
+  }
+  const auto weighted = computed * slot_weight.index_select(0, order).unsqueeze(1).to(x.dtype());
   return out.index_add(0, tokens, weighted);
 }
 
@@ -208,6 +232,30 @@ std::vector<MoeImpl*> moe_layers(torch::nn::Module& model) {
   std::vector<MoeImpl*> out;
   for (const auto& m : model.modules(/*include_self=*/true))
     if (auto* moe = dynamic_cast<MoeImpl*>(m.get())) out.push_back(moe);
+  return out;
+}
+
+bool is_expert_parameter(const std::string& name) {
+  return name.rfind("experts.", 0) == 0 || name.find(".experts.") != std::string::npos;
+}
+
+void keep_local_experts(torch::nn::Module& model, Communicator& ep) {
+  for (auto* moe : moe_layers(model)) moe->experts()->keep_local_experts(ep);
+}
+
+std::map<const void*, ExpertPlacement> expert_placements(torch::nn::Module& model) {
+  std::map<const void*, ExpertPlacement> out;
+  for (auto* moe : moe_layers(model)) {
+    auto& experts = *moe->experts();
+    for (const auto& t : {experts.gate, experts.up, experts.down}) {
+      if (!t.defined()) continue;
+      ExpertPlacement p;
+      p.shape = t.sizes().vec();
+      p.shape[0] = experts.num_experts();
+      p.offset = experts.first_expert() * (t.numel() / std::max<int64_t>(t.size(0), 1));
+      out[t.unsafeGetTensorImpl()] = p;
+    }
+  }
   return out;
 }
 

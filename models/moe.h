@@ -10,6 +10,8 @@
 // (1, C). Experts, router and shared MLP have no biases. The expert bias of model.moe.bias_update_rate is a
 // buffer, expert_bias (E), used for selection only and saved in checkpoints.
 //
+// Expert parallelism (parallel.ep, keep_local_experts): each rank keeps E / ep rows of the stacked experts and
+// the sorted slots go to their experts' ranks and back by all-to-all (models/moe_dispatch.h).
 // The experts run grouped: the (token, expert) slots are sorted by expert, each expert's rows gathered into
 // one contiguous block and multiplied by its matrices as one GEMM per expert, then scattered back with their
 // weights (index_add); backward is autograd's through the same ops. Dropless unless model.moe.capacity_factor
@@ -26,6 +28,10 @@
 
 #include "core/config.h"
 #include "models/mlp.h"
+#include "parallel/communicator.h"
+
+#include <map>
+#include <string>
 
 namespace loom {
 
@@ -56,12 +62,22 @@ class MoeExpertsImpl : public torch::nn::Module {
                  double out_init_std);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& experts, const torch::Tensor& weights,
                         const torch::Tensor& keep = {});
-  // Expert e on rows x (n, C) -> (n, C).
+  // Expert e (of those this rank holds: local index) on rows x (n, C) -> (n, C).
   torch::Tensor expert(int64_t e, const torch::Tensor& x);
 
-  torch::Tensor gate, up, down;  // (E, F, C) (gated only), (E, F, C), (E, C, F)
+  // Expert parallelism: keeps only this rank's experts of the group's split (rows [rank * E / ep, + E / ep) of
+  // every stacked tensor; the rest is freed) and dispatches the slots to their owners in forward.
+  void keep_local_experts(Communicator& ep);
+  int64_t first_expert() const { return first_expert_; }
+  int64_t num_experts() const { return num_experts_; }  // all of the layer's, on every rank
+
+  torch::Tensor gate, up, down;  // (E, F, C) (gated only), (E, F, C), (E, C, F); under ep E / ep rows
 
  private:
+  // Rows sorted by expert, counts[e] of local expert e -> each row through its expert.
+  torch::Tensor grouped(const torch::Tensor& rows, const std::vector<int64_t>& counts);
+  Communicator* ep_ = nullptr;
+  int64_t first_expert_ = 0, num_experts_ = 0;
   // An expert's MLP given its matrices (g undefined: not gated).
   torch::Tensor expert_of(const torch::Tensor& g, const torch::Tensor& u, const torch::Tensor& d,
                           const torch::Tensor& x) const;
@@ -104,6 +120,19 @@ class MoeImpl : public torch::nn::Module {
   int64_t micro_batches_ = 0;
 };
 TORCH_MODULE(Moe);
+
+// Whether a parameter (by its name in the model) is an expert's: the expert parameter group of the gradient
+// sync (averaged over the expert-data-parallel ranks under ep).
+bool is_expert_parameter(const std::string& name);
+// Expert parallelism: every MoE layer of `model` keeps only its share of the experts of the group (parallel.ep).
+void keep_local_experts(torch::nn::Module& model, Communicator& ep);
+// Where an expert-parallel rank's stacked expert tensor lies in the whole one (E, ...) every checkpoint names:
+// the whole shape and the element offset of the local rows.
+struct ExpertPlacement {
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+};
+std::map<const void*, ExpertPlacement> expert_placements(torch::nn::Module& model);  // by TensorImpl
 
 // Every MoE layer of a model, in module order.
 std::vector<MoeImpl*> moe_layers(torch::nn::Module& model);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace loom {
 
@@ -40,6 +41,12 @@ class Communicator {
   virtual std::shared_ptr<Work> send_async(torch::Tensor tensor, int peer, int tag = 0) = 0;
   virtual std::shared_ptr<Work> recv_async(torch::Tensor tensor, int peer, int tag = 0) = 0;
   virtual std::shared_ptr<Work> barrier_async() = 0;
+  // Rows to every rank, variable counts per peer (MPI_Alltoallv): input's first send_rows[0] rows (along dim 0)
+  // go to rank 0, the next send_rows[1] to rank 1, ...; output receives recv_rows[0] rows from rank 0 first,
+  // then rank 1's, .... Both contiguous, of one dtype and row shape; send_rows[p] on this rank must equal
+  // recv_rows[me] on rank p (exchange_counts gives them). A count may be 0 (a rank sending or receiving nothing).
+  virtual std::shared_ptr<Work> all_to_all_async(torch::Tensor input, torch::Tensor output,
+                                                 std::vector<int64_t> send_rows, std::vector<int64_t> recv_rows) = 0;
 
   void all_reduce(torch::Tensor tensor, ReduceOp op = ReduceOp::kSum) { all_reduce_async(tensor, op)->wait(); }
   void all_gather(torch::Tensor input, torch::Tensor output) { all_gather_async(input, output)->wait(); }
@@ -48,6 +55,17 @@ class Communicator {
   void send(torch::Tensor tensor, int peer, int tag = 0) { send_async(tensor, peer, tag)->wait(); }
   void recv(torch::Tensor tensor, int peer, int tag = 0) { recv_async(tensor, peer, tag)->wait(); }
   void barrier() { barrier_async()->wait(); }
+  void all_to_all(torch::Tensor input, torch::Tensor output, std::vector<int64_t> send_rows,
+                  std::vector<int64_t> recv_rows) {
+    all_to_all_async(input, output, std::move(send_rows), std::move(recv_rows))->wait();
+  }
+  // The counts half of a variable all-to-all: what every rank sends this one (send_counts[p]: what this rank
+  // sends rank p). One int64 per peer, on `device` (the group's: CPU for MPI, CUDA for NCCL).
+  std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send_counts, torch::Device device = torch::kCPU);
+  // Counts first, then the rows: input's rows split by send_rows (one count per rank) -> the rows received,
+  // rank 0's first; recv_rows (if given) gets how many came from each rank.
+  torch::Tensor all_to_all(const torch::Tensor& input, const std::vector<int64_t>& send_rows,
+                           std::vector<int64_t>* recv_rows = nullptr);
 
   // The sub-group of ranks with the same color, ordered by key (MPI_Comm_split semantics).
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;

@@ -57,6 +57,7 @@ GradientSync::GradientSync(std::vector<ShardedParameters> parameters, const Shar
     bucket.unit = contents.unit;
     bucket.shard_group = entry.shard_group;
     bucket.replica_group = entry.replica_group;
+    bucket.averaged_over = entry.averaged_over;
     bucket.deferred = shard_gradients_ && contents.deferred;
     bucket.numel = numel;
     const auto tensor_options = contents.parameters.front().options().requires_grad(false);
@@ -297,6 +298,7 @@ double GradientSync::finish_replica_reductions() {
 }
 
 double GradientSync::ranks_averaged(const Bucket& bucket) {
+  if (bucket.averaged_over > 0) return static_cast<double>(bucket.averaged_over);
   return static_cast<double>(bucket.shard_group->size()) *
          (bucket.replica_group != nullptr ? bucket.replica_group->size() : 1);
 }

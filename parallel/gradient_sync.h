@@ -123,6 +123,7 @@ class GradientSync {
     size_t unit = 0;  // zero 3
     Communicator* shard_group = nullptr;    // its entry's
     Communicator* replica_group = nullptr;  // hybrid sharding: its entry's replicas; null: none
+    int64_t averaged_over = 0;              // its entry's (0: shard x replica group sizes)
     bool hooked = false;                    // post-accumulation hooks set (something to reduce)
     std::vector<torch::Tensor> parameters;
     std::vector<unsigned> pre_hooks;  // zero 2: the parameters' pre-accumulation hook handles

@@ -15,6 +15,7 @@ struct AxisInfo {
 // Every axis, in the rank order (innermost first).
 constexpr AxisInfo kMeshAxes[kMeshAxisCount] = {{MeshAxis::kTp, "tp"},
                                                 {MeshAxis::kCp, "cp"},
+                                                {MeshAxis::kEp, "ep"},
                                                 {MeshAxis::kDpShard, "dp_shard"},
                                                 {MeshAxis::kDpReplicate, "dp_replicate"},
                                                 {MeshAxis::kPp, "pp"}};
@@ -35,14 +36,19 @@ constexpr LayoutName kLayoutNames[] = {{"dp", kDpAxes, MeshAxis::kDpShard, false
                                        {"tp", MeshAxis::kTp, MeshAxis::kTp, true},
                                        {"pp", MeshAxis::kPp, MeshAxis::kPp, true}};
 constexpr const char* kShardSizeName = "shard_size";
+constexpr const char* kEpName = "ep";
 
 // The groups a mesh builds (every rank is in one of each), by the axes their ranks differ in: data
 // parallelism's (the batch's sequences), tensor parallelism's (the layers' collectives, norms' partial
 // sums), the pipeline's (messages between stages), context parallelism's (ring attention's exchanges),
 // dp x cp, the ranks holding the same parameters (gradient averages, loss and token sums), and ZeRO's shard
 // and replica groups inside it (hybrid sharding; without it the shard group is dp x cp's ranks).
-const AxisSet kMeshGroups[] = {kDpAxes, AxisSet(MeshAxis::kTp), AxisSet(MeshAxis::kPp), AxisSet(MeshAxis::kCp),
-                               kDataParallelAxes, kShardAxes, kReplicaAxes};
+// Expert parallelism adds the ep group (the all-to-alls) and the expert-data-parallel and expert shard groups
+// (the expert parameters' gradient sync).
+const AxisSet kMeshGroups[] = {kDpAxes,           AxisSet(MeshAxis::kTp), AxisSet(MeshAxis::kPp),
+                               AxisSet(MeshAxis::kCp), kDataParallelAxes, kShardAxes,
+                               kReplicaAxes,      kExpertAxes,            kExpertDataParallelAxes,
+                               kExpertShardAxes};
 
 // The axes of `axes` with more than one rank: two sets alike in these hold the same ranks.
 AxisSet spanned(const MeshShape& shape, AxisSet axes) {
@@ -82,9 +88,13 @@ MeshShape::MeshShape(const ParallelConfig& parallel) {
   sizes_[MeshAxis::kPp] = parallel.pp;
   // dp's shard axis is parallel.shard_size (0: the whole of dp), its replica axis what that leaves of dp.
   // Without a dp (-1), the one shard_size does not fix is unknown until resolved.
+  // ep is the innermost part of the shard axis (config validation checks that it divides both).
   const bool shard_size_set = parallel.shard_size > 0;
-  sizes_[MeshAxis::kDpShard] = shard_size_set ? parallel.shard_size : parallel.dp;
-  sizes_[MeshAxis::kDpReplicate] = parallel.dp == -1 ? (shard_size_set ? -1 : 1) : parallel.dp / sizes_[MeshAxis::kDpShard];
+  const int64_t ep = std::max<int64_t>(parallel.ep, 1);
+  const int64_t shard = shard_size_set ? parallel.shard_size : parallel.dp;
+  sizes_[MeshAxis::kEp] = ep;
+  sizes_[MeshAxis::kDpShard] = shard == -1 ? -1 : shard / ep;
+  sizes_[MeshAxis::kDpReplicate] = parallel.dp == -1 ? (shard_size_set ? -1 : 1) : parallel.dp / shard;
 }
 
 MeshShape MeshShape::resolved(const Config& config, int64_t world_size) const {
@@ -105,12 +115,18 @@ MeshShape MeshShape::resolved(const Config& config, int64_t world_size) const {
     if (world_size % fixed != 0)
       throw ConfigError(config.where("parallel." + first_fixed) + ": " + fixed_keys + " = " + std::to_string(fixed) +
                         " does not divide the world size " + std::to_string(world_size));
-    const int64_t dp = world_size / fixed, shard = sizes_[MeshAxis::kDpShard] == -1 ? dp : sizes_[MeshAxis::kDpShard];
+    const int64_t ep = sizes_[MeshAxis::kEp];
+    const int64_t dp = world_size / fixed,
+                  shard = sizes_[MeshAxis::kDpShard] == -1 ? dp : sizes_[MeshAxis::kDpShard] * ep;
+    if (dp % ep != 0)
+      throw ConfigError(config.where("parallel.ep") + ": parallel.ep = " + std::to_string(ep) +
+                        " does not divide parallel.dp = " + std::to_string(dp) + " (the world size " +
+                        std::to_string(world_size) + " / " + fixed_keys + "): expert parallelism splits the DP ranks");
     if (dp % shard != 0)
       throw ConfigError(config.where("parallel.shard_size") + ": parallel.shard_size = " + std::to_string(shard) +
                         " does not divide parallel.dp = " + std::to_string(dp) + " (the world size " +
                         std::to_string(world_size) + " / " + fixed_keys + ")");
-    out.sizes_[MeshAxis::kDpShard] = shard;
+    out.sizes_[MeshAxis::kDpShard] = shard / ep;
     out.sizes_[MeshAxis::kDpReplicate] = dp / shard;
   }
   if (out.world_size() != world_size) {
@@ -136,7 +152,8 @@ int64_t MeshShape::world_size() const {
 std::vector<std::pair<std::string, int64_t>> MeshShape::named_sizes() const {
   std::vector<std::pair<std::string, int64_t>> out;
   for (const auto& n : kLayoutNames) out.emplace_back(n.name, group_size(n.axes));
-  out.emplace_back(kShardSizeName, sizes_[MeshAxis::kDpShard]);
+  out.emplace_back(kShardSizeName, sizes_[MeshAxis::kDpShard] == -1 ? -1 : sizes_[MeshAxis::kDpShard] * sizes_[MeshAxis::kEp]);
+  out.emplace_back(kEpName, sizes_[MeshAxis::kEp]);
   return out;
 }
 
@@ -144,8 +161,13 @@ std::string MeshShape::describe(const std::string& between_axes, const std::stri
   std::string out;
   for (const auto& n : kLayoutNames) {
     out += (out.empty() ? "" : between_axes) + n.name + name_size + std::to_string(group_size(n.axes));
-    if (n.axes == kDpAxes && hybrid_sharding())
-      out += " (" + std::string(kShardSizeName) + name_size + std::to_string(sizes_[MeshAxis::kDpShard]) + ")";
+    if (!(n.axes == kDpAxes)) continue;
+    std::string inside;
+    if (sizes_[MeshAxis::kEp] != 1) inside = std::string(kEpName) + name_size + std::to_string(sizes_[MeshAxis::kEp]);
+    if (hybrid_sharding())
+      inside += (inside.empty() ? "" : " ") + std::string(kShardSizeName) + name_size +
+                std::to_string(sizes_[MeshAxis::kDpShard] * sizes_[MeshAxis::kEp]);
+    if (!inside.empty()) out += " (" + inside + ")";
   }
   return out;
 }
@@ -246,8 +268,12 @@ void Mesh::build_groups(const Config& config, torch::Device device) {
   for (AxisSet axes : kMeshGroups) {
     // A set holding the same ranks as an earlier one (dp x cp when cp is 1) shares its communicators: no
     // second NCCL communicator over the same GPUs.
-    const auto same = std::find_if(groups_.begin(), groups_.end(),
-                                   [&](const Group& g) { return spanned(shape_, g.axes) == spanned(shape_, axes); });
+    // The ep group never shares: its all-to-alls (in forward and backward) must not queue on one worker
+    // behind the gradient collectives that backward starts at the same time.
+    const bool own = axes == kExpertAxes && shape_.size(MeshAxis::kEp) > 1;
+    const auto same = own ? groups_.end() : std::find_if(groups_.begin(), groups_.end(), [&](const Group& g) {
+      return !(g.axes == kExpertAxes && shape_.size(MeshAxis::kEp) > 1) && spanned(shape_, g.axes) == spanned(shape_, axes);
+    });
     if (same != groups_.end()) {
       groups_.push_back({axes, same->host, same->device});
       continue;

@@ -31,8 +31,8 @@
 namespace loom {
 
 // The axes, by their place in the rank order (innermost first).
-enum class MeshAxis { kTp = 0, kCp = 1, kDpShard = 2, kDpReplicate = 3, kPp = 4 };
-constexpr size_t kMeshAxisCount = 5;
+enum class MeshAxis { kTp = 0, kCp = 1, kEp = 2, kDpShard = 3, kDpReplicate = 4, kPp = 5 };
+constexpr size_t kMeshAxisCount = 6;
 
 // A set of axes: the coordinates the ranks of a group differ in.
 class AxisSet {
@@ -57,17 +57,25 @@ class AxisSet {
 
 // Data parallelism: the ranks that share out the batch's sequences (parallel.dp). A DP rank is
 // mesh.coord(kDpAxes), the DP size mesh.size(kDpAxes).
-constexpr AxisSet kDpAxes{MeshAxis::kDpShard, MeshAxis::kDpReplicate};
+constexpr AxisSet kDpAxes{MeshAxis::kEp, MeshAxis::kDpShard, MeshAxis::kDpReplicate};
 // The ranks that hold the same parameters and see different tokens: data parallelism's, and context
 // parallelism's (each holding part of the same sequences). Gradients are averaged over them, and loss and
 // token sums add them up.
-constexpr AxisSet kDataParallelAxes{MeshAxis::kCp, MeshAxis::kDpShard, MeshAxis::kDpReplicate};
+constexpr AxisSet kDataParallelAxes{MeshAxis::kCp, MeshAxis::kEp, MeshAxis::kDpShard, MeshAxis::kDpReplicate};
 // ZeRO's shard group: the ranks of dp x cp that split the optimizer state (gradients, parameters) between
 // them; all of dp x cp unless parallel.shard_size makes groups of shard_size DP ranks (hybrid sharding).
-constexpr AxisSet kShardAxes{MeshAxis::kCp, MeshAxis::kDpShard};
+constexpr AxisSet kShardAxes{MeshAxis::kCp, MeshAxis::kEp, MeshAxis::kDpShard};
 // Hybrid sharding's replica group: the ranks holding the same shard, over which the reduced shard
 // gradients are all-reduced (a group of one without hybrid sharding).
 constexpr AxisSet kReplicaAxes{MeshAxis::kDpReplicate};
+// Expert parallelism (parallel.ep): the ranks of one ep group hold different experts of every MoE layer and
+// exchange tokens by all-to-all (models/moe_dispatch.h). The expert-data-parallel ranks hold the same experts:
+// the expert parameters' gradients are averaged over them, ZeRO shards those over the expert shard group (the
+// shard group less ep) and replicates them over the same replicas as the dense ones. With ep 1 these are the
+// dense parameters' groups.
+constexpr AxisSet kExpertAxes{MeshAxis::kEp};
+constexpr AxisSet kExpertDataParallelAxes{MeshAxis::kCp, MeshAxis::kDpShard, MeshAxis::kDpReplicate};
+constexpr AxisSet kExpertShardAxes{MeshAxis::kCp, MeshAxis::kDpShard};
 
 // A coordinate per axis.
 class MeshCoords {
@@ -95,7 +103,7 @@ class MeshShape {
   // manifest and of `loom info --json`. A size not resolved yet is -1.
   std::vector<std::pair<std::string, int64_t>> named_sizes() const;
   // "dp=2 cp=1 tp=2 pp=1" (between_axes " ", name_size "="), "dp 2 x cp 1 x tp 2 x pp 1" (" x ", " "); with
-  // hybrid sharding dp says its shard size: "dp=4 (shard_size=2) cp=1 tp=1 pp=1".
+  // hybrid sharding dp says its shard size, with expert parallelism its ep: "dp=4 (ep=2 shard_size=2) cp=1 tp=1 pp=1".
   std::string describe(const std::string& between_axes = " ", const std::string& name_size = "=") const;
   // Hybrid sharding: ZeRO shards over groups of shard_size DP ranks and replicates across them.
   bool hybrid_sharding() const { return sizes_[MeshAxis::kDpReplicate] != 1; }
@@ -145,6 +153,7 @@ class Mesh {
   int64_t tp() const { return size(MeshAxis::kTp); }
   int64_t cp() const { return size(MeshAxis::kCp); }
   int64_t pp() const { return size(MeshAxis::kPp); }
+  int64_t ep() const { return size(MeshAxis::kEp); }
   int64_t world_size() const { return shape_.world_size(); }
   int64_t rank() const { return rank_; }
 

@@ -9,6 +9,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -66,6 +67,23 @@ int byte_count(const torch::Tensor& t) {
   const auto bytes = t.numel() * static_cast<int64_t>(t.element_size());
   TORCH_CHECK(bytes <= std::numeric_limits<int>::max(), "message of ", bytes, " bytes is beyond one MPI call");
   return static_cast<int>(bytes);
+}
+
+// All-to-all's checks: one count per rank, the rows' sums equal to the tensors' first dims, one row shape and
+// dtype. Returns a row's bytes.
+int64_t rows_bytes(const torch::Tensor& input, const torch::Tensor& output, const std::vector<int64_t>& send_rows,
+                   const std::vector<int64_t>& recv_rows, int ranks) {
+  TORCH_CHECK(static_cast<int>(send_rows.size()) == ranks && static_cast<int>(recv_rows.size()) == ranks,
+              "all_to_all: one row count per rank");
+  TORCH_CHECK(input.dim() >= 1 && output.dim() >= 1 && input.sizes().slice(1) == output.sizes().slice(1) &&
+                  input.dtype() == output.dtype(),
+              "all_to_all: input and output need the same row shape and dtype");
+  int64_t sent = 0, received = 0;
+  for (int64_t r : send_rows) sent += r;
+  for (int64_t r : recv_rows) received += r;
+  TORCH_CHECK(sent == input.size(0) && received == output.size(0), "all_to_all: the row counts sum to ", sent, " and ",
+              received, " but the tensors hold ", input.size(0), " and ", output.size(0), " rows");
+  return c10::multiply_integers(input.sizes().slice(1)) * static_cast<int64_t>(input.element_size());
 }
 
 // Runs its communicator's MPI calls one after another on its own thread. The queue lives in state
@@ -236,6 +254,32 @@ class MpiCommunicator : public Communicator {
 
   std::shared_ptr<Work> barrier_async() override {
     return run("barrier", [this] { LOOM_MPI_CHECK(MPI_Barrier(comm_)); });
+  }
+
+  std::shared_ptr<Work> all_to_all_async(torch::Tensor input, torch::Tensor output, std::vector<int64_t> send_rows,
+                                         std::vector<int64_t> recv_rows) override {
+    check_cpu_contiguous(input, "all_to_all");
+    check_cpu_contiguous(output, "all_to_all");
+    // In bytes (any dtype): a row is the elements past dim 0.
+    const int64_t row_bytes = rows_bytes(input, output, send_rows, recv_rows, size_);
+    auto bytes = [row_bytes](const std::vector<int64_t>& rows, std::vector<int>& counts, std::vector<int>& offsets) {
+      int64_t offset = 0;
+      for (int64_t r : rows) {
+        const int64_t n = r * row_bytes;
+        TORCH_CHECK(offset + n <= std::numeric_limits<int>::max(), "all_to_all: beyond one MPI call's bytes");
+        counts.push_back(static_cast<int>(n));
+        offsets.push_back(static_cast<int>(offset));
+        offset += n;
+      }
+    };
+    auto plan = std::make_shared<std::array<std::vector<int>, 4>>();
+    bytes(send_rows, (*plan)[0], (*plan)[1]);
+    bytes(recv_rows, (*plan)[2], (*plan)[3]);
+    return run("all_to_all", [this, input, output, plan] {
+      auto& p = *plan;
+      LOOM_MPI_CHECK(MPI_Alltoallv(input.data_ptr(), p[0].data(), p[1].data(), MPI_BYTE, output.data_ptr(),
+                                   p[2].data(), p[3].data(), MPI_BYTE, comm_));
+    });
   }
 
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {

@@ -138,6 +138,30 @@ class NcclCommunicator : public Communicator {
       LOOM_NCCL_CHECK(ncclRecv(t.data_ptr(), t.numel(), nccl_type(t), peer, comm_, s));
     });
   }
+  // Grouped sends and receives, one of each per peer with rows to move (NCCL has no all-to-all-v).
+  std::shared_ptr<Work> all_to_all_async(torch::Tensor in, torch::Tensor out, std::vector<int64_t> send_rows,
+                                         std::vector<int64_t> recv_rows) override {
+    check_cuda_contiguous(in, "all_to_all");
+    check_cuda_contiguous(out, "all_to_all");
+    TORCH_CHECK(static_cast<int>(send_rows.size()) == size_ && static_cast<int>(recv_rows.size()) == size_ &&
+                    in.sizes().slice(1) == out.sizes().slice(1) && in.dtype() == out.dtype(),
+                "all_to_all: one row count per rank, and one row shape and dtype");
+    const int64_t row = c10::multiply_integers(in.sizes().slice(1));
+    return enqueue("all_to_all", {in, out}, [&](cudaStream_t s) {
+      const auto type = nccl_type(in);
+      auto* send = static_cast<char*>(in.data_ptr());
+      auto* recv = static_cast<char*>(out.data_ptr());
+      const int64_t bytes = row * static_cast<int64_t>(in.element_size());
+      LOOM_NCCL_CHECK(ncclGroupStart());
+      for (int p = 0; p < size_; ++p) {
+        if (send_rows[p] > 0) LOOM_NCCL_CHECK(ncclSend(send, send_rows[p] * row, type, p, comm_, s));
+        if (recv_rows[p] > 0) LOOM_NCCL_CHECK(ncclRecv(recv, recv_rows[p] * row, type, p, comm_, s));
+        send += send_rows[p] * bytes;
+        recv += recv_rows[p] * bytes;
+      }
+      LOOM_NCCL_CHECK(ncclGroupEnd());
+    });
+  }
   std::shared_ptr<Work> barrier_async() override {
     auto token = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA, device_));
     return all_reduce_async(token, ReduceOp::kSum);

@@ -1,5 +1,5 @@
 // A group of one rank: all-reduce, broadcast and barrier leave data as it is; all-gather and
-// reduce-scatter copy the one chunk. Point-to-point has no peer and is an error.
+// reduce-scatter and all-to-all copy the one chunk. Point-to-point has no peer and is an error.
 #include "core/error.h"
 #include "parallel/communicator.h"
 
@@ -31,6 +31,14 @@ class SelfCommunicator : public Communicator {
   std::shared_ptr<Work> send_async(torch::Tensor, int peer, int) override { return no_peer(peer); }
   std::shared_ptr<Work> recv_async(torch::Tensor, int peer, int) override { return no_peer(peer); }
   std::shared_ptr<Work> barrier_async() override { return done(); }
+  std::shared_ptr<Work> all_to_all_async(torch::Tensor input, torch::Tensor output, std::vector<int64_t> send_rows,
+                                         std::vector<int64_t> recv_rows) override {
+    LOOM_CHECK(send_rows.size() == 1 && recv_rows.size() == 1 && send_rows[0] == recv_rows[0] &&
+                   input.size(0) == send_rows[0] && output.size(0) == recv_rows[0],
+               name_, ": all_to_all of one rank sends its rows to itself");
+    output.copy_(input);
+    return done();
+  }
   std::unique_ptr<Communicator> split(int, int, const std::string& name) override {
     return std::make_unique<SelfCommunicator>(name);
   }

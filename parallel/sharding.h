@@ -21,10 +21,14 @@ namespace loom {
 // Parameters that shard alike: their optimizer groups (weight decay or not: the same number in every entry),
 // the ranks their gradients are averaged and ZeRO shards over, and hybrid sharding's replicas of this rank's
 // shards (null, or a group of one: none).
+// averaged_over: the ranks the gradients are averaged over when that is not the shard group's times the
+// replicas' (0): experts under expert parallelism are summed over the ranks holding them but averaged over all
+// of dp x cp, since each holds gradients of every ep rank's tokens.
 struct ShardedParameters {
   std::vector<std::vector<torch::Tensor>> groups;
   Communicator* shard_group = nullptr;
   Communicator* replica_group = nullptr;
+  int64_t averaged_over = 0;
 };
 
 // How a run's gradient sync shards and buckets (parallel.*, precision.param_dtype).
@@ -73,7 +77,10 @@ struct ShardingSizes {
   int64_t deferred = 0;        // parameters in a deferred bucket (a stage's copy of the tied embedding)
   UnitSizes units;             // ZeRO-3
   bool reshard_after_forward = true;
-  int64_t shard_params() const { return (params + shards - 1) / shards; }
+  // The parameters ZeRO's shards split when that is not `params` (0): under expert parallelism a rank holds E / ep
+  // experts but shards them over dp / ep ranks, so its shard is that of all the experts over dp.
+  int64_t sharded_params = 0;
+  int64_t shard_params() const { return ((sharded_params > 0 ? sharded_params : params) + shards - 1) / shards; }
 };
 
 // Bytes a rank holds for its parameters while training (models/estimates.h MemoryEstimate's parts).

@@ -31,6 +31,9 @@ constexpr int kOldestResumable = 2;
 // "dp" is the rank's place in ZeRO's shard group (dp x cp, its DP rank when cp is 1; under hybrid sharding
 // cp x dp_shard), written by the first of its replicas.
 std::string shard_name(int64_t dp, const Mesh& mesh) { return shard_file_name(dp, mesh.coords()); }
+// Under expert parallelism the ranks of an ep group hold different experts: each writes its own file, as
+// under ZeRO (the dense parameters then whole in each, the experts by range of their whole tensors).
+bool per_rank_files(const Mesh& mesh, bool sharded_optimizer) { return sharded_optimizer || mesh.ep() > 1; }
 std::string shard_name(const Mesh& mesh, bool per_shard_rank) {
   return shard_name(per_shard_rank ? mesh.coord(kShardAxes) : 0, mesh);
 }
@@ -285,8 +288,9 @@ void save_checkpoint(const fs::path& run_dir, const Config& config, const Mesh& 
     });
   bool ok = all_ranks_ok(world, error.empty());
   const auto rng_states = ok ? rng_states_of_cp_group(mesh, parts) : std::map<std::string, torch::Tensor>{};
-  if (ok && writes_shard(mesh, parts.sharded_optimizer))
-    attempt([&] { write_shard(tmp_dir / shard_name(mesh, parts.sharded_optimizer), parts, state, rng_states); });
+  const bool per_rank = per_rank_files(mesh, parts.sharded_optimizer);
+  if (ok && writes_shard(mesh, per_rank))
+    attempt([&] { write_shard(tmp_dir / shard_name(mesh, per_rank), parts, state, rng_states); });
   inject_save_faults(state.step, mesh.rank());  // tests only (LOOM_FAULT_INJECTION)
   ok = ok && all_ranks_ok(world, error.empty());
   const auto stages = ok ? gather_stage_records(mesh, parts.model) : std::vector<nlohmann::json>{};
@@ -367,7 +371,8 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   const int64_t saved_shards = saved_shard_files(layout);
   std::vector<fs::path> shard_paths;
   for (int64_t d = 0; d < saved_shards; ++d) shard_paths.push_back(dir / shard_name(d, mesh));
-  bool same_partition = !reshard && saved_shards == mesh.size(kShardAxes) && parts.sharded_optimizer;
+  bool same_partition = !reshard && saved_shards == mesh.size(kShardAxes) && parts.sharded_optimizer &&
+                        saved_size(layout, "ep") == mesh.ep();
   // Resharded, the counters and RNG state come from the first TP shard (TP ranks hold the same ones) of
   // the same stage, or the last stage there was.
   const int64_t saved_pp = saved_size(layout, "pp");

@@ -24,7 +24,8 @@ std::vector<std::set<std::string>> stage_names(const nlohmann::json& manifest) {
 }  // namespace
 
 int64_t saved_shard_files(const nlohmann::json& layout) {
-  if (layout.value("zero", 0) < 1) return 1;
+  // Expert parallelism writes a file per rank of the shard group too (each holding its experts).
+  if (layout.value("zero", 0) < 1 && layout.value("ep", int64_t{1}) <= 1) return 1;
   // A layout without shard_size (written before hybrid sharding) was sharded over its whole dp.
   return layout.value("shard_size", layout.value("dp", int64_t{1})) * layout.value("cp", int64_t{1});
 }

@@ -118,19 +118,23 @@ WeightLayout weight_layout(torch::nn::Module& model, const OptimizerLayout* opti
     // The optimizer steps every parameter of the model, some of them (ZeRO) on other ranks.
     std::unordered_map<const void*, std::pair<std::string, torch::Tensor>> parameters;
     for (const auto& p : model.named_parameters()) parameters[p.value().unsafeGetTensorImpl()] = {p.key(), p.value()};
+    const auto placements = expert_placements(model);
     layout.tensors = optimizer_tensors(*optimizer->optimizer);
     LOOM_CHECK(layout.tensors.size() == optimizer->slices.size(), "optimizer layout does not match the optimizer");
     for (const auto& slices : optimizer->slices) {
       auto& named = layout.slices.emplace_back();
       for (const auto& slice : slices) {
         const auto& [name, parameter] = parameters.at(slice.parameter.unsafeGetTensorImpl());
-        named.push_back({name, parameter.sizes().vec(), false, slice.parameter_offset, slice.offset, slice.length});
+        const auto stored = stored_shape(placements, parameter);  // an ep rank's experts: rows of the whole
+        named.push_back({name, stored.shape, false, stored.offset + slice.parameter_offset, slice.offset, slice.length});
       }
     }
   } else {
+    const auto placements = expert_placements(model);
     for (const auto& p : model.named_parameters()) {
       layout.tensors.push_back(p.value());
-      layout.slices.push_back({whole(p.key(), p.value(), false)});
+      const auto stored = stored_shape(placements, p.value());
+      layout.slices.push_back({{p.key(), stored.shape, false, stored.offset, 0, p.value().numel()}});
     }
   }
   for (const auto& b : model.named_buffers()) {

@@ -20,6 +20,12 @@ std::unordered_map<const void*, std::string> parameter_names(torch::nn::Module& 
 
 }  // namespace
 
+StoredShape stored_shape(const std::map<const void*, ExpertPlacement>& placements, const torch::Tensor& parameter) {
+  const auto found = placements.find(parameter.unsafeGetTensorImpl());
+  if (found == placements.end()) return {parameter.sizes().vec(), 0};
+  return {found->second.shape, found->second.offset};
+}
+
 std::vector<torch::Tensor> optimizer_tensors(torch::optim::AdamW& optimizer) {
   std::vector<torch::Tensor> tensors;
   for (auto& group : optimizer.param_groups())
@@ -36,6 +42,7 @@ OptimizerLayout whole_parameter_layout(torch::optim::AdamW& optimizer) {
 void write_optimizer_state(torch::serialize::OutputArchive& archive, const OptimizerLayout& layout,
                            torch::nn::Module& model) {
   const auto names = parameter_names(model);
+  const auto placements = expert_placements(model);
   const auto tensors = optimizer_tensors(*layout.optimizer);
   LOOM_CHECK(tensors.size() == layout.slices.size(), "optimizer layout does not match the optimizer");
   auto& states = layout.optimizer->state();
@@ -48,7 +55,7 @@ void write_optimizer_state(torch::serialize::OutputArchive& archive, const Optim
     for (const auto& slice : layout.slices[i]) {
       torch::serialize::OutputArchive piece;
       piece.write("parameter", c10::IValue(names.at(slice.parameter.unsafeGetTensorImpl())));
-      piece.write("offset", c10::IValue(slice.parameter_offset));
+      piece.write("offset", c10::IValue(stored_shape(placements, slice.parameter).offset + slice.parameter_offset));
       piece.write("step", c10::IValue(state.step()));
       piece.write("exp_avg", state.exp_avg().flatten().narrow(0, slice.offset, slice.length).clone());
       piece.write("exp_avg_sq", state.exp_avg_sq().flatten().narrow(0, slice.offset, slice.length).clone());
@@ -68,10 +75,12 @@ std::map<std::string, ParameterMoments> unread_moments(const std::map<std::strin
 
 std::map<std::string, ParameterMoments> unread_moments(const OptimizerLayout& layout, torch::nn::Module& model) {
   const auto names = parameter_names(model);
-  // Only the parameters this rank's optimizer tensors hold a piece of are assembled.
+  const auto placements = expert_placements(model);
+  // Only the parameters this rank's optimizer tensors hold a piece of are assembled (whole, as stored).
   std::map<std::string, int64_t> numels;
   for (const auto& slices : layout.slices)
-    for (const auto& slice : slices) numels[names.at(slice.parameter.unsafeGetTensorImpl())] = slice.parameter.numel();
+    for (const auto& slice : slices)
+      numels[names.at(slice.parameter.unsafeGetTensorImpl())] = stored_shape(placements, slice.parameter).numel();
   // The moments' dtype is the optimizer tensors' (fp32), not the parameters' (bf16 weights over an fp32 master).
   const auto tensors = optimizer_tensors(*layout.optimizer);
   return unread_moments(numels, tensors.empty() ? torch::kFloat : tensors.front().scalar_type());
@@ -117,6 +126,7 @@ std::map<std::string, ParameterMoments> read_parameter_moments(const std::vector
 void install_optimizer_state(const std::map<std::string, ParameterMoments>& moments, const OptimizerLayout& layout,
                              torch::nn::Module& model) {
   const auto names = parameter_names(model);
+  const auto placements = expert_placements(model);
   const auto tensors = optimizer_tensors(*layout.optimizer);
   LOOM_CHECK(tensors.size() == layout.slices.size(), "optimizer layout does not match the optimizer");
   auto& states = layout.optimizer->state();
@@ -131,11 +141,11 @@ void install_optimizer_state(const std::map<std::string, ParameterMoments>& mome
         step = -1;  // no state saved (a checkpoint before the first step): leave this tensor fresh
         break;
       }
-      if (!m.covered.narrow(0, slice.parameter_offset, slice.length).all().item<bool>())
+      const int64_t first = stored_shape(placements, slice.parameter).offset + slice.parameter_offset;
+      if (!m.covered.narrow(0, first, slice.length).all().item<bool>())
         throw Error("the checkpoint's optimizer state lacks part of " + name + " (a shard file is missing)");
-      exp_avg.view(-1).narrow(0, slice.offset, slice.length).copy_(m.exp_avg.narrow(0, slice.parameter_offset, slice.length));
-      exp_avg_sq.view(-1).narrow(0, slice.offset, slice.length)
-          .copy_(m.exp_avg_sq.narrow(0, slice.parameter_offset, slice.length));
+      exp_avg.view(-1).narrow(0, slice.offset, slice.length).copy_(m.exp_avg.narrow(0, first, slice.length));
+      exp_avg_sq.view(-1).narrow(0, slice.offset, slice.length).copy_(m.exp_avg_sq.narrow(0, first, slice.length));
       step = m.step;
     }
     if (step < 0) continue;

@@ -12,9 +12,20 @@
 #include <string>
 #include <vector>
 
+#include "models/moe.h"
 #include "parallel/gradient_sync.h"
 
 namespace loom {
+
+// A parameter as checkpoints store it: under expert parallelism (parallel.ep) a rank's stacked experts are rows
+// of the whole (E, ...) tensor that every layout names alike (models/moe.h expert_placements): its whole shape
+// and where this rank's elements start in it. Any other parameter is its own whole (offset 0).
+struct StoredShape {
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  int64_t numel() const { return c10::multiply_integers(shape); }
+};
+StoredShape stored_shape(const std::map<const void*, ExpertPlacement>& placements, const torch::Tensor& parameter);
 
 // The optimizer's tensors in its group order, each with the parameter elements it holds.
 struct OptimizerLayout {

@@ -15,6 +15,7 @@
 #include "data/corpus/batch_slices.h"
 #include "models/estimates.h"
 #include "optim/optimizer.h"
+#include "train/expert_parallel.h"
 #include "train/evaluate.h"
 #include "train/memory_check.h"
 #include "train/model_family.h"
@@ -69,6 +70,7 @@ Trainer::Trainer(RunPlan plan, const ProcessGroup& processes, TaskData data)
                     context_parallelism_);
   if (!config_.model.init_from.empty() && !latest_checkpoint(config_.run.dir))  // a resumed run uses its checkpoint
     load_init_weights(config_, task_->model());
+  split_experts(task_->model(), mesh_);  // parallel.ep: each rank keeps its experts
   moe_ = std::make_unique<MoeBalance>(config_.model, task_->model());
   // A pipeline stage's copy of the tied embedding gets the rest of its gradient after the last backward
   // (train/pipeline_runner.h): ZeRO-2 reduces its bucket then.
@@ -87,9 +89,7 @@ Trainer::Trainer(RunPlan plan, const ProcessGroup& processes, TaskData data)
              "parallel.zero 3: model.arch ", enum_name(config_.model.arch), " has no parameter units");
   sharding.reshard_after_forward = config_.parallel.reshard_after_forward;
   gradient_sync_ = std::make_unique<GradientSync>(
-      std::vector<ShardedParameters>{
-          {weight_decay_groups(task_->model()), &mesh_.device_group(kShardAxes), &mesh_.device_group(kReplicaAxes)}},
-      sharding);
+      sharded_parameters(task_->model(), mesh_, weight_decay_groups(task_->model())), sharding);
   task_->model().parallelize({config_.train.activation_checkpointing, gradient_sync_->parameter_units()});
   optimizer_ = make_adamw(gradient_sync_->optimizer_groups(), config_.optim);
   tp_sharded_ = tensor_parallel_ranges(task_->model(), gradient_sync_->optimizer_slices());
@@ -236,6 +236,9 @@ GradientNorm Trainer::global_gradient_norm() {
   // under hybrid sharding cp x dp_shard: replicas hold the same shards). Under TP the sharded parameters'
   // squares sum over the TP group and the replicated ones count once.
   // The sums of squares are CPU doubles by then: the host groups carry them.
+  if (mesh_.ep() > 1)  // each expert counted once: its squares summed over the ep group too
+    return expert_parallel_gradient_norm(task_->model(), mesh_, gradient_sync_->sharded(),
+                                         gradient_sync_->optimizer_parameters(), gradient_sync_->optimizer_slices());
   Communicator* shards = gradient_sync_->sharded() ? &mesh_.host_group(kShardAxes) : nullptr;
   return gradient_norm(gradient_sync_->optimizer_parameters(), shards, &mesh_.host_group(MeshAxis::kTp), tp_sharded_,
                        &mesh_.host_group(MeshAxis::kPp), duplicated_);

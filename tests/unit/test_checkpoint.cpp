@@ -125,7 +125,7 @@ TEST_CASE("checkpoint: a round trip restores parameters, AdamW state, counters a
   const auto manifest = nlohmann::json::parse(loom::read_file(dir / "manifest.json"));
   CHECK(manifest["step"] == 2);
   CHECK(manifest["tokens"] == 128);
-  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"cp", 1}, {"tp", 1}, {"pp", 1}, {"shard_size", 1}, {"zero", 0}}));
+  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"cp", 1}, {"tp", 1}, {"pp", 1}, {"shard_size", 1}, {"ep", 1}, {"zero", 0}}));
   CHECK(manifest["files"][kShard]["bytes"] == fs::file_size(dir / kShard));
   CHECK(manifest["files"][kShard]["crc32"] == loom::crc32_file(dir / kShard));
   CHECK(manifest["files"]["config.yaml"]["crc32"] == loom::crc32_file(dir / "config.yaml"));
@@ -292,7 +292,7 @@ TEST_CASE("checkpoint: a layout without an axis of this mesh loads as that axis 
   auto manifest = nlohmann::json::parse(loom::read_file(path));
   // The keys a loom with the three fixed axes wrote (and read with layout.at("tp")), and cp and shard_size:
   // old and new manifests are one format.
-  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"cp", 1}, {"pp", 1}, {"tp", 1}, {"shard_size", 1}, {"zero", 0}}));
+  CHECK(manifest["layout"] == nlohmann::json({{"dp", 1}, {"cp", 1}, {"pp", 1}, {"tp", 1}, {"shard_size", 1}, {"ep", 1}, {"zero", 0}}));
   manifest["layout"] = {{"dp", 1}, {"zero", 0}};  // no tp, no pp, no cp, no shard_size
   loom::write_file_atomic(path, manifest.dump(2) + "\n");  // the manifest is not among its own checksums
   REQUIRE_FALSE(loom::checkpoint_problem(loom::checkpoint_dir(run, 3)));

@@ -88,6 +88,10 @@ class CountingCommunicator : public Communicator {
   std::shared_ptr<Work> send_async(torch::Tensor t, int peer, int tag) override { return inner_.send_async(t, peer, tag); }
   std::shared_ptr<Work> recv_async(torch::Tensor t, int peer, int tag) override { return inner_.recv_async(t, peer, tag); }
   std::shared_ptr<Work> barrier_async() override { return inner_.barrier_async(); }
+  std::shared_ptr<Work> all_to_all_async(torch::Tensor in, torch::Tensor out, std::vector<int64_t> send,
+                                         std::vector<int64_t> recv) override {
+    return inner_.all_to_all_async(in, out, std::move(send), std::move(recv));
+  }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
     return inner_.split(color, key, name);
   }

@@ -40,7 +40,7 @@ TEST_CASE("mesh: ranks are TP innermost, then DP, then PP", "[mesh]") {
   CHECK(mesh.coords_name() == "dp1-cp0-tp1-pp1");
   CHECK(mesh.describe() == "dp=3 cp=1 tp=2 pp=2");
   CHECK(mesh.shape().describe(" x ", " ") == "dp 3 x cp 1 x tp 2 x pp 2");
-  const std::vector<std::pair<std::string, int64_t>> sizes{{"dp", 3}, {"cp", 1}, {"tp", 2}, {"pp", 2}, {"shard_size", 3}};
+  const std::vector<std::pair<std::string, int64_t>> sizes{{"dp", 3}, {"cp", 1}, {"tp", 2}, {"pp", 2}, {"shard_size", 3}, {"ep", 1}};
   CHECK(mesh.shape().named_sizes() == sizes);
   loom::MeshCoords c2;
   c2[MeshAxis::kDpShard] = 2;
@@ -204,12 +204,12 @@ TEST_CASE("mesh: hybrid sharding splits dp into shard (inner) and replica axes",
   CHECK(mesh.coords_name() == "dp3-cp0-tp1-pp0");
   CHECK(mesh.describe() == "dp=4 (shard_size=2) cp=2 tp=2 pp=1");
   CHECK(shape.describe(" x ", " ") == "dp 4 (shard_size 2) x cp 2 x tp 2 x pp 1");
-  const std::vector<std::pair<std::string, int64_t>> sizes{{"dp", 4}, {"cp", 2}, {"tp", 2}, {"pp", 1}, {"shard_size", 2}};
+  const std::vector<std::pair<std::string, int64_t>> sizes{{"dp", 4}, {"cp", 2}, {"tp", 2}, {"pp", 1}, {"shard_size", 2}, {"ep", 1}};
   CHECK(shape.named_sizes() == sizes);
   // Without a world, the config's sizes: dp -1 is not known, shard_size is.
   const loom::MeshShape asked(c.parallel);
   CHECK(asked.named_sizes() == std::vector<std::pair<std::string, int64_t>>{
-                                   {"dp", -1}, {"cp", 2}, {"tp", 2}, {"pp", 1}, {"shard_size", 2}});
+                                   {"dp", -1}, {"cp", 2}, {"tp", 2}, {"pp", 1}, {"shard_size", 2}, {"ep", 1}});
   // shard_size = dp is no hybrid sharding: one shard group holds all of dp x cp.
   const loom::Mesh whole(layout({"parallel.dp=4", "parallel.shard_size=4", "parallel.zero=1"}), 4, 2);
   CHECK_FALSE(whole.shape().hybrid_sharding());
@@ -228,4 +228,42 @@ TEST_CASE("mesh: a shard size that does not divide the dp the world leaves is a 
     CHECK(std::string(e.what()) == "--set parallel.shard_size=4: parallel.shard_size = 4 does not divide parallel.dp = 6 "
                                    "(the world size 12 / parallel.cp * parallel.tp * parallel.pp)");
   }
+}
+
+TEST_CASE("mesh: expert parallelism is the innermost part of dp, its groups closed forms", "[mesh]") {
+  // dp 8 = ep 2 x shard 2 x replica 2 (shard_size 4), tp 2: rank = tp + 2 * dp_rank, dp_rank = ep + 2 * (shard + 2 * replica).
+  loom::Config c;
+  c.parallel.dp = -1;
+  c.parallel.tp = 2;
+  c.parallel.ep = 2;
+  c.parallel.zero = loom::ZeroStage::kOptimizer;
+  c.parallel.shard_size = 4;
+  c.model.moe.num_experts = 4;
+  const loom::MeshShape shape = loom::MeshShape(c.parallel).resolved(c, 16);
+  CHECK(shape.describe() == "dp=8 (ep=2 shard_size=4) cp=1 tp=2 pp=1");
+  const std::vector<std::pair<std::string, int64_t>> sizes{{"dp", 8}, {"cp", 1}, {"tp", 2}, {"pp", 1}, {"shard_size", 4}, {"ep", 2}};
+  CHECK(shape.named_sizes() == sizes);
+  std::map<int64_t, std::vector<int64_t>> ep_groups, expert_dp_groups, expert_shard_groups;
+  for (int64_t rank = 0; rank < 16; ++rank) {
+    const loom::Mesh mesh(c, 16, rank);
+    const int64_t dp_rank = rank / 2, ep_rank = dp_rank % 2, shard = (dp_rank / 2) % 2, replica = dp_rank / 4;
+    CHECK(mesh.coord(loom::kDpAxes) == dp_rank);
+    CHECK(mesh.coord(loom::kExpertAxes) == ep_rank);
+    CHECK(mesh.ep() == 2);
+    CHECK(mesh.coord(loom::kShardAxes) == dp_rank % 4);  // ep x dp_shard: the shard_size ranks
+    CHECK(mesh.coord(loom::kExpertShardAxes) == shard);
+    CHECK(mesh.coord(loom::kExpertDataParallelAxes) == shard + 2 * replica);
+    CHECK(mesh.size(loom::kExpertDataParallelAxes) == 4);
+    ep_groups[shape.group_color(rank, loom::kExpertAxes)].push_back(rank);
+    expert_dp_groups[shape.group_color(rank, loom::kExpertDataParallelAxes)].push_back(rank);
+    expert_shard_groups[shape.group_color(rank, loom::kExpertShardAxes)].push_back(rank);
+  }
+  // Rank 13: tp 1, dp 6 (ep 0, shard 1, replica 1).
+  CHECK(ep_groups.at(shape.group_color(13, loom::kExpertAxes)) == std::vector<int64_t>{13, 15});
+  CHECK(expert_dp_groups.at(shape.group_color(13, loom::kExpertDataParallelAxes)) == std::vector<int64_t>{1, 5, 9, 13});
+  CHECK(expert_shard_groups.at(shape.group_color(13, loom::kExpertShardAxes)) == std::vector<int64_t>{9, 13});
+  // ep must divide the dp the world leaves.
+  c.parallel.shard_size = 0;
+  c.parallel.zero = loom::ZeroStage::kNone;
+  CHECK_THROWS_WITH(loom::MeshShape(c.parallel).resolved(c, 6), Catch::Contains("parallel.ep = 2 does not divide parallel.dp = 3"));
 }

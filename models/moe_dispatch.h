@@ -1,0 +1,36 @@
+// Expert parallelism's token exchange (parallel.ep): an MoE layer's experts are split over the ep group (each
+// rank keeps num_experts / ep of them, the stacked expert tensors' local rows), every rank routes its own
+// tokens with the replicated router, and the (token, expert) slots travel to the rank owning their expert
+// and back by two variable all-to-alls (Communicator::all_to_all: the counts, then the rows). Dropless: the
+// counts differ per step and per layer.
+// Used by MoeExperts (models/moe.h) when it has an ep group; the experts then run grouped on the rows
+// received, as without ep.
+#pragma once
+#include <torch/torch.h>
+
+#include <functional>
+#include <vector>
+
+#include "parallel/communicator.h"
+
+namespace loom {
+
+// Rows to the ranks of `group` (send_rows: how many to each, in rank order) and back in the autograd sense:
+// forward is the all-to-all, backward the reverse one (the gradient of each received row goes back to the
+// rank that sent it). Collective: every rank of the group calls it, forward and backward alike.
+torch::Tensor all_to_all_rows(const torch::Tensor& rows, Communicator& group, const std::vector<int64_t>& send_rows,
+                              const std::vector<int64_t>& recv_rows);
+
+// One MoE layer's dispatch under ep: rows (S, C) are this rank's slots sorted by (global) expert, with
+// expert_counts (E) slots per expert (CPU int64). Every rank gets the slots of its local experts
+// [rank * E / ep, (rank + 1) * E / ep) from every rank, `run` computes them (rows grouped by local expert,
+// counts per local expert) and the results come back in the order of `rows`: (S, C).
+using LocalExperts = std::function<torch::Tensor(const torch::Tensor& rows, const std::vector<int64_t>& counts)>;
+torch::Tensor dispatch_to_experts(const torch::Tensor& rows, const torch::Tensor& expert_counts, Communicator& group,
+                                  const LocalExperts& run);
+
+// Bytes one rank sends per MoE layer and micro-batch: each routed slot's row goes out and comes back, forward
+// and backward (with ep ranks, (ep - 1) / ep of them leave the rank on uniform routing).
+int64_t expert_all_to_all_bytes(int64_t tokens, int64_t top_k, int64_t d_model, int64_t element_size, int64_t ep);
+
+}  // namespace loom

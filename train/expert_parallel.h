@@ -1,0 +1,35 @@
+// What the trainer does for expert parallelism (parallel.ep) besides the MoE layers' own dispatch
+// (models/moe_dispatch.h): it splits the model's experts over the ep group, makes the expert parameters a
+// second entry of the gradient sync (averaged and ZeRO-sharded over the expert-data-parallel ranks, the
+// ranks holding the same experts; parallel/mesh.h kExpertShardAxes), and measures the gradient norm counting
+// each expert once. Without ep (ep 1) there is one entry, as for a dense model.
+#pragma once
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "optim/optimizer.h"
+#include "parallel/mesh.h"
+#include "parallel/sharding.h"
+
+namespace loom {
+
+// Under ep > 1 every MoE layer keeps only this rank's experts (after the whole model was initialised or
+// imported, so the values are the single process's). Nothing otherwise.
+void split_experts(torch::nn::Module& model, const Mesh& mesh);
+
+// The gradient sync's entries: {dense parameters over dp x cp} and, under ep > 1, {experts over their
+// expert-data-parallel group, averaged over all of dp x cp}. `groups`: the optimizer groups
+// (weight_decay_groups), in the same group order in both entries.
+std::vector<ShardedParameters> sharded_parameters(torch::nn::Module& model, const Mesh& mesh,
+                                                  const std::vector<std::vector<torch::Tensor>>& groups);
+
+// The global gradient norm under ep > 1 (tp and pp 1): the dense parameters' squares summed over the shard group
+// when sharded (each rank a disjoint part), the experts' over the shard group when sharded (dp x cp holds every
+// expert shard once) or else over the ep group (each rank its own experts).
+// parameters/slices: the optimizer's tensors and the parameter elements each holds (GradientSync).
+GradientNorm expert_parallel_gradient_norm(torch::nn::Module& model, const Mesh& mesh, bool sharded,
+                                           const std::vector<torch::Tensor>& parameters,
+                                           const std::vector<std::vector<ParameterSlice>>& slices);
+
+}  // namespace loom
