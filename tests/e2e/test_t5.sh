@@ -9,7 +9,8 @@
 # an encoder block and both decoder blocks), PP=2 GPipe split between the stacks (only the decoder's bias
 # passed on) and ZeRO-3 at DP=2, and so does activation checkpointing (the bias a side input of every
 # recomputed block). A TP=2 checkpoint at step 10 resumed by one
-# process continues the single-process curve. A tiny T5 trained on the synthetic reversal task, exported
+# process continues the single-process curve; with dropout, a run resumed at the same layout repeats its losses
+# bit for bit. A tiny T5 trained on the synthetic reversal task, exported
 # (`loom export`) and read back (model.init_from) evaluates as the run (another bucket count refused naming
 # both), translates in transformers (generate, num_beams=1) exactly as `loom translate --beam 1`
 # does, token for token, and its cached beam search equals the one that recomputes the whole prefix. Span
@@ -68,6 +69,14 @@ mpi_train 2 "$WORK/tp2-to-single" --set parallel.tp=2 --set parallel.dp=1 --set 
 tiny_train "$WORK/tp2-to-single" >"$WORK/tp2-to-single-2.log" 2>&1 || fail "resumed as one process"
 grep -q "resumed from .*/checkpoints/10" "$WORK/tp2-to-single-2.log" || fail "the single process did not resume"
 same_train_losses "$WORK/single" "$WORK/tp2-to-single" "T5 TP=2 checkpoint resumed as one process" 20
+# Dropout on: a run stopped at its step-10 checkpoint and trained on to 20 repeats the uninterrupted losses bit
+# for bit (the token-based batches and dropout's RNG state come back from the checkpoint).
+drop=(--set model.dropout=0.1 --set checkpoint.every=10)
+tiny_train "$WORK/whole" "${drop[@]}" >"$WORK/whole.log" 2>&1 || fail "dropout run"
+tiny_train "$WORK/resumed" "${drop[@]}" --set train.max_steps=10 >"$WORK/resumed.log" 2>&1 || fail "first half"
+tiny_train "$WORK/resumed" "${drop[@]}" >>"$WORK/resumed.log" 2>&1 || fail "resumed half"
+grep -q "resumed from .*/checkpoints/10" "$WORK/resumed.log" || fail "the second half did not resume"
+same_losses "$WORK/whole" "$WORK/resumed" "T5 resumed at step 10 with dropout"
 
 # Generation: a tiny T5 learns to reverse token sequences, then loom and transformers decode it greedily.
 t5_reverse=(--set model.norm=rmsnorm --set model.norm_position=pre --set model.norm_eps=1e-6
