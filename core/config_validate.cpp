@@ -101,13 +101,15 @@ void validate_moe(const Config& c, ConfigChecks& check) {
   check.require(e.bias_update_rate >= 0, "model.moe.bias_update_rate", e.bias_update_rate, " must be >= 0");
   check.require(e.capacity_factor >= 0, "model.moe.capacity_factor", e.capacity_factor, " must be >= 0 (0: dropless)");
   const ParallelConfig& p = c.parallel;
-  // Replicated experts see their rank's whole tokens; these layouts cut a sequence, so the routing
+  // Replicated experts see their rank's whole tokens; context parallelism cuts a sequence, so the routing
   // statistics (aux loss, capacity, load) would be of a part of it.
   check.require(p.cp == 1, "parallel.cp", "model.moe.num_experts > 0 with parallel.cp > 1 is not supported yet "
                 "(the router's statistics span one rank's part of the sequences): set parallel.cp 1");
-  check.require(p.tp == 1, "parallel.tp", "model.moe.num_experts > 0 with parallel.tp > 1 is not supported yet "
-                "(the experts are not split by tensor parallelism): set parallel.tp 1 (data, ZeRO and pipeline "
-                "parallelism replicate or shard the experts)");
+  // Under TP the dense parts are split and every rank of the group runs the router and all experts on the
+  // same replicated tokens; sequence parallelism would give each rank a part of the sequence instead.
+  check.require(!p.sequence_parallel_active(), "parallel.sequence_parallel",
+                "model.moe.num_experts > 0 with parallel.sequence_parallel is not supported yet (the router's "
+                "statistics would span one rank's part of the sequences): set parallel.sequence_parallel false");
 }
 
 // parallel.ep: a split of the DP ranks and of every MoE layer's experts, and the layouts it does not combine

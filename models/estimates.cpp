@@ -55,6 +55,22 @@ Parts parts_of(const ModelConfig& c, const ModelShape& shape) {
   return p;
 }
 
+// Parameters one TP rank of pipeline stage `stage` holds: 1/tp of the stage's, but the MoE blocks' routers and
+// experts whole (tensor parallelism does not split them: every rank of the group holds them).
+int64_t sharding_params_per_tp_rank(const Config& config, int64_t stage) {
+  const ModelConfig& m = config.model;
+  const int64_t tp = config.parallel.tp;
+  int64_t params = (count_stage_parameters(config, stage) + tp - 1) / tp;
+  if (tp > 1 && m.moe.enabled()) {
+    const Parts parts = parts_of(m, model_shape(m));
+    const BlockRange range = stage_blocks(stage_layers(model_shape(m).pipeline_layers(), config.parallel.pp,
+                                                       config.parallel.pp_layers), stage);
+    const int64_t replicated = moe_blocks_in(m, range.first, range.end) * (parts.moe_block - 2 * parts.norm - parts.attention);
+    params += replicated - replicated / tp;
+  }
+  return params;
+}
+
 // ZeRO-3's units per TP rank of pipeline stage `stage` (models/model_stage.h ends_and_block_units): its
 // blocks, and its ends: every other parameter the stage holds.
 UnitSizes unit_sizes(const Config& config, int64_t stage) {
@@ -65,17 +81,20 @@ UnitSizes unit_sizes(const Config& config, int64_t stage) {
   const int64_t encoder_block = per_rank(p.block);
   const int64_t decoder_block = per_rank(p.decoder_block);
   const StageBlockCounts counts = stage_block_counts(config, stage);
+  // An MoE block per TP rank: its attention and norms split, its router and experts whole (replicated).
+  const int64_t moe_mlp = p.moe_block - 2 * p.norm - p.attention;
+  const int64_t moe_block = per_rank(p.moe_block - moe_mlp) + moe_mlp;
   UnitSizes out;
   out.count = counts.encoder + counts.decoder;
   out.largest = counts.decoder > 0 ? decoder_block : encoder_block;
-  if (config.model.moe.enabled()) out.largest = std::max(out.largest, per_rank(p.moe_block));
+  if (config.model.moe.enabled()) out.largest = std::max(out.largest, moe_block);
   out.blocks = counts.encoder * encoder_block + counts.decoder * decoder_block;
   if (config.model.moe.enabled()) {
     const BlockRange range =
         stage_blocks(stage_layers(shape.pipeline_layers(), config.parallel.pp, config.parallel.pp_layers), stage);
-    out.blocks += moe_blocks_in(config.model, range.first, range.end) * (per_rank(p.moe_block) - decoder_block);
+    out.blocks += moe_blocks_in(config.model, range.first, range.end) * (moe_block - decoder_block);
   }
-  out.ends = std::max<int64_t>(0, per_rank(count_stage_parameters(config, stage)) - out.blocks);
+  out.ends = std::max<int64_t>(0, sharding_params_per_tp_rank(config, stage) - out.blocks);
   out.head = stage == config.parallel.pp - 1 ? per_rank(p.head) : 0;
   if (config.parallel.reshard_after_forward && !shape.ends_kept)
     out.ends_uses = (stage == 0 ? 1 : 0) + (stage == config.parallel.pp - 1 ? 1 : 0);
@@ -97,7 +116,7 @@ ShardingSizes sharding_sizes(const Config& config, int64_t stage) {
   const int64_t tp = config.parallel.tp, pp = config.parallel.pp, cp = config.parallel.cp;
   const int64_t dp = std::max<int64_t>(1, config.parallel.dp);  // -1 (world / (cp * tp * pp)) is unknown here
   ShardingSizes out;
-  out.params = (count_stage_parameters(config, stage) + tp - 1) / tp;
+  out.params = sharding_params_per_tp_rank(config, stage);
   out.shards = config.parallel.zero_shard_dp(dp) * cp;
   out.replicas = dp * cp / out.shards;
   out.micro_batches = config.accumulation_steps(dp);

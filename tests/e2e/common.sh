@@ -49,6 +49,18 @@ wait_for() {
   for _ in $(seq 300); do [ -e "$1" ] && return 0; sleep 0.1; done
   fail "timed out waiting for $1"
 }
+# served_port LOG PID [TENTHS]: the port a `loom serve --port 0` started in the background (PID) prints to LOG,
+# once it listens (TENTHS tenths of a second at most, 300 unless given); fails naming LOG when it exits first.
+served_port() {
+  local log=$1 pid=$2 port=
+  for _ in $(seq "${3:-300}"); do
+    port=$(sed -nE 's/.*listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$log")
+    [ -n "$port" ] && { echo "$port"; return 0; }
+    kill -0 "$pid" 2>/dev/null || fail "loom serve exited: $(cat "$log")"
+    sleep 0.1
+  done
+  fail "loom serve printed no port: $(cat "$log")"
+}
 # same_losses REFERENCE_RUN RUN LABEL: RUN wrote exactly REFERENCE_RUN's losses, bit for bit.
 same_losses() {
   losses "$1" > "$1.losses"; losses "$2" > "$2.losses"

@@ -3,7 +3,7 @@
 # Switch aux loss and router z-loss) trained 20 steps in fp32 (dropout off) under mpirun equals the single
 # process of the same global batch and micro-batches (the aux loss is per micro-batch; losses within 1e-5,
 # clipped gradient norms within 1e-3 relative): DP=2, ZeRO-3 DP=2, PP=2 (the aux losses reach backward on
-# every stage); a Qwen-style variant (softmax_topk, renormalised, a gated shared expert, first block dense,
+# every stage), TP=2 (experts replicated over the group); a Qwen-style variant (softmax_topk, renormalised, a gated shared expert, first block dense,
 # the aux-loss-free expert bias) at ZeRO-1 DP=2 and PP=2, and resumed at step 10 on the uninterrupted losses
 # (the bias comes back from the checkpoint). metrics.jsonl holds each MoE block's load and aux loss; `loom
 # info` counts total and active parameters; the export loads in transformers as a MixtralForCausalLM whose
@@ -42,8 +42,12 @@ assert loads[0] == loads[1] == [256] * 20, loads
 PY
 moe_mpi 2 "$WORK/pp2" --set parallel.pp=2 --set parallel.dp=1 --set parallel.microbatches=4
 same_moe_curve "$WORK/single" "$WORK/pp2" "MoE PP=2 (aux losses from both stages)"
+# TP=2 splits attention and the vocabulary; every rank of the group runs the router and all experts on the same
+# tokens (replicated, as norms), and only tp rank 0 counts the routing statistics.
+moe_mpi 2 "$WORK/tp2" --set parallel.tp=2 --set parallel.dp=1
+same_moe_curve "$WORK/single" "$WORK/tp2" "MoE TP=2 (experts replicated over the group)"
 # The routing metrics too: every rank's load summed over DP, each stage's blocks gathered to rank 0.
-python3 - "$WORK/single" "$WORK/dp2" "$WORK/zero3" "$WORK/pp2" <<'PY' || fail "the MoE metrics differ from the single process's"
+python3 - "$WORK/single" "$WORK/dp2" "$WORK/zero3" "$WORK/pp2" "$WORK/tp2" <<'PY' || fail "the MoE metrics differ from the single process's"
 import json, sys
 def moe(d): return [r["moe"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"]
 single = moe(sys.argv[1])
@@ -55,7 +59,7 @@ for d in sys.argv[2:]:
         for k in a:
             assert (a[k]["max_load"], a[k]["mean_load"], a[k]["dropped"]) == (b[k]["max_load"], b[k]["mean_load"], b[k]["dropped"]), (d, k)
             assert abs(a[k]["aux_loss"] - b[k]["aux_loss"]) < 1e-5 and abs(a[k]["z_loss"] - b[k]["z_loss"]) < 1e-4, (d, k)
-print("MoE metrics of DP=2, ZeRO-3 and PP=2: the single process's loads, aux and z losses")
+print("MoE metrics of DP=2, ZeRO-3, PP=2 and TP=2: the single process's loads, aux and z losses")
 PY
 
 # Shared expert, dense first block, softmax_topk and the expert bias.
@@ -78,19 +82,26 @@ tiny_train "$WORK/resumed" "${moe[@]}" "${qwen[@]}" >>"$WORK/resumed.log" 2>&1 |
 grep -q "resumed from .*/checkpoints/10" "$WORK/resumed.log" || fail "did not resume from step 10"
 same_train_losses "$WORK/qwen" "$WORK/resumed" "MoE with the expert bias resumed at step 10" 20
 
-# loom info: total and active parameters of the tiny Mixtral.
+# loom info: total and active parameters of the tiny Mixtral; at tp 2 a rank's weights are half the model's but
+# the routers and experts whole.
 # shellcheck disable=SC2046
 "$LOOM" info $(train_args "$WORK/info") "${moe[@]}" --json > "$WORK/info.json"
-python3 - "$WORK/info.json" <<'PY' || fail "loom info: MoE parameters"
+# shellcheck disable=SC2046
+"$LOOM" info $(train_args "$WORK/info") "${moe[@]}" --set parallel.tp=2 --json > "$WORK/info-tp2.json"
+python3 - "$WORK/info.json" "$WORK/info-tp2.json" <<'PY' || fail "loom info: MoE parameters"
 import json, sys
-info = json.load(open(sys.argv[1]))
+info, tp2 = (json.load(open(f)) for f in sys.argv[1:3])
 C, V, L, F, E, k = 64, 1024, 3, 48, 4, 2  # the KJV tokenizer's 1024 tokens
 attention = 4 * C * C  # q, k, v, out (2 heads, no GQA)
 block = 2 * C + attention + C * E + E * 3 * C * F
 total = 2 * V * C + L * block + C
 assert info["parameters"] == total, (info["parameters"], total)
 assert info["active_parameters"] == total - L * (E - k) * 3 * C * F, info
-print(f"loom info: {total} parameters, {info['active_parameters']} active")
+replicated = L * (C * E + E * 3 * C * F)  # routers and experts, fp32 weights
+halved = info["memory"]["weights"] - tp2["memory"]["weights"]
+assert halved == 4 * (total - (total + 1) // 2 - (replicated - replicated // 2)), (info["memory"], tp2["memory"])
+print(f"loom info: {total} parameters, {info['active_parameters']} active; weights per rank at tp 2 "
+      f"{tp2['memory']['weights']} bytes of {info['memory']['weights']}")
 PY
 
 # The export is a MixtralForCausalLM greedy-generating the tokens `loom generate --temperature 0` does.

@@ -32,14 +32,7 @@ log=$WORK/serve.log
 timeout 300 "$LOOM" serve "$run" --port 0 --max-batch 32 --block-size 4 --kv-mb 4 --threads 64 --prefix-caching \
   >"$log" 2>&1 &
 pid=$!  # common.sh's trap kills it whatever happens
-port=
-for _ in $(seq 300); do
-  port=$(sed -nE 's/.*listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$log")
-  [ -n "$port" ] && break
-  kill -0 $pid 2>/dev/null || fail "loom serve exited: $(cat "$log")"
-  sleep 0.1
-done
-[ -n "$port" ] || fail "loom serve printed no port: $(cat "$log")"
+port=$(served_port "$log" $pid) || exit 1
 
 timeout 120 python3 - "$port" "$WORK/prompts.jsonl" "$WORK/generate.jsonl" "$(basename "$run")" <<'PY' \
   || fail "the client checks (server log: $(tail -5 "$log"))"
@@ -239,13 +232,7 @@ PY
   --set train.max_steps=3 >/dev/null 2>&1 || fail "training on the chat data failed"
 timeout 120 "$LOOM" serve "$WORK/chat-run" --port 0 >"$log" 2>&1 &
 pid=$!
-port=
-for _ in $(seq 300); do
-  port=$(sed -nE 's/.*listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$log")
-  [ -n "$port" ] && break
-  kill -0 $pid 2>/dev/null || fail "loom serve of the chat run exited: $(cat "$log")"
-  sleep 0.1
-done
+port=$(served_port "$log" $pid) || exit 1
 grep -q "chat template from $WORK/sft/manifest.json" "$log" \
   || fail "the data's chat template is not used: $(cat "$log")"
 timeout 60 python3 - "$port" "$KJV_DATA/tokenizer.model" <<'PY' || fail "the chat checks"

@@ -40,14 +40,7 @@ log=$WORK/serve.log
 "${MPIRUN[@]}" -np 2 timeout 300 "$LOOM" serve "$run" --port 0 --block-size 4 --kv-mb 4 --ignore-eos --set parallel.tp=2 \
   >"$log" 2>&1 &
 pid=$!
-port=
-for _ in $(seq 600); do
-  port=$(sed -nE 's/.*listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$log")
-  [ -n "$port" ] && break
-  kill -0 $pid 2>/dev/null || fail "loom serve under mpirun exited: $(cat "$log")"
-  sleep 0.1
-done
-[ -n "$port" ] || fail "no port: $(cat "$log")"
+port=$(served_port "$log" $pid 600) || exit 1
 grep -q "tensor-parallel over 2 ranks" "$log" || fail "not tensor-parallel: $(cat "$log")"
 timeout 120 python3 - "$port" "$WORK/prompts.jsonl" "$WORK/one.jsonl" <<'PY' || fail "the client checks: $(tail -5 "$log")"
 import json, sys, threading, http.client

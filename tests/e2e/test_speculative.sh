@@ -41,14 +41,7 @@ grep -q -- "--speculate-k needs --draft RUN_DIR or --speculate ngram" <<<"$refus
 log=$WORK/serve.log
 timeout 120 "$LOOM" serve "$run" --port 0 --speculate ngram --block-size 4 --kv-mb 4 >"$log" 2>&1 &
 pid=$!
-port=
-for _ in $(seq 300); do
-  port=$(sed -nE 's/.*listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$log")
-  [ -n "$port" ] && break
-  kill -0 $pid 2>/dev/null || fail "loom serve exited: $(cat "$log")"
-  sleep 0.1
-done
-[ -n "$port" ] || fail "loom serve printed no port: $(cat "$log")"
+port=$(served_port "$log" $pid) || exit 1
 grep -q "speculative decoding: n-gram" "$log" || fail "no speculation line: $(cat "$log")"
 timeout 60 python3 - "$port" <<'PY' || fail "metrics (server log: $(tail -5 "$log"))"
 import json, sys, urllib.request

@@ -207,6 +207,8 @@ TEST_CASE("moe config: nested keys, defaults, checks naming the key", "[moe][con
   CHECK_THAT(loom::test::config_error(yaml, {"model.moe.top_k=9"}), Catch::Contains("model.moe.top_k"));
   CHECK_THAT(loom::test::config_error("model:\n  moe:\n    experts: 4\n"), Catch::Contains("model.moe.experts: unknown key"));
   CHECK_THAT(loom::test::config_error(yaml, {"parallel.cp=2"}), Catch::Contains("parallel.cp"));
+  CHECK_THAT(loom::test::config_error(yaml, {"parallel.tp=2", "parallel.sequence_parallel=true"}),
+             Catch::Contains("parallel.sequence_parallel"));
   CHECK_THAT(loom::test::config_error(yaml, {"model.moe.normalize=true"}), Catch::Contains("model.moe.normalize"));
   CHECK_THAT(loom::test::config_error(yaml, {"model.moe.first_dense=4"}), Catch::Contains("model.moe.first_dense"));
   CHECK_THAT(loom::test::config_error(yaml, {"model.arch=bert"}), Catch::Contains("model.arch=gpt only"));
