@@ -50,7 +50,7 @@ d = sys.argv[1]
 shards = sorted(f for f in os.listdir(d) if f.startswith("shard-"))
 assert shards == ["shard-dp0-tp0-pp0.pt", "shard-dp1-tp0-pp0.pt"], shards
 layout = json.load(open(f"{d}/manifest.json"))["layout"]
-assert layout == {"dp": 4, "cp": 1, "tp": 1, "pp": 1, "shard_size": 2, "zero": 3}, layout
+assert layout == {"dp": 4, "cp": 1, "tp": 1, "pp": 1, "ep": 1, "shard_size": 2, "zero": 3}, layout
 print(f"HSDP checkpoint: {shards}, layout {layout}")
 PY
 resume_hop "$WORK/hops" 2 10 "${common[@]}" --set parallel.dp=2 --set parallel.shard_size=0 --set parallel.zero=3
@@ -77,7 +77,7 @@ for k in ("weights", "gradients", "optimizer", "gathered"):
     assert h["memory"][k] == d["memory"][k], (k, h["memory"], d["memory"])
 assert h["memory"]["optimizer"] == 8 * -(-P // 2), h["memory"]
 assert h["communication"] == {"all_reduced": 4 * -(-P // 2), "reduce_scattered": d["communication"]["reduce_scattered"],
-                              "all_gathered": d["communication"]["all_gathered"]}, (h["communication"], d["communication"])
+                              "all_gathered": d["communication"]["all_gathered"], "all_to_all": 0}, (h["communication"], d["communication"])
 assert d["communication"]["all_reduced"] == 0
 print(f"loom info, DP=4 in groups of 2: {h['memory']['optimizer']} optimizer bytes per rank (DP=2: {d['memory']['optimizer']}), "
       f"{h['communication']['all_reduced']} bytes all-reduced over replicas")

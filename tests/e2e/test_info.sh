@@ -74,9 +74,9 @@ P = z0["parameters"]
 assert z2["memory"]["gradients"] == 4 * (-(-P // 8) + 3 * 25 * 2**20 // 4), (z2["memory"], P)
 assert z2["memory"]["optimizer"] == z1["memory"]["optimizer"] and z2["memory"]["weights"] == z1["memory"]["weights"]
 assert z0["memory"]["gradients"] == 4 * P and z1["memory"]["gradients"] == 4 * P + 4 * -(-P // 8)  # + the shard's
-assert z0["communication"] == {"all_reduced": 4 * P, "reduce_scattered": 0, "all_gathered": 0}, z0["communication"]
-assert z1["communication"] == {"all_reduced": 0, "reduce_scattered": 4 * P, "all_gathered": 4 * P}, z1["communication"]
-assert z2["communication"] == {"all_reduced": 0, "reduce_scattered": 2 * 4 * P, "all_gathered": 4 * P}, z2["communication"]
+assert z0["communication"] == {"all_reduced": 4 * P, "reduce_scattered": 0, "all_gathered": 0, "all_to_all": 0}, z0["communication"]
+assert z1["communication"] == {"all_reduced": 0, "reduce_scattered": 4 * P, "all_gathered": 4 * P, "all_to_all": 0}, z1["communication"]
+assert z2["communication"] == {"all_reduced": 0, "reduce_scattered": 2 * 4 * P, "all_gathered": 4 * P, "all_to_all": 0}, z2["communication"]
 assert [z["layout"]["zero"] for z in (z0, z1, z2)] == [0, 1, 2]
 print(f"llama2-7b gradients per rank at dp=8: {z1['memory']['gradients'] / 2**30:.2f} GiB with ZeRO-1, "
       f"{z2['memory']['gradients'] / 2**30:.2f} GiB with ZeRO-2")
@@ -95,7 +95,7 @@ assert ends > block and z3["memory"]["gathered"] == 4 * (ends + block), z3["memo
 head = 32000 * 4096  # untied: its gradient's bucket is alive all through backward, beside two blocks'
 assert z3["memory"]["gradients"] == 4 * (shard + 2 * block + head), z3["memory"]
 assert z3["communication"] == {"all_reduced": 0, "reduce_scattered": 2 * 4 * P,
-                               "all_gathered": 4 * (2 * 2 * ends + 2 * 63 * block)}, z3["communication"]
+                               "all_gathered": 4 * (2 * 2 * ends + 2 * 63 * block), "all_to_all": 0}, z3["communication"]
 kept = json.loads(subprocess.check_output([loom, "info", f"{configs}/llama2-7b.yaml", "--json", "--set", "parallel.dp=8",
                                            "--set", "parallel.zero=3", "--set", "parallel.reshard_after_forward=false", *two]))
 assert kept["memory"]["gathered"] == 4 * P and kept["communication"]["all_gathered"] == 4 * (ends + 32 * block)
