@@ -177,7 +177,7 @@ void EngineWorker::deliver(const std::vector<TextDelta>& deltas, std::vector<Com
     auto& job = *it->second;
     if (!delta.tokens.empty() && !job.first_token_seen) {
       job.first_token_seen = true;
-      metrics_.observe_ttft(std::chrono::duration<double>(now - job.submitted).count());
+      metrics_.ttft.observe(std::chrono::duration<double>(now - job.submitted).count());
     }
     generated += static_cast<int64_t>(delta.tokens.size());
     if (!job.streaming) continue;
@@ -190,7 +190,7 @@ void EngineWorker::deliver(const std::vector<TextDelta>& deltas, std::vector<Com
     const auto it = live_.find(c.id);
     if (it == live_.end()) continue;
     ++metrics_.finished[finish_reason_name(c.finish)];
-    if (c.drafted > 0) metrics_.observe_acceptance(static_cast<double>(c.accepted) / static_cast<double>(c.drafted));
+    if (c.drafted > 0) metrics_.acceptance.observe(static_cast<double>(c.accepted) / static_cast<double>(c.drafted));
     it->second->done = std::move(c);
     it->second->changed.notify_all();
     live_.erase(it);

@@ -4,20 +4,23 @@
 
 namespace loom {
 
-void ServeMetrics::observe_ttft(double seconds) {
+void Histogram::observe(double value) {
   size_t i = 0;
-  while (i < kTtftBuckets.size() && seconds > kTtftBuckets[i]) ++i;
-  if (i < kTtftBuckets.size()) ++ttft_counts[i];
-  ++ttft_count;  // the +Inf bucket is the count
-  ttft_sum += seconds;
+  while (i < bounds.size() && value > bounds[i]) ++i;
+  if (i < bounds.size()) ++counts[i];
+  ++count;  // the +Inf bucket is the count
+  sum += value;
 }
 
-void ServeMetrics::observe_acceptance(double rate) {
-  size_t i = 0;
-  while (i < kAcceptanceBuckets.size() && rate > kAcceptanceBuckets[i]) ++i;
-  if (i < kAcceptanceBuckets.size()) ++acceptance_counts[i];
-  ++acceptance_count;
-  acceptance_sum += rate;
+void Histogram::write(std::ostream& out, const char* name, const char* help) const {
+  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
+  int64_t cumulative = 0;
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    cumulative += counts[i];
+    out << name << "_bucket{le=\"" << bounds[i] << "\"} " << cumulative << "\n";
+  }
+  out << name << "_bucket{le=\"+Inf\"} " << count << "\n" << name << "_sum " << sum << "\n"
+      << name << "_count " << count << "\n";
 }
 
 std::string ServeMetrics::prometheus() const {
@@ -49,31 +52,13 @@ std::string ServeMetrics::prometheus() const {
     out << "loom_requests_finished_total{reason=\"" << reason << "\"} " << (it == finished.end() ? 0 : it->second)
         << "\n";
   }
-  out << "# HELP loom_time_to_first_token_seconds From a request's arrival to its first generated token.\n"
-      << "# TYPE loom_time_to_first_token_seconds histogram\n";
-  int64_t cumulative = 0;
-  for (size_t i = 0; i < kTtftBuckets.size(); ++i) {
-    cumulative += ttft_counts[i];
-    out << "loom_time_to_first_token_seconds_bucket{le=\"" << kTtftBuckets[i] << "\"} " << cumulative << "\n";
-  }
-  out << "loom_time_to_first_token_seconds_bucket{le=\"+Inf\"} " << ttft_count << "\n"
-      << "loom_time_to_first_token_seconds_sum " << ttft_sum << "\n"
-      << "loom_time_to_first_token_seconds_count " << ttft_count << "\n";
+  ttft.write(out, "loom_time_to_first_token_seconds", "From a request's arrival to its first generated token.");
   gauge("loom_speculative_drafted_tokens_total", "Tokens proposed by the drafter (speculative decoding).", "counter",
         drafted_tokens);
   gauge("loom_speculative_accepted_tokens_total", "Proposed tokens the target accepted.", "counter", accepted_tokens);
   gauge("loom_speculative_acceptance_rate", "Accepted over drafted tokens, all requests.", "gauge",
         drafted_tokens > 0 ? static_cast<double>(accepted_tokens) / static_cast<double>(drafted_tokens) : 0.0);
-  out << "# HELP loom_request_acceptance_rate Each finished request's accepted over drafted tokens.\n"
-      << "# TYPE loom_request_acceptance_rate histogram\n";
-  cumulative = 0;
-  for (size_t i = 0; i < kAcceptanceBuckets.size(); ++i) {
-    cumulative += acceptance_counts[i];
-    out << "loom_request_acceptance_rate_bucket{le=\"" << kAcceptanceBuckets[i] << "\"} " << cumulative << "\n";
-  }
-  out << "loom_request_acceptance_rate_bucket{le=\"+Inf\"} " << acceptance_count << "\n"
-      << "loom_request_acceptance_rate_sum " << acceptance_sum << "\n"
-      << "loom_request_acceptance_rate_count " << acceptance_count << "\n";
+  acceptance.write(out, "loom_request_acceptance_rate", "Each finished request's accepted over drafted tokens.");
   return out.str();
 }
 

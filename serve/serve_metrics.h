@@ -8,30 +8,35 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <ostream>
 #include <string>
+#include <vector>
 
 namespace loom {
 
+// A Prometheus histogram: observations counted into buckets with upper bounds `bounds` (ascending), their count
+// (the +Inf bucket) and sum.
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<int64_t> counts = std::vector<int64_t>(bounds.size());  // not cumulative: [i] holds (bound i-1, bound i]
+  int64_t count = 0;
+  double sum = 0;
+  void observe(double value);
+  // The HELP, TYPE, cumulative bucket, sum and count lines of metric `name`.
+  void write(std::ostream& out, const char* name, const char* help) const;
+};
+
 struct ServeMetrics {
-  static constexpr std::array<double, 12> kTtftBuckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                                       0.5,   1.0,  2.5,   5.0,  10.0, 30.0};
   int64_t running = 0, waiting = 0, kv_blocks_used = 0, kv_blocks_total = 0, kv_block_size = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0, preemptions = 0, requests = 0;
   int64_t prefix_hit_tokens = 0, kv_blocks_cached = 0;  // prefix caching: positions not prefilled, blocks filed
   double tokens_per_second = 0;  // generated, over the last RateWindow
   std::map<std::string, int64_t> finished;  // by finish reason ("stop", "length", "cancelled", "error")
-  std::array<int64_t, kTtftBuckets.size()> ttft_counts{};  // not cumulative: [i] holds (bucket i-1, bucket i]
-  int64_t ttft_count = 0;
-  double ttft_sum = 0;
+  Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0}};  // seconds to the first token
   // Speculative decoding: proposals made and kept in total; per finished request, its accepted / drafted.
-  static constexpr std::array<double, 10> kAcceptanceBuckets{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
   int64_t drafted_tokens = 0, accepted_tokens = 0;
-  std::array<int64_t, kAcceptanceBuckets.size()> acceptance_counts{};  // not cumulative, as ttft_counts
-  int64_t acceptance_count = 0;
-  double acceptance_sum = 0;
+  Histogram acceptance{{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}};
 
-  void observe_ttft(double seconds);
-  void observe_acceptance(double rate);
   std::string prometheus() const;  // text/plain; version=0.0.4
 };
 

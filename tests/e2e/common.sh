@@ -110,14 +110,15 @@ print(f"{sys.argv[4]}: {len(ref)} rows, max |loss diff| {worst:.2e}; the single 
 assert 0 < error < 0.01 and worst <= k * error, (worst, error, k)
 PY
 }
-# same_grad_norms REFERENCE_RUN RUN WHAT: the train rows' (clipped) gradient norms within 1e-4 relative.
+# same_grad_norms REFERENCE_RUN RUN WHAT [TOLERANCE]: the train rows' (clipped) gradient norms within TOLERANCE
+# relative (1e-4 unless given).
 same_grad_norms() {
-  python3 - "$1" "$2" "$3" <<'PY' || fail "$3: gradient norms differ from $1"
+  python3 - "$1" "$2" "$3" "${4:-1e-4}" <<'PY' || fail "$3: gradient norms differ from $1"
 import json, sys
 norms = [[r["grad_norm"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"] for d in sys.argv[1:3]]
 assert len(norms[0]) == len(norms[1]) > 0
 worst = max(abs(a - b) / a for a, b in zip(*norms))
-assert worst < 1e-4, (worst, norms)
+assert worst < float(sys.argv[4]), (worst, norms)
 print(f"{sys.argv[3]}: grad norms within {worst:.1e} relative")
 PY
 }
@@ -155,6 +156,28 @@ resume_hop() {
     || fail "resume hop to step $steps failed"
   [ "$steps" -eq 5 ] || grep -q "resumed from .*/checkpoints/$((steps - 5))" "$dir.log" \
     || fail "the hop to step $steps did not resume from step $((steps - 5))"
+}
+# resumed_as_one_process REFERENCE_RUN RUN_DIR LABEL [--set ...]: RUN_DIR trained 10 of the reference's 20 steps
+# under mpirun -np 2 with the given layout (a step-10 checkpoint), then on to 20 by one process, which must resume
+# from it and stay on the reference's curve (train losses within 1e-5).
+resumed_as_one_process() {
+  local reference=$1 dir=$2 label=$3; shift 3
+  mpi_train 2 "$dir" "$@" --set train.max_steps=10 --set schedule.total_steps=20 --set checkpoint.every=10 \
+    || fail "$label: the first half"
+  tiny_train "$dir" >"$dir-2.log" 2>&1 || fail "$label: resumed as one process"
+  grep -q "resumed from .*/checkpoints/10" "$dir-2.log" || fail "$label: the single process did not resume"
+  same_train_losses "$reference" "$dir" "$label" 20
+}
+# resume_repeats_losses LABEL [--set ...]: with the given settings (dropout on, say), a run of 20 steps and one
+# stopped at its step-10 checkpoint and trained on to 20 write the same losses, bit for bit.
+resume_repeats_losses() {
+  local label=$1; shift
+  local args=("$@" --set checkpoint.every=10 --set schedule.total_steps=20)
+  tiny_train "$WORK/whole" "${args[@]}" >"$WORK/whole.log" 2>&1 || fail "$label: the whole run"
+  tiny_train "$WORK/resumed" "${args[@]}" --set train.max_steps=10 >"$WORK/resumed.log" 2>&1 || fail "$label: first half"
+  tiny_train "$WORK/resumed" "${args[@]}" >>"$WORK/resumed.log" 2>&1 || fail "$label: resumed half"
+  grep -q "resumed from .*/checkpoints/10" "$WORK/resumed.log" || fail "$label: the second half did not resume"
+  same_losses "$WORK/whole" "$WORK/resumed" "$label"
 }
 # same_curve REFERENCE_RUN RUN WHAT [STEPS]: the same rows (STEPS train losses, a valid loss every 5 steps),
 # each loss within 1e-5 of the reference's (another layout of the same fp32 computation).

@@ -11,14 +11,7 @@ qwen=(--set model.moe.router=softmax_topk --set model.moe.normalize=true --set m
 # that step's gradient more than its loss).
 same_moe_curve() {  # same_moe_curve REFERENCE_RUN RUN LABEL
   same_losses_within "$1" "$2" "$3" 1e-5
-  python3 - "$1" "$2" "$3" <<'PY' || fail "$3: gradient norms differ from $1"
-import json, sys
-norms = [[r["grad_norm"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"] for d in sys.argv[1:3]]
-assert len(norms[0]) == len(norms[1]) > 0
-worst = max(abs(a - b) / a for a, b in zip(*norms))
-assert worst < 1e-3, (worst, norms)
-print(f"{sys.argv[3]}: grad norms within {worst:.1e} relative")
-PY
+  same_grad_norms "$1" "$2" "$3" 1e-3
 }
 moe_mpi() {  # moe_mpi RANKS RUN_DIR [--set ...]
   local ranks=$1 dir=$2; shift 2

@@ -57,18 +57,9 @@ mpi_train 2 "$WORK/zero3" --set parallel.dp=2 --set parallel.zero=3 || fail "ZeR
 same_losses_and_grad_norms "$WORK/single" "$WORK/zero3" "BERT ZeRO-3 DP=2"
 # DP=2 for 10 steps, then one process from its checkpoint to 20: the single-process curve (the masks are a
 # function of seed, step and sequence, whatever rank draws them).
-mpi_train 2 "$WORK/dp2-to-single" --set parallel.dp=2 --set train.max_steps=10 --set schedule.total_steps=20 \
-  --set checkpoint.every=10 || fail "DP=2 first half"
-tiny_train "$WORK/dp2-to-single" >"$WORK/dp2-to-single-2.log" 2>&1 || fail "resumed as one process"
-grep -q "resumed from .*/checkpoints/10" "$WORK/dp2-to-single-2.log" || fail "the single process did not resume"
-same_train_losses "$WORK/single" "$WORK/dp2-to-single" "BERT DP=2 checkpoint resumed as one process" 20
+resumed_as_one_process "$WORK/single" "$WORK/dp2-to-single" "BERT DP=2 checkpoint resumed as one process" \
+  --set parallel.dp=2
 # Dropout on: a run stopped at its step-10 checkpoint and trained on to 20 repeats the uninterrupted losses bit
 # for bit (the masks are a function of seed, step and sequence; dropout's RNG state is in the checkpoint).
-drop=(--set model.dropout=0.1 --set checkpoint.every=10)
-tiny_train "$WORK/whole" "${drop[@]}" >"$WORK/whole.log" 2>&1 || fail "dropout run"
-tiny_train "$WORK/resumed" "${drop[@]}" --set train.max_steps=10 --set schedule.total_steps=20 >"$WORK/resumed.log" 2>&1 \
-  || fail "first half"
-tiny_train "$WORK/resumed" "${drop[@]}" >>"$WORK/resumed.log" 2>&1 || fail "resumed half"
-grep -q "resum" "$WORK/resumed.log" || fail "the second half did not resume"
-same_losses "$WORK/whole" "$WORK/resumed" "BERT resumed at step 10 with dropout"
+resume_repeats_losses "BERT resumed at step 10 with dropout" --set model.dropout=0.1
 echo "PASS"

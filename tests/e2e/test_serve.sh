@@ -148,6 +148,16 @@ texts = {json.loads(a.split(b"\r\n\r\n", 1)[1])["choices"][0]["text"] for a in a
 assert sum(a.startswith(b"HTTP/1.1 200") for a in answers) == N and len(texts) == 1, [a[:80] for a in answers[:3]]
 print(f"{N} concurrent connections answered in {time.time() - start:.1f} s")
 
+def settled_after_one_cancel(cancelled_before):
+    """/metrics once nothing runs, waits or holds a KV block (30 s at most): one more request cancelled."""
+    for _ in range(300):
+        m = metrics()
+        if m["loom_requests_running"] == 0 and m["loom_kv_blocks_used"] == 0 and m["loom_requests_waiting"] == 0:
+            break
+        time.sleep(0.1)
+    assert m["loom_kv_blocks_used"] == 0 and m["loom_requests_running"] == 0, m
+    assert m['loom_requests_finished_total{reason="cancelled"}'] == cancelled_before + 1, m
+    return m
 # A client gone mid-stream: its request is cancelled and its blocks freed. Other long requests keep the batch busy
 # (steps slower), so the stream is far from its end when the client goes, however the machine schedules it.
 cancelled_before = metrics()['loom_requests_finished_total{reason="cancelled"}']
@@ -167,13 +177,7 @@ while b"data: " not in received:  # the headers, then the first piece of text
     received += chunk
 s.close()
 for t in busy: t.join()
-for _ in range(300):
-    m = metrics()
-    if m["loom_requests_running"] == 0 and m["loom_kv_blocks_used"] == 0 and m["loom_requests_waiting"] == 0:
-        break
-    time.sleep(0.1)
-assert m["loom_kv_blocks_used"] == 0 and m["loom_requests_running"] == 0, m
-assert m['loom_requests_finished_total{reason="cancelled"}'] == cancelled_before + 1, m
+m = settled_after_one_cancel(cancelled_before)
 assert m["loom_generated_tokens_total"] > 0 and m["loom_time_to_first_token_seconds_count"] >= N, m
 assert m["loom_kv_blocks_total"] > 0, m
 # The long prompt asked again (streamed) found its first blocks filed by its first asking, same text.
@@ -192,13 +196,7 @@ s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: applicati
            f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
 s.close()
 for t in busy: t.join()
-for _ in range(300):
-    m = metrics()
-    if m["loom_requests_running"] == 0 and m["loom_kv_blocks_used"] == 0 and m["loom_requests_waiting"] == 0:
-        break
-    time.sleep(0.1)
-assert m["loom_kv_blocks_used"] == 0 and m["loom_requests_running"] == 0, m
-assert m['loom_requests_finished_total{reason="cancelled"}'] == cancelled_before + 1, m
+m = settled_after_one_cancel(cancelled_before)
 print("client gone before its non-streamed answer: cancelled, 0 KV blocks in use")
 PY
 

@@ -64,19 +64,11 @@ same_losses_and_grad_norms "$WORK/single" "$WORK/zero3" "T5 ZeRO-3 DP=2"
 
 # TP=2 for 10 steps, then one process from its checkpoint to 20: the single-process curve (inverse-sqrt
 # does not depend on train.max_steps).
-mpi_train 2 "$WORK/tp2-to-single" --set parallel.tp=2 --set parallel.dp=1 --set train.max_steps=10 \
-  --set checkpoint.every=10 || fail "TP=2 first half"
-tiny_train "$WORK/tp2-to-single" >"$WORK/tp2-to-single-2.log" 2>&1 || fail "resumed as one process"
-grep -q "resumed from .*/checkpoints/10" "$WORK/tp2-to-single-2.log" || fail "the single process did not resume"
-same_train_losses "$WORK/single" "$WORK/tp2-to-single" "T5 TP=2 checkpoint resumed as one process" 20
+resumed_as_one_process "$WORK/single" "$WORK/tp2-to-single" "T5 TP=2 checkpoint resumed as one process" \
+  --set parallel.tp=2 --set parallel.dp=1
 # Dropout on: a run stopped at its step-10 checkpoint and trained on to 20 repeats the uninterrupted losses bit
 # for bit (the token-based batches and dropout's RNG state come back from the checkpoint).
-drop=(--set model.dropout=0.1 --set checkpoint.every=10)
-tiny_train "$WORK/whole" "${drop[@]}" >"$WORK/whole.log" 2>&1 || fail "dropout run"
-tiny_train "$WORK/resumed" "${drop[@]}" --set train.max_steps=10 >"$WORK/resumed.log" 2>&1 || fail "first half"
-tiny_train "$WORK/resumed" "${drop[@]}" >>"$WORK/resumed.log" 2>&1 || fail "resumed half"
-grep -q "resumed from .*/checkpoints/10" "$WORK/resumed.log" || fail "the second half did not resume"
-same_losses "$WORK/whole" "$WORK/resumed" "T5 resumed at step 10 with dropout"
+resume_repeats_losses "T5 resumed at step 10 with dropout" --set model.dropout=0.1
 
 # Generation: a tiny T5 learns to reverse token sequences, then loom and transformers decode it greedily.
 t5_reverse=(--set model.norm=rmsnorm --set model.norm_position=pre --set model.norm_eps=1e-6

@@ -414,7 +414,7 @@ TEST_CASE("engine worker: requests from many threads get the engine's own output
     CHECK_FALSE(worker.submit(requests[0], false)->error.empty());  // refused after close
     const auto m = worker.metrics();
     CHECK(m.requests == static_cast<int64_t>(requests.size()) + 2);
-    CHECK(m.ttft_count >= static_cast<int64_t>(requests.size()));
+    CHECK(m.ttft.count >= static_cast<int64_t>(requests.size()));
     CHECK(m.finished.at("cancelled") >= 1);
     int64_t tokens = 0;
     for (const auto& c : alone) tokens += static_cast<int64_t>(c.tokens.size());

@@ -127,9 +127,9 @@ TEST_CASE("openai api: responses and stream chunks carry the completion, metrics
   CHECK(loom::usage_chunk(api, "c", 1, 2, 3)["choices"].empty());
 
   loom::ServeMetrics m;
-  m.observe_ttft(0.003);
-  m.observe_ttft(0.2);
-  m.observe_ttft(100);
+  m.ttft.observe(0.003);
+  m.ttft.observe(0.2);
+  m.ttft.observe(100);
   const auto text = m.prometheus();
   CHECK(text.find("loom_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n") != std::string::npos);
   CHECK(text.find("loom_time_to_first_token_seconds_bucket{le=\"0.25\"} 2\n") != std::string::npos);
