@@ -109,7 +109,14 @@ torch::Tensor MoeExpertsImpl::grouped(const torch::Tensor& rows, const std::vect
                                 rows.narrow(0, offset, counts[e])));
     offset += counts[e];
   }
-  return outputs.empty() ? rows * 0 : torch::cat(outputs);
+  if (!outputs.empty()) return torch::cat(outputs);
+  // No rows for any of this rank's experts (expert parallelism: the group routed none here): their gradients
+  // are still made (zeros) in this backward, as on the ranks that computed theirs, so the gradient sync
+  // reduces their buckets at the same point of every rank's backward (collectives in the same order).
+  auto none = rows * 0;
+  for (const auto* t : {&gate, &up, &down})
+    if (t->defined()) none = none + t->sum() * 0;
+  return none;
 }
 
 torch::Tensor MoeExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& experts,
