@@ -124,6 +124,7 @@ int generate_file(const Args& args, const LoadedModel& loaded, Gpt& model, const
     if (c.drafted > 0 || args.option("draft") || args.option("speculate")) {
       line["drafted_tokens"] = c.drafted;
       line["accepted_tokens"] = c.accepted;
+      line["spec_steps"] = c.spec_steps;  // steps that verified proposals of it
     }
     out << line.dump() << "\n";
   }

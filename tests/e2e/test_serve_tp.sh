@@ -2,7 +2,8 @@
 # Tensor-parallel serving: `mpirun -np 2 loom generate --input ... --set parallel.tp=2` and `mpirun -np 2 loom serve
 # ... --set parallel.tp=2` (rank 0 takes the HTTP traffic and leads every engine step, rank 1 follows with the other
 # half of every layer) give the single process's completions token for token, greedy and sampled with seeds
-# (a sampled token follows the exact logits, so a wrong split shows); 12 concurrent clients share the steps; SIGTERM
+# (a sampled token follows the exact logits, so a wrong split shows); 12 concurrent clients share the steps; the idle
+# server's follower rank uses under 10% of a core; SIGTERM
 # to the ranks ends both cleanly (rank 1 waits for rank 0's stop; mpirun exits 0); --dry-run gives a rank's KV bytes. pp, cp and dp are refused with a message, as is a tp that is not the
 # job's size.
 source "$(dirname "$0")/common.sh"
@@ -63,6 +64,20 @@ for t in threads: t.join()
 for i, text in enumerate(got):
     assert text == expected[i % len(requests)], (i, text, expected[i % len(requests)])
 print("serve: 12 concurrent requests under tp=2 == one process's generate")
+PY
+# An idle server's follower sleeps between probes for the next step (serve/step_channel.h): under 10% of a core
+# over 2 s (a blocking MPI receive spun at ~40%).
+follower=$(sed -nE 's/.*rank 1 of 2 \(pid ([0-9]+)\) follows.*/\1/p' "$log")
+[ -n "$follower" ] || fail "no follower line: $(cat "$log")"
+python3 - "$follower" <<'PY' || fail "the idle follower is busy"
+import os, sys, time
+def cpu():
+    fields = open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+time.sleep(0.5)
+before = cpu(); time.sleep(2); used = cpu() - before
+print(f"idle follower: {used / 2 * 100:.1f}% of a core")
+assert used < 0.2, used
 PY
 pkill -TERM -P $pid  # the ranks (each under its `timeout`), as a batch scheduler's stop reaches them
 code=0
