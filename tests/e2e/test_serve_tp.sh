@@ -2,7 +2,8 @@
 # Tensor-parallel serving: `mpirun -np 2 loom generate --input ... --set parallel.tp=2` and `mpirun -np 2 loom serve
 # ... --set parallel.tp=2` (rank 0 takes the HTTP traffic and leads every engine step, rank 1 follows with the other
 # half of every layer) give the single process's completions token for token, greedy and sampled with seeds
-# (a sampled token follows the exact logits, so a wrong split shows); 12 concurrent clients share the steps; the idle
+# (a sampled token follows the exact logits, so a wrong split shows), with n-gram speculation too (the same texts and
+# acceptance counts); 12 concurrent clients share the steps; the idle
 # server's follower rank uses under 10% of a core; SIGTERM
 # to the ranks ends both cleanly (rank 1 waits for rank 0's stop; mpirun exits 0); --dry-run gives a rank's KV bytes. pp, cp and dp are refused with a message, as is a tp that is not the
 # job's size.
@@ -22,6 +23,19 @@ PY
   --ignore-eos --set parallel.tp=2 >"$WORK/two.log" 2>&1 || fail "generate under tp=2: $(tail -5 "$WORK/two.log")"
 cmp -s "$WORK/one.jsonl" "$WORK/two.jsonl" || fail "tp=2 generate differs: $(diff "$WORK/one.jsonl" "$WORK/two.jsonl")"
 echo "generate --input: tp=2 == one process ($(wc -l < "$WORK/one.jsonl") prompts)"
+# Speculation by n-gram lookup under tp=2: every rank verifies rank 0's logits, so the texts and each request's
+# drafted and accepted counts are the single process's; a draft model is refused under tp.
+"$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/one-ngram.jsonl" --ignore-eos \
+  --speculate ngram 2>/dev/null || fail "generate --speculate ngram failed"
+"${MPIRUN[@]}" -np 2 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/two-ngram.jsonl" \
+  --ignore-eos --speculate ngram --set parallel.tp=2 >"$WORK/two-ngram.log" 2>&1 ||
+  fail "generate --speculate ngram under tp=2: $(tail -5 "$WORK/two-ngram.log")"
+cmp -s "$WORK/one-ngram.jsonl" "$WORK/two-ngram.jsonl" ||
+  fail "tp=2 ngram differs: $(diff "$WORK/one-ngram.jsonl" "$WORK/two-ngram.jsonl")"
+grep -q '"drafted_tokens":[1-9]' "$WORK/two-ngram.jsonl" || fail "nothing drafted: $(cat "$WORK/two-ngram.jsonl")"
+out=$("${MPIRUN[@]}" -np 2 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/x" --draft "$run" \
+  --set parallel.tp=2 2>&1) && fail "--draft under tp=2 ran"
+grep -q "use --speculate ngram" <<<"$out" || fail "--draft under tp=2: $out"
 
 # Other layouts are refused, naming what is served.
 out=$("${MPIRUN[@]}" -np 2 "$LOOM" serve "$run" --set parallel.pp=2 2>&1) && fail "pp=2 was served"
