@@ -29,7 +29,8 @@ const float* pool_row(const void* pool, bool bf16, int64_t index, int64_t D, flo
 float paged_dot(const float* a, const float* b, int64_t n) {
   FloatVec sum(0.0f);
   int64_t d = 0;
-  for (; d + kFloatLanes <= n; d += kFloatLanes) sum = at::vec::fmadd(FloatVec::loadu(a + d), FloatVec::loadu(b + d), sum);
+  for (; d + kFloatLanes <= n; d += kFloatLanes)
+    sum = at::vec::fmadd(FloatVec::loadu(a + d), FloatVec::loadu(b + d), sum);
   // the lanes' sum by shuffles (lane_sum's store and 16 scalar adds cost as much as the products at D = 64)
   float total = at::vec::vec_reduce_all<float>([](FloatVec& x, FloatVec& y) { return x + y; }, sum);
   for (; d < n; ++d) total += a[d] * b[d];
@@ -50,6 +51,7 @@ void paged_axpy(float* acc, float p, const float* x, int64_t n) {
 void decode_rows(const DecodeRows& r, int64_t begin, int64_t end) {
   const int64_t H = r.heads, K = r.kv_heads, D = r.head_dim, G = H / K;
   std::vector<float> scores, buf(static_cast<size_t>(D)), acc(static_cast<size_t>(G * D));
+  std::vector<float> inverse(static_cast<size_t>(G));
   for (int64_t task = begin; task < end; ++task) {
     const int64_t b = task / K, g = task % K;
     const int64_t* slots = r.slots + r.offsets[b];
@@ -71,7 +73,6 @@ void decode_rows(const DecodeRows& r, int64_t begin, int64_t end) {
       }
     }
     // Softmax of each head's row, unnormalized (divided at the end).
-    std::vector<float> inverse(static_cast<size_t>(G));
     for (int64_t i = 0; i < G; ++i) {
       float* x = scores.data() + i * n;
       const float m = *std::max_element(x, x + n);
@@ -96,8 +97,10 @@ void decode_rows(const DecodeRows& r, int64_t begin, int64_t end) {
       const float* value = pool_row(r.values, r.bf16, slots[j] * K + g, D, buf.data());
       for (int64_t i = 0; i < G; ++i) paged_axpy(acc.data() + i * D, scores[static_cast<size_t>(i * n + j)], value, D);
     }
-    for (int64_t i = 0; i < G; ++i)
-      for (int64_t d = 0; d < D; ++d) out[i * D + d] = acc[static_cast<size_t>(i * D + d)] * inverse[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < G; ++i) {
+      const float norm = inverse[static_cast<size_t>(i)];
+      for (int64_t d = 0; d < D; ++d) out[i * D + d] = acc[static_cast<size_t>(i * D + d)] * norm;
+    }
   }
 }
 

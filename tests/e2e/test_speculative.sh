@@ -53,7 +53,8 @@ timeout 60 python3 - "$port" "$WORK/one-out.jsonl" <<'PY' || fail "metrics (serv
 import json, sys, urllib.request
 base = f"http://127.0.0.1:{sys.argv[1]}"
 offline = json.loads(open(sys.argv[2]).readline())
-body = {"prompt": "And he said unto them, and he said unto them", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+body = {"prompt": "And he said unto them, and he said unto them", "max_tokens": 24, "temperature": 0,
+        "ignore_eos": True}
 def post(body):
     request = urllib.request.Request(base + "/v1/completions", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})

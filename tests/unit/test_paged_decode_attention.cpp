@@ -119,11 +119,14 @@ TEST_CASE("paged decode attention: the paged cache attends through its tables as
   const auto slopes = alibi ? loom::alibi_slopes(H) : torch::Tensor();
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   for (int step = 0; step < 3; ++step) {  // three decode steps of the ragged batch
-    auto by_kernel = loom::paged_kv_caches(kernel_pool, {&kernel_tables[0], &kernel_tables[1], &kernel_tables[2]}, window);
-    auto by_gather = loom::paged_kv_caches(gather_pool, {&gather_tables[0], &gather_tables[1], &gather_tables[2]}, window);
+    auto by_kernel =
+        loom::paged_kv_caches(kernel_pool, {&kernel_tables[0], &kernel_tables[1], &kernel_tables[2]}, window);
+    auto by_gather =
+        loom::paged_kv_caches(gather_pool, {&gather_tables[0], &gather_tables[1], &gather_tables[2]}, window);
     const auto first = by_gather.seen_rows();
     for (int64_t l = 0; l < layers; ++l) {
-      const auto q = torch::randn({3, H, 1, D}).to(dtype), k = torch::randn({3, K, 1, D}).to(dtype), v = torch::randn_like(k);
+      const auto q = torch::randn({3, H, 1, D}).to(dtype), k = torch::randn({3, K, 1, D}).to(dtype);
+      const auto v = torch::randn_like(k);
       loom::KVCache::DecodeAttention how;
       how.scale = scale;
       how.window = window;
