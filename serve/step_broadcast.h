@@ -5,13 +5,13 @@
 // run the same step: the same batch, positions, block tables and TP-split forwards (the engine broadcasts rank 0's
 // logits before sampling, so every rank samples the same tokens). Rank 0's StepLeader wraps its Engine for the
 // worker thread; the other ranks run run_step_follower until rank 0's finish(). The messages go over a StepChannel
-// (serve/step_channel.h: MPI point-to-point, received without spinning): an idle server sends nothing, and its
+// (parallel/step_channel.h: MPI point-to-point, received without spinning): an idle server sends nothing, and its
 // followers sleep between probes for the next step.
 #pragma once
 #include <vector>
 
 #include "serve/engine.h"
-#include "serve/step_channel.h"
+#include "parallel/step_channel.h"
 
 namespace loom {
 

@@ -1,4 +1,4 @@
-#include "serve/step_channel.h"
+#include "parallel/step_channel.h"
 
 // MPI's C API only (as parallel/mpi_communicator.cpp): its C++ bindings are not linked.
 #define OMPI_SKIP_MPICXX 1

@@ -3,7 +3,7 @@
 // polls: ~40% of a core each follower of an idle server); here a follower probes (MPI_Iprobe) for the next message,
 // at once for about a millisecond after the last one, which keeps a busy server's steps back to back, then sleeping
 // between probes, the sleep doubling from 50 us to 2 ms: an idle follower wakes 500 times a second and a new step
-// reaches it within 2 ms. The one place above parallel/ that names MPI: the point-to-point messages go over a
+// reaches it within 2 ms. The point-to-point messages go over a
 // duplicate of the job's world communicator of their own, so they never meet the model's collectives.
 #pragma once
 #include <cstdint>
