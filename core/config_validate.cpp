@@ -130,11 +130,9 @@ void validate_expert_parallel(const Config& c, ConfigChecks& check) {
   if (p.shard_size > 0)
     check.require(p.shard_size % p.ep == 0, "parallel.ep", p.ep, " does not divide parallel.shard_size=", p.shard_size,
                   ": each ep group lies inside one ZeRO shard group");
-  check.require(p.tp == 1 && p.pp == 1 && p.cp == 1, "parallel.ep",
-                "expert parallelism with parallel.tp, parallel.pp or parallel.cp > 1 is not supported yet: set them 1 "
+  check.require(p.cp == 1, "parallel.ep",
+                "expert parallelism with parallel.cp > 1 is not supported yet: set it 1 "
                 "(or parallel.ep 1)");
-  check.require(p.zero != ZeroStage::kParameters, "parallel.ep",
-                "expert parallelism with parallel.zero 3 is not supported yet: use parallel.zero 1 or 2 (or parallel.ep 1)");
 }
 
 }  // namespace

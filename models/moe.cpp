@@ -108,7 +108,11 @@ torch::Tensor MoeExpertsImpl::grouped(const torch::Tensor& rows, const std::vect
                                 rows.narrow(0, offset, counts[e])));
     offset += counts[e];
   }
-  return outputs.empty() ? rows * 0 : torch::cat(outputs);
+  // No rows at all (an ep rank none of whose experts was routed to): expert 0 on the empty rows keeps every
+  // expert matrix on the graph, so this rank's expert gradients arrive (zero) as its peers' do and the gradient
+  // sync's buckets (ZeRO's reduce-scatters over the expert shard group) run in the same order on every rank.
+  if (outputs.empty()) return expert_of(gates.empty() ? torch::Tensor() : gates[0], ups[0], downs[0], rows);
+  return torch::cat(outputs);
 }
 
 torch::Tensor MoeExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& experts,

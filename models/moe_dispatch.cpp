@@ -41,12 +41,6 @@ class AllToAllRows : public torch::autograd::Function<AllToAllRows> {
   }
 };
 
-int64_t sum_of(const std::vector<int64_t>& v) {
-  int64_t s = 0;
-  for (int64_t x : v) s += x;
-  return s;
-}
-
 }  // namespace
 
 torch::Tensor all_to_all_rows(const torch::Tensor& rows, Communicator& group, const std::vector<int64_t>& send_rows,
@@ -77,13 +71,10 @@ torch::Tensor dispatch_to_experts(const torch::Tensor& rows, const torch::Tensor
                                                       received_counts.reshape(-1));
   const auto order = std::get<1>(expert_of_row.sort(/*stable=*/true, 0, false)).to(rows.device());
   for (int64_t e = 0; e < local; ++e) per_expert[static_cast<size_t>(e)] = received_counts.select(1, e).sum().item<int64_t>();
-  torch::Tensor computed;
-  if (sum_of(recv) > 0) {
-    const auto grouped = run(received.index_select(0, order), per_expert);
-    computed = torch::empty_like(grouped).index_copy(0, order, grouped);  // back in the order received
-  } else {
-    computed = received * 0;  // nothing to compute: still on the graph, so backward's exchange takes place
-  }
+  // Run even without rows: the experts stay on the graph (their gradients arrive, zero, as on the other
+  // ranks) and so does the exchange, so backward's reverse exchange takes place.
+  const auto grouped = run(received.index_select(0, order), per_expert);
+  const auto computed = torch::empty_like(grouped).index_copy(0, order, grouped);  // back in the order received
   return all_to_all_rows(computed, group, recv, send);
 }
 
