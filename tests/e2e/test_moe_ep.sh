@@ -91,6 +91,18 @@ a, b = ([r["loss"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["sp
 assert max(abs(x - y) for x, y in zip(a, b)) > 1e-3
 PY
 
+# One process loads what expert parallelism wrote (loom eval, generate and export): the EP=2 x TP=2 and ZeRO-3
+# runs' step-20 checkpoints evaluate to the single run's validation loss.
+for run in single ep2-tp2 ep2-zero3; do
+  "$LOOM" eval "$WORK/$run" --json > "$WORK/eval-$run.json" 2>"$WORK/eval-$run.log" || { tail -5 "$WORK/eval-$run.log"; fail "loom eval $run"; }
+done
+python3 - "$WORK" <<'PY' || fail "loom eval of an expert-parallel checkpoint"
+import json, sys
+loss = {r: json.load(open(f"{sys.argv[1]}/eval-{r}.json"))["loss"] for r in ("single", "ep2-tp2", "ep2-zero3")}
+assert all(abs(v - loss["single"]) < 1e-5 for v in loss.values()), loss
+print("loom eval of the EP=2 x TP=2 and EP=2 ZeRO-3 checkpoints in one process:", loss)
+PY
+
 # loom info: ep 2 keeps half of each block's experts (weights, gradients; ZeRO-1's optimizer shard is unchanged:
 # the experts shard over dp / ep ranks) and sends the routed slots by all-to-all. Under TP=2 every TP rank holds
 # its experts whole (not 1/tp of them); under PP=2 a rank sends its stage's blocks' slots; under ZeRO-3 a rank
