@@ -93,6 +93,7 @@ int generate_file(const Args& args, const LoadedModel& loaded, Gpt& model, const
     options.detokenize = detokenize;
     const std::string speculation = configure_speculation(args, loaded, args.positional[0], options);
     if (!speculation.empty()) std::cerr << speculation << std::endl;
+    keep_freed_heap_memory();
     Engine engine(model, options);
     for (auto& line : lines) engine.add(std::move(line.request));
     completions = engine.run();
@@ -124,6 +125,7 @@ int generate_file(const Args& args, const LoadedModel& loaded, Gpt& model, const
     if (c.drafted > 0 || args.option("draft") || args.option("speculate")) {
       line["drafted_tokens"] = c.drafted;
       line["accepted_tokens"] = c.accepted;
+      line["spec_steps"] = c.spec_steps;  // steps that verified proposals of it
     }
     out << line.dump() << "\n";
   }

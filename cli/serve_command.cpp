@@ -15,6 +15,8 @@
 #include <iostream>
 #include <thread>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
@@ -149,12 +151,15 @@ int serve_command(const Argv& argv, const ProcessGroup& processes) {
     throw ConfigError("the chat template " + chat_source + " has no \"assistant\" role for the replies");
 
   const std::string speculation = configure_speculation(args, loaded, run_dir, engine_options);
+  keep_freed_heap_memory();
   Engine engine(model, engine_options);
   // Tensor parallelism: the other ranks step their engines as rank 0's says (serve/step_broadcast.h), over a
-  // communicator with no timeout (an idle server sends nothing).
-  const auto steps = tp > 1 ? processes.world(1e9) : nullptr;
+  // channel with no timeout (an idle server sends nothing; its followers sleep between probes).
+  const auto steps = tp > 1 ? std::make_unique<StepChannel>() : nullptr;
   install_stop_signal_handlers();  // every rank: a follower stopped by mpirun's SIGTERM waits for rank 0's stop
   if (tp > 1 && processes.info().rank != 0) {
+    std::cout << "loom serve: rank " << processes.info().rank << " of " << tp << " (pid " << getpid()
+              << ") follows rank 0's steps" << std::endl;
     run_step_follower(engine, *steps);
     return 0;
   }

@@ -45,9 +45,12 @@ std::string configure_speculation(const Args& args, const LoadedModel& target, c
       throw ConfigError("--speculate-adaptive needs --draft RUN_DIR or --speculate ngram");
     return "";
   }
-  if (target.config.parallel.tp > 1)  // the ranks follow rank 0's steps, which a drafter's choices would leave
-    throw ConfigError("--draft / --speculate run in one process: leave them out under --set parallel.tp=" +
-                      std::to_string(target.config.parallel.tp) + " (tensor-parallel serving decodes without speculation)");
+  // Under TP every rank verifies rank 0's logits, so the ranks agree as long as they propose alike: n-gram lookup
+  // does (a function of the tokens); a draft model's proposals would have to be broadcast too.
+  if (target.config.parallel.tp > 1 && kind != "ngram")
+    throw ConfigError("--draft runs in one process: under --set parallel.tp=" +
+                      std::to_string(target.config.parallel.tp) +
+                      " use --speculate ngram (or no speculation); a draft model is not split over the ranks");
   options.speculate_k = args.int_option("speculate-k", 4, 1, 64);
   options.adaptive_k = args.flag("speculate-adaptive");
   const std::string k_text = (options.adaptive_k ? "k adaptive in 1.." : "k=") + std::to_string(options.speculate_k);

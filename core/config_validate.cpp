@@ -101,19 +101,16 @@ void validate_moe(const Config& c, ConfigChecks& check) {
   check.require(e.bias_update_rate >= 0, "model.moe.bias_update_rate", e.bias_update_rate, " must be >= 0");
   check.require(e.capacity_factor >= 0, "model.moe.capacity_factor", e.capacity_factor, " must be >= 0 (0: dropless)");
   const ParallelConfig& p = c.parallel;
-  // Replicated experts see their rank's whole tokens; context parallelism cuts a sequence, so the routing
-  // statistics (aux loss, capacity, load) would be of a part of it.
-  check.require(p.cp == 1, "parallel.cp", "model.moe.num_experts > 0 with parallel.cp > 1 is not supported yet "
-                "(the router's statistics span one rank's part of the sequences): set parallel.cp 1");
-  // Under TP the dense parts are split and every rank of the group runs the router and all experts on the
-  // same replicated tokens; sequence parallelism would give each rank a part of the sequence instead.
-  check.require(!p.sequence_parallel_active(), "parallel.sequence_parallel",
-                "model.moe.num_experts > 0 with parallel.sequence_parallel is not supported yet (the router's "
-                "statistics would span one rank's part of the sequences): set parallel.sequence_parallel false");
+  // Context parallelism cuts a sequence: the routing statistics are summed over the cp group (models/moe.h),
+  // but capacity dropping serves an expert's slots in the order of the micro-batch's tokens, which spans ranks.
+  // (Sequence parallelism gathers the sequence before the MoE MLP: capacity holds there.)
+  check.require(p.cp == 1 || e.capacity_factor == 0, "model.moe.capacity_factor",
+                e.capacity_factor, " with parallel.cp=", p.cp, " is not supported (an expert's capacity is served in "
+                "token order over the whole sequences, which the cp ranks split): set model.moe.capacity_factor 0 "
+                "(dropless) or parallel.cp 1");
 }
 
-// parallel.ep: a split of the DP ranks and of every MoE layer's experts, and the layouts it does not combine
-// with yet.
+// parallel.ep: a split of the DP ranks and of every MoE layer's experts (with any tp, pp, cp and ZeRO stage).
 void validate_expert_parallel(const Config& c, ConfigChecks& check) {
   const ParallelConfig& p = c.parallel;
   check.require(p.ep >= 1, "parallel.ep", p.ep, " must be >= 1");
@@ -130,9 +127,6 @@ void validate_expert_parallel(const Config& c, ConfigChecks& check) {
   if (p.shard_size > 0)
     check.require(p.shard_size % p.ep == 0, "parallel.ep", p.ep, " does not divide parallel.shard_size=", p.shard_size,
                   ": each ep group lies inside one ZeRO shard group");
-  check.require(p.cp == 1, "parallel.ep",
-                "expert parallelism with parallel.cp > 1 is not supported yet: set it 1 "
-                "(or parallel.ep 1)");
 }
 
 }  // namespace

@@ -235,6 +235,17 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
       k = apply_rope(k, cos, sin);
     }
     if (cache != nullptr) {
+      // Decoding one position with nothing but causality, the window and ALiBi to apply: the cache may attend
+      // where it keeps the keys (the paged cache's kernel, models/paged_decode_attention.h); else it appends.
+      if (T == 1 && options_.causal && !inputs.key_padding.defined() && !inputs.position_bias.defined() &&
+          !(is_training() && options_.dropout > 0)) {
+        KVCache::DecodeAttention how;
+        how.scale = options_.scaled ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
+        how.window = options_.window;
+        how.alibi_slopes = alibi_slopes_;
+        const auto o = cache->append_and_attend(q, k, v, how);
+        if (o.defined()) return out_->forward(o.transpose(1, 2).reshape({B, T, H * D}));
+      }
       std::tie(k, v) = cache->append(k, v);
       // Keys a shorter row of a ragged batch does not have (right-aligned: the mask's distances hold for every row).
       const auto padding = cache->key_padding();

@@ -4,3 +4,4 @@
 #include "models/blocked_attention_rows_impl.h"
 #include "models/gelu_kernels_impl.h"
 #include "models/norm_kernels_impl.h"
+#include "models/paged_attention_rows_impl.h"

@@ -73,6 +73,8 @@ GptImpl::GptImpl(const ModelConfig& config, const TensorParallelism& tp, const M
   moe_block.moe = true;
   moe_block.moe_options = moe_options(config);
   moe_block.moe_options.out_init_std = block.mlp.out_init_std;
+  moe_block.moe_options.token_group = cp.split_group();  // the routing statistics span the whole sequences
+  moe_block.moe_options.sequence_group = tp.sequence_parallel() ? tp.group() : nullptr;
   blocks_ = build.blocks_by<Block>("blocks", 0, config.n_layers, [&](int64_t i) {
     return config.moe.layer_is_moe(i) ? moe_block : block;
   });

@@ -5,6 +5,7 @@
 #include "models/moe_dispatch.h"
 #include "models/moe_router.h"
 #include "models/recompute.h"
+#include "parallel/tensor_parallel.h"
 
 namespace loom {
 namespace {
@@ -108,11 +109,14 @@ torch::Tensor MoeExpertsImpl::grouped(const torch::Tensor& rows, const std::vect
                                 rows.narrow(0, offset, counts[e])));
     offset += counts[e];
   }
-  // No rows at all (an ep rank none of whose experts was routed to): expert 0 on the empty rows keeps every
-  // expert matrix on the graph, so this rank's expert gradients arrive (zero) as its peers' do and the gradient
-  // sync's buckets (ZeRO's reduce-scatters over the expert shard group) run in the same order on every rank.
-  if (outputs.empty()) return expert_of(gates.empty() ? torch::Tensor() : gates[0], ups[0], downs[0], rows);
-  return torch::cat(outputs);
+  if (!outputs.empty()) return torch::cat(outputs);
+  // No rows for any of this rank's experts (expert parallelism: the group routed none here): their gradients
+  // are still made (zeros) in this backward, as on the ranks that computed theirs, so the gradient sync
+  // reduces their buckets at the same point of every rank's backward (collectives in the same order).
+  auto none = rows * 0;
+  for (const auto* t : {&gate, &up, &down})
+    if (t->defined()) none = none + t->sum() * 0;
+  return none;
 }
 
 torch::Tensor MoeExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& experts,
@@ -174,6 +178,15 @@ MoeImpl::MoeImpl(const MoeOptions& o) : options_(o) {
 }
 
 torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
+  if (options_.sequence_group != nullptr && options_.sequence_group->size() > 1) {
+    // Sequence parallelism: the whole sequence on every rank of the group, as under TP alone; each keeps its part.
+    Communicator& group = *options_.sequence_group;
+    return scatter_to_sequence(routed(replicate_sequence(x, group)), group);
+  }
+  return routed(x);
+}
+
+torch::Tensor MoeImpl::routed(const torch::Tensor& x) {
   const auto shape = x.sizes().vec();
   const int64_t C = shape.back();
   const auto flat = x.reshape({-1, C});
@@ -191,14 +204,28 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
   }
   if (is_training()) {
     const bool grads = torch::GradMode::is_enabled() && (options_.aux_loss_coef > 0 || options_.z_loss_coef > 0);
-    torch::Tensor balance, z;
+    torch::Tensor balance, z, load;
+    {
+      torch::NoGradGuard no_grad;
+      load = expert_load(r.experts, E).to(torch::kDouble);
+    }
+    // Context parallelism: the load and the token count of the whole sequences (this rank's part of the
+    // losses; models/moe_router.h). One small all-reduce per layer and micro-batch, again when recomputed.
+    torch::Tensor tokens, whole_load = load;  // tokens undefined: this rank's are all
+    if (options_.token_group != nullptr && options_.token_group->size() > 1) {
+      torch::NoGradGuard no_grad;
+      auto counts = torch::cat({load, torch::full({1}, static_cast<double>(N), load.options())});
+      options_.token_group->all_reduce(counts);
+      whole_load = counts.narrow(0, 0, E);
+      tokens = counts[E];
+    }
     {
       torch::AutoGradMode mode(grads && options_.aux_loss_coef > 0);
-      balance = load_balancing_loss(r.probs, r.experts);
+      balance = tokens.defined() ? load_balancing_loss(r.probs, whole_load, tokens, k) : load_balancing_loss(r.probs, r.experts);
     }
     {
       torch::AutoGradMode mode(grads && options_.z_loss_coef > 0);
-      z = router_z_loss(logits);
+      z = tokens.defined() ? router_z_loss(logits, tokens) : router_z_loss(logits);
     }
     if (grads) {
       const auto aux = balance * options_.aux_loss_coef + z * options_.z_loss_coef;
@@ -206,7 +233,6 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
     }
     if (!recomputing()) {
       torch::NoGradGuard no_grad;
-      const auto load = expert_load(r.experts, E).to(torch::kDouble);
       const auto dropped = keep.defined() ? (~keep).sum().to(torch::kDouble) : torch::zeros({}, load.options());
       const auto sums = torch::stack({balance.detach().to(torch::kDouble), z.detach().to(torch::kDouble), dropped});
       load_sum_ = load_sum_.defined() ? load_sum_ + load : load;

@@ -51,6 +51,14 @@ struct MoeOptions {
   double capacity_factor = 0.0;
   double init_std = 0.02;
   double out_init_std = 0.02;
+  // Context parallelism (the cp group; null: whole sequences): the ranks holding the other tokens of this
+  // rank's sequences. The routing statistics spanning a micro-batch (each expert's load and the token count
+  // in the aux losses) are summed over it, so each rank's aux losses are its part of the whole sequences'
+  // (models/moe_router.h) and the gradient sync adds the parts. Capacity is refused under it (config checks).
+  Communicator* token_group = nullptr;
+  // Sequence parallelism (the tp group; null: none): the layer gathers the sequence (replicate_sequence),
+  // runs its replicated router and experts on the whole of it as under TP alone, and keeps its positions.
+  Communicator* sequence_group = nullptr;
 };
 MoeOptions moe_options(const ModelConfig& config);
 
@@ -107,6 +115,8 @@ class MoeImpl : public torch::nn::Module {
   MoeExperts& experts() { return experts_; }
 
  private:
+  torch::Tensor routed(const torch::Tensor& x);  // forward on the tokens this rank routes
+
   MoeOptions options_;
   torch::nn::Linear router_{nullptr};
   MoeExperts experts_{nullptr};

@@ -71,8 +71,9 @@ torch::Tensor dispatch_to_experts(const torch::Tensor& rows, const torch::Tensor
                                                       received_counts.reshape(-1));
   const auto order = std::get<1>(expert_of_row.sort(/*stable=*/true, 0, false)).to(rows.device());
   for (int64_t e = 0; e < local; ++e) per_expert[static_cast<size_t>(e)] = received_counts.select(1, e).sum().item<int64_t>();
-  // Run even without rows: the experts stay on the graph (their gradients arrive, zero, as on the other
-  // ranks) and so does the exchange, so backward's reverse exchange takes place.
+  // Run even with no rows: the local experts then still get (zero) gradients in this backward, as on every
+  // other rank, so the gradient sync reduces their buckets at the same point everywhere (and the output
+  // stays on the graph, so backward's exchange takes place).
   const auto grouped = run(received.index_select(0, order), per_expert);
   const auto computed = torch::empty_like(grouped).index_copy(0, order, grouped);  // back in the order received
   return all_to_all_rows(computed, group, recv, send);

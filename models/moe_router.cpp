@@ -50,7 +50,19 @@ torch::Tensor load_balancing_loss(const torch::Tensor& probs, const torch::Tenso
   return static_cast<double>(E) * (share * probs.mean(0)).sum();
 }
 
+torch::Tensor load_balancing_loss(const torch::Tensor& probs, const torch::Tensor& load, const torch::Tensor& tokens,
+                                  int64_t top_k) {
+  const int64_t E = probs.size(1);
+  const auto n = tokens.to(probs.dtype());
+  const auto share = load.to(probs.dtype()) / (n * static_cast<double>(top_k));  // f_e over all ranks
+  return static_cast<double>(E) * (share * (probs.sum(0) / n)).sum();
+}
+
 torch::Tensor router_z_loss(const torch::Tensor& logits) { return torch::logsumexp(logits, -1).square().mean(); }
+
+torch::Tensor router_z_loss(const torch::Tensor& logits, const torch::Tensor& tokens) {
+  return torch::logsumexp(logits, -1).square().sum() / tokens.to(logits.dtype());
+}
 
 torch::Tensor updated_expert_bias(const torch::Tensor& bias, const torch::Tensor& load, double rate) {
   const auto l = load.to(torch::kDouble);

@@ -30,9 +30,17 @@ torch::Tensor expert_load(const torch::Tensor& experts, int64_t num_experts);
 // the routed slots expert e got, P_e = mean over tokens of probs[:, e]. 1 when perfectly balanced.
 // Differentiable through probs.
 torch::Tensor load_balancing_loss(const torch::Tensor& probs, const torch::Tensor& experts);
+// The same when the tokens are split over ranks (context parallelism): load (E) the routed slots per expert
+// and `tokens` (a scalar tensor, no device wait) the token count of all the ranks together, probs this rank's (n, E). Returns this rank's part,
+// E * sum_e f_e * (sum of this rank's probs[:, e]) / tokens: the parts sum to the loss over all the tokens,
+// and so do their gradients.
+torch::Tensor load_balancing_loss(const torch::Tensor& probs, const torch::Tensor& load, const torch::Tensor& tokens,
+                                  int64_t top_k);
 
-// ST-MoE's router z-loss: mean over tokens of logsumexp(logits)^2.
+// ST-MoE's router z-loss: mean over tokens of logsumexp(logits)^2. With `tokens` (a scalar tensor) the sum
+// over this rank's tokens divided by all the ranks' count (its part of the mean, as load_balancing_loss's).
 torch::Tensor router_z_loss(const torch::Tensor& logits);
+torch::Tensor router_z_loss(const torch::Tensor& logits, const torch::Tensor& tokens);
 
 // The auxiliary-loss-free update (DeepSeek-V3): bias_e + rate * sign(mean load - load_e); an expert that got
 // more than the mean is chosen less often next step. load: (E) any number type.

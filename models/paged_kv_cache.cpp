@@ -4,12 +4,14 @@
 #include <memory>
 
 #include "core/error.h"
+#include "models/paged_decode_attention.h"
 
 namespace loom {
 namespace {
 
 // What the layers' caches of one batch share: the rows and, per forward (its first layer plans it), the slots
-// the new positions go to and the slots each row reads, right-aligned.
+// the new positions go to and, made when a layer first asks, the slots each row reads: right-aligned into one
+// padded tensor (gathered for SDPA), or each row's own list (read in place by the decode kernel).
 struct PagedBatchPlan {
   KVBlockPool* pool = nullptr;
   std::vector<BlockTable*> rows;
@@ -17,36 +19,51 @@ struct PagedBatchPlan {
   int64_t round = -1;  // the forward (count of appends per layer) planned
   std::vector<int64_t> seen;  // each row's positions before that forward
   int64_t new_positions = 0;  // T
-  bool ragged = false;
-  torch::Tensor write_slots, read_slots;  // (B * T), (B * S) int64
+  torch::Device device = torch::kCPU;
+  torch::Tensor write_slots;              // (B * T) int64
+  torch::Tensor read_slots;               // (B * S) int64, once gathered() made it
   torch::Tensor padding;                  // (B, S) bool, or undefined
   int64_t kept = 0;                       // S
+  int64_t decode_window = -1;             // the window decode_slots were made for (-1: not made)
+  std::vector<int64_t> decode_slots, decode_offsets;
 
   int64_t slot(const BlockTable& table, int64_t position) const {
     const int64_t size = pool->block_size();
     return table.blocks[static_cast<size_t>(position / size)] * size + position % size;
   }
 
-  void plan(int64_t forward, const std::vector<int64_t>& before, int64_t T, const torch::Device& device) {
+  void plan(int64_t forward, const std::vector<int64_t>& before, int64_t T, const torch::Device& on) {
     round = forward;
     seen = before;
     new_positions = T;
+    device = on;
+    read_slots = padding = torch::Tensor();
+    decode_window = -1;
     const int64_t B = static_cast<int64_t>(rows.size());
     for (int64_t b = 0; b < B; ++b)
       LOOM_CHECK(pool->reserve(*rows[b], before[b] + T), "the KV block pool is out of blocks (", pool->blocks(),
                  " of ", pool->block_size(), " positions): reserve before the forward");
+    std::vector<int64_t> writes;
+    writes.reserve(B * T);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) writes.push_back(slot(*rows[b], before[b] + t));
+    write_slots = torch::tensor(writes, torch::TensorOptions().dtype(torch::kLong)).to(device);
+  }
+
+  // The right-aligned reads of every row: read_slots, padding, kept.
+  void gathered() {
+    if (read_slots.defined()) return;
+    const int64_t B = static_cast<int64_t>(rows.size()), T = new_positions;
     kept = 0;
     for (int64_t b = 0; b < B; ++b)
-      kept = std::max(kept, (window > 0 ? std::min(before[b], window) : before[b]) + T);
-    std::vector<int64_t> writes, reads;
+      kept = std::max(kept, (window > 0 ? std::min(seen[b], window) : seen[b]) + T);
+    std::vector<int64_t> reads;
     std::vector<uint8_t> pads;
-    writes.reserve(B * T);
     reads.reserve(B * kept);
     pads.reserve(B * kept);
     bool any_pad = false;
     for (int64_t b = 0; b < B; ++b) {
-      for (int64_t t = 0; t < T; ++t) writes.push_back(slot(*rows[b], before[b] + t));
-      const int64_t end = before[b] + T;
+      const int64_t end = seen[b] + T;
       for (int64_t j = 0; j < kept; ++j) {
         const int64_t position = end - kept + j;
         // a missing key reads the row's newest (masked, but finite: the pool is not zeroed)
@@ -55,15 +72,30 @@ struct PagedBatchPlan {
         any_pad = any_pad || position < 0;
       }
     }
-    ragged = std::any_of(before.begin(), before.end(), [&](int64_t s) { return s != before.front(); });
     const auto longs = torch::TensorOptions().dtype(torch::kLong);
-    write_slots = torch::tensor(writes, longs).to(device);
     read_slots = torch::tensor(reads, longs).to(device);
     padding = any_pad ? torch::tensor(std::vector<int64_t>(pads.begin(), pads.end()), longs)
                             .to(torch::kBool)
                             .view({B, kept})
                             .to(device)
                       : torch::Tensor();
+  }
+
+  // Each row's slots of the positions a one-position query sees (the last `attended` with attended > 0), oldest
+  // first, rows one after another (decode_offsets (B + 1)).
+  void decoded(int64_t attended) {
+    if (decode_window == attended) return;
+    LOOM_CHECK(window == 0 || (attended > 0 && attended <= window), "a paged cache keeping ", window,
+               " positions cannot serve attention over ", attended == 0 ? "all" : std::to_string(attended));
+    decode_window = attended;
+    decode_slots.clear();
+    decode_offsets.assign(1, 0);
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const int64_t end = seen[b] + new_positions;
+      for (int64_t p = attended > 0 ? std::max<int64_t>(0, end - attended) : 0; p < end; ++p)
+        decode_slots.push_back(slot(*rows[b], p));
+      decode_offsets.push_back(static_cast<int64_t>(decode_slots.size()));
+    }
   }
 };
 
@@ -84,6 +116,39 @@ class PagedKVCache final : public KVCache {
   torch::Tensor key_padding() const override { return appends_ > 0 ? plan_->padding : torch::Tensor(); }
 
   std::pair<torch::Tensor, torch::Tensor> append(const torch::Tensor& k, const torch::Tensor& v) override {
+    write(k, v);
+    auto& plan = *plan_;
+    plan.gathered();
+    const int64_t B = k.size(0), K = k.size(1), D = k.size(3), S = plan.kept;
+    auto read = [&](const torch::Tensor& pool) {  // (B, K, S, D)
+      return pool.index_select(0, plan.read_slots).view({B, S, K, D}).transpose(1, 2).to(k.scalar_type());
+    };
+    auto out = std::make_pair(read(plan.pool->keys(layer_)), read(plan.pool->values(layer_)));
+    advance();
+    return out;
+  }
+
+  // The decode kernel (models/paged_decode_attention.h) for T = 1 on the CPU; CUDA pools and autograd take the
+  // gather (undefined: nothing appended).
+  torch::Tensor append_and_attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  const DecodeAttention& how) override {
+    auto& plan = *plan_;
+    if (k.size(2) != 1 || !paged_decode_attention_applies(q, plan.pool->keys(layer_))) return {};
+    write(k, v);
+    plan.decoded(how.window);
+    auto out = paged_decode_attention(q, plan.pool->keys(layer_), plan.pool->values(layer_), plan.decode_slots,
+                                      plan.decode_offsets, how.scale, how.alibi_slopes);
+    advance();
+    return out;
+  }
+
+  void select(const torch::Tensor&) override {
+    throw Error("a paged KV cache does not reorder rows: beam search decodes with the contiguous cache");
+  }
+
+ private:
+  // Writes this forward's k and v (B, K, T, D) into the pool (the first layer plans the forward).
+  void write(const torch::Tensor& k, const torch::Tensor& v) {
     auto& plan = *plan_;
     const int64_t B = k.size(0), K = k.size(1), T = k.size(2), D = k.size(3);
     LOOM_CHECK(B == static_cast<int64_t>(seen_.size()), "a paged cache of ", seen_.size(), " rows got ", B);
@@ -93,11 +158,12 @@ class PagedKVCache final : public KVCache {
     auto& values = plan.pool->values(layer_);
     keys.index_copy_(0, plan.write_slots, k.transpose(1, 2).reshape({B * T, K, D}).to(keys.scalar_type()));
     values.index_copy_(0, plan.write_slots, v.transpose(1, 2).reshape({B * T, K, D}).to(values.scalar_type()));
-    const int64_t S = plan.kept;
-    auto read = [&](const torch::Tensor& pool) {  // (B, K, S, D)
-      return pool.index_select(0, plan.read_slots).view({B, S, K, D}).transpose(1, 2).to(k.scalar_type());
-    };
-    for (size_t b = 0; b < seen_.size(); ++b) seen_[b] += T;
+  }
+
+  // After this layer's reads: the rows' positions move on; the last layer commits them to the tables.
+  void advance() {
+    auto& plan = *plan_;
+    for (size_t b = 0; b < seen_.size(); ++b) seen_[b] += plan.new_positions;
     ++appends_;
     if (last_)
       for (size_t b = 0; b < seen_.size(); ++b) {
@@ -105,14 +171,8 @@ class PagedKVCache final : public KVCache {
         // the next forward reads from length - window on: the blocks wholly before go back to the pool
         if (plan.window > 0) plan.pool->release_before(*plan.rows[b], seen_[b] - plan.window);
       }
-    return {read(keys), read(values)};
   }
 
-  void select(const torch::Tensor&) override {
-    throw Error("a paged KV cache does not reorder rows: beam search decodes with the contiguous cache");
-  }
-
- private:
   std::shared_ptr<PagedBatchPlan> plan_;
   int64_t layer_;
   bool last_;
@@ -126,6 +186,7 @@ KVBlockPool::KVBlockPool(int64_t layers, int64_t blocks, int64_t block_size, int
                          const torch::TensorOptions& options)
     : blocks_(blocks), block_size_(block_size) {
   LOOM_CHECK(layers > 0 && blocks > 0 && block_size > 0, "a KV block pool needs layers, blocks and a block size");
+  // Not zeroed: the memory of blocks never used is never touched (a 256 MiB pool costs what its sequences hold).
   for (int64_t i = 0; i < layers; ++i) {
     keys_.push_back(torch::empty({blocks * block_size, kv_heads, head_dim}, options));
     values_.push_back(torch::empty({blocks * block_size, kv_heads, head_dim}, options));

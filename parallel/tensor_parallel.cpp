@@ -156,6 +156,16 @@ struct ScatterToSequence : torch::autograd::Function<ScatterToSequence> {
   }
 };
 
+struct ReplicateSequence : torch::autograd::Function<ReplicateSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Communicator* group) {
+    keep_group(ctx, *group);
+    return gather_dim1(x, *group);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    return {split_dim1(grads[0], group_of(ctx)), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor copy_to_tp_region(const torch::Tensor& x, Communicator& group) {
@@ -188,6 +198,10 @@ torch::Tensor reduce_scatter_to_sequence(const torch::Tensor& x, Communicator& g
 
 torch::Tensor scatter_to_sequence(const torch::Tensor& x, Communicator& group) {
   return group.size() == 1 ? x : ScatterToSequence::apply(x, &group);
+}
+
+torch::Tensor replicate_sequence(const torch::Tensor& x, Communicator& group) {
+  return group.size() == 1 ? x : ReplicateSequence::apply(x, &group);
 }
 
 torch::Tensor take_shard(const torch::Tensor& full, const ShardLayout& layout, int64_t parts, int64_t rank) {

@@ -8,6 +8,7 @@
 //   gather_from_sequence    all-gather dim 1   / reduce-scatter dim 1   (sequence parallelism)
 //   scatter_to_sequence     split dim 1        / all-gather dim 1
 //   reduce_scatter_to_sequence  reduce-scatter dim 1 / all-gather dim 1
+//   replicate_sequence      all-gather dim 1   / split dim 1   (a replicated layer under sequence parallelism)
 // With a group of one rank every function returns its input and records nothing for autograd.
 // TensorParallelism says how a model is split: made once where the layout is set up, read by every layer.
 // The layers themselves (column/row-parallel linear, vocab-parallel embedding) live in models/.
@@ -74,6 +75,10 @@ torch::Tensor gather_from_sequence(const torch::Tensor& x, Communicator& group);
 torch::Tensor reduce_scatter_to_sequence(const torch::Tensor& x, Communicator& group);
 // x: (B, T, C) replicated -> (B, T/size, C), this rank's chunk (no communication in forward).
 torch::Tensor scatter_to_sequence(const torch::Tensor& x, Communicator& group);
+// x: (B, T/size, C) -> (B, T, C) for a layer every rank computes whole on the same tokens (the MoE MLP's
+// replicated router and experts under sequence parallelism, then scatter_to_sequence): the gradients reaching
+// it are then equal on every rank, and backward keeps this rank's chunk of them (no sum, as gather_from_sequence's).
+torch::Tensor replicate_sequence(const torch::Tensor& x, Communicator& group);
 
 // How a tensor-parallel parameter is cut: along `dim`, each section (full extents, summing to the full
 // size) is split over the ranks by shard_range and a rank's pieces are concatenated in section order. A

@@ -1,5 +1,7 @@
 #include "serve/engine.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <optional>
 
@@ -21,9 +23,15 @@ struct Engine::Sequence {
   std::vector<double> logprobs;     // of the generated tokens (GenerationRequest::logprobs)
   int64_t streamed_tokens = 0;      // generated tokens handed out in TextDeltas
   std::string streamed_text;        // the text handed out
-  int64_t drafted = 0, accepted = 0;  // speculative decoding (Completion::drafted, accepted)
+  int64_t drafted = 0, accepted = 0, spec_steps = 0;  // speculative decoding (Completion's)
   int64_t speculate_k = 0;            // EngineOptions::adaptive_k: its proposals a step now (0: not yet set)
 };
+
+void keep_freed_heap_memory() {
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's most on 64 bits
+  mallopt(M_TOP_PAD, 64 << 20);
+}
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -119,6 +127,8 @@ Completion Engine::finish(int64_t id, FinishReason reason) {
   Completion done;
   done.drafted = sequence.drafted;
   done.accepted = sequence.accepted;
+  done.spec_steps = sequence.spec_steps;
+  done.speculate_k = options_.drafter ? options_.speculate_k : 0;
   done.id = id;
   done.tokens.assign(sequence.tokens.end() - sequence.generated, sequence.tokens.end());
   if (reason == FinishReason::kStop && !done.tokens.empty() && done.tokens.back() == sequence.request.stop_token)
@@ -283,6 +293,7 @@ void Engine::decode_speculative(std::vector<Completion>& done) {
     auto& s = *sequences_.at(rows[i].id);
     s.drafted += outcome.drafted;
     s.accepted += outcome.accepted;
+    s.spec_steps += outcome.drafted > 0 ? 1 : 0;
     if (options_.adaptive_k && outcome.drafted > 0)  // all kept: 2 more next time, else 1 fewer (at least 1)
       s.speculate_k = outcome.accepted == outcome.drafted ? std::min(k_of(s) + 2, options_.speculate_k)
                                                           : std::max<int64_t>(1, k_of(s) - 1);
@@ -314,24 +325,36 @@ void Engine::admit_waiting() {
 
 void Engine::prefill_running() {
   // Chunked prefill: every token but the last goes into the cache by prefill, max_prefill_tokens a step over all
-  // sequences in admission order, so a long prompt does not stall the decoding ones; the last is decoded.
+  // sequences in admission order, so a long prompt does not stall the decoding ones; the last is decoded. The
+  // chunks of one length go in one forward, a ragged batch (each row at its own position): a forward's fixed
+  // costs (every weight read, MKL packing them for the product) are paid once for many prompts.
   int64_t budget = options_.max_prefill_tokens;
   const auto device = pool_->keys(0).device();
+  std::map<int64_t, std::vector<int64_t>> by_length;  // chunk length -> sequences, in admission order
   for (const int64_t id : running_) {
     auto& sequence = *sequences_.at(id);
-    const int64_t from = sequence.table.length;
     // The tokens not in the cache yet, but the last (decoded with the batch).
-    const int64_t unfilled = static_cast<int64_t>(sequence.tokens.size()) - 1 - from;
+    const int64_t unfilled = static_cast<int64_t>(sequence.tokens.size()) - 1 - sequence.table.length;
     if (unfilled <= 0) continue;
     if (budget <= 0) break;
     const int64_t n = std::min(unfilled, budget);
-    std::vector<BlockTable*> rows{&sequence.table};
-    auto caches = paged_kv_caches(*pool_, rows, model_->config().attention_window);
-    const std::vector<int64_t> chunk(sequence.tokens.begin() + from, sequence.tokens.begin() + from + n);
-    model_->forward(torch::tensor(chunk, torch::kLong).unsqueeze(0).to(device), &caches);
-    ++stats_.forwards;
-    stats_.prefill_tokens += n;
+    by_length[n].push_back(id);
     budget -= n;
+  }
+  for (const auto& [n, ids] : by_length) {
+    std::vector<BlockTable*> rows;
+    std::vector<int64_t> chunks;
+    for (const int64_t id : ids) {
+      auto& sequence = *sequences_.at(id);
+      const auto from = sequence.tokens.begin() + sequence.table.length;
+      rows.push_back(&sequence.table);
+      chunks.insert(chunks.end(), from, from + n);
+    }
+    auto caches = paged_kv_caches(*pool_, rows, model_->config().attention_window);
+    const auto batch = static_cast<int64_t>(ids.size());
+    model_->forward(torch::tensor(chunks, torch::kLong).view({batch, n}).to(device), &caches);
+    ++stats_.forwards;
+    stats_.prefill_tokens += n * batch;
   }
 }
 

@@ -6,8 +6,8 @@
 //      with its prompt and generated tokens: preemption by recompute);
 //   2. admits waiting sequences in order while the batch and the free blocks allow (each takes the blocks of
 //      all its tokens; with prefix caching, first the cached blocks its tokens start with, which it skips);
-//   3. prefills the admitted ones in chunks: at most max_prefill_tokens a step over all of them (each a forward
-//      of its own), every token but the last, which the next step decodes with the others.
+//   3. prefills the admitted ones in chunks: at most max_prefill_tokens a step over all of them (the chunks of one
+//      length in one forward, a ragged batch), every token but the last, which the next step decodes with the others.
 // With prefix caching, each step ends by filing the running sequences' full blocks for later ones to share.
 // A sequence that finishes (max_tokens, its stop token or a stop string, the context) or is cancelled leaves
 // at once and its blocks go back to the pool. Each sequence samples with its own generator seeded by its
@@ -49,7 +49,9 @@ struct Completion {
   FinishReason finish = FinishReason::kLength;
   int64_t preemptions = 0;      // times its blocks were taken and it was recomputed
   std::vector<double> logprobs;  // with GenerationRequest::logprobs: each token's log-probability under the model
-  int64_t drafted = 0, accepted = 0;  // speculative decoding: tokens proposed for it, and those the target kept
+  // Speculative decoding: tokens proposed for it, those the target kept, the steps that verified proposals of it
+  // (steps where the drafter proposed nothing are not counted), and the engine's speculate_k (0: no drafter).
+  int64_t drafted = 0, accepted = 0, spec_steps = 0, speculate_k = 0;
 };
 
 // A piece of a streamed request's output: the tokens generated since its last piece and the text they add.
@@ -70,6 +72,13 @@ size_t streamable_length(const std::string& text, const std::vector<std::string>
 
 // Where the earliest of the (non-empty) stop strings starts in text, or npos.
 size_t first_stop_string(const std::string& text, const std::vector<std::string>& stops);
+
+// For a process that runs an Engine (loom serve, loom generate --input): its steps allocate and free tensors whose
+// sizes change every step, which glibc's defaults hand back to the system (a heap top above 128 KiB is trimmed,
+// blocks above a moving threshold are mapped afresh), so each step faults their pages in again, each zeroed by the
+// kernel (slow under a hypervisor: 5-10% of the CPU at 64 concurrent). This keeps freed memory in the heap
+// (mallopt: no trimming below 1 GiB, mappings only from 32 MiB, 64 MiB of slack); process-wide, once.
+void keep_freed_heap_memory();
 
 class Drafter;  // serve/drafter.h
 

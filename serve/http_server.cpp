@@ -140,7 +140,7 @@ struct HttpServer::Impl {
               send(http_event(error_body(ApiError(503, error, "", "server_error"))));
             } else {
               send(http_event(stream_chunk(api, id, created, last, finish_reason_name(done->finish))));
-              if (api.include_usage) send(http_event(usage_chunk(api, id, created, prompt_tokens, generated)));
+              if (api.include_usage) send(http_event(usage_chunk(api, id, created, prompt_tokens, generated, *done)));
             }
             send("data: [DONE]\n\n");
             sink.done();

@@ -178,6 +178,18 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
   return out;
 }
 
+nlohmann::json speculative_metrics(const Completion& c) {
+  if (c.speculate_k <= 0) return nullptr;
+  const auto ratio = [](int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0; };
+  return {{"speculative_decoding",
+           {{"num_spec_steps", c.spec_steps},
+            {"num_draft_tokens", c.drafted},
+            {"num_accepted_draft_tokens", c.accepted},
+            {"draft_acceptance_rate", ratio(c.accepted, c.drafted)},
+            {"mean_acceptance_length", 1.0 + ratio(c.accepted, c.spec_steps)},
+            {"num_spec_tokens", c.speculate_k}}}};
+}
+
 nlohmann::json completion_response(const ApiRequest& request, const std::string& id, int64_t created,
                                    int64_t prompt_tokens, const Completion& c) {
   nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason_name(c.finish)}};
@@ -188,12 +200,14 @@ nlohmann::json completion_response(const ApiRequest& request, const std::string&
     choice["text"] = c.text;
     choice["logprobs"] = request.request.logprobs ? api_logprobs(c.tokens, c.logprobs) : nlohmann::json(nullptr);
   }
-  return {{"id", id},
-          {"object", request.chat ? "chat.completion" : "text_completion"},
-          {"created", created},
-          {"model", request.model},
-          {"choices", nlohmann::json::array({choice})},
-          {"usage", api_usage(prompt_tokens, static_cast<int64_t>(c.tokens.size()))}};
+  nlohmann::json out = {{"id", id},
+                        {"object", request.chat ? "chat.completion" : "text_completion"},
+                        {"created", created},
+                        {"model", request.model},
+                        {"choices", nlohmann::json::array({choice})},
+                        {"usage", api_usage(prompt_tokens, static_cast<int64_t>(c.tokens.size()))}};
+  if (c.speculate_k > 0) out["metrics"] = speculative_metrics(c);
+  return out;
 }
 
 nlohmann::json stream_chunk(const ApiRequest& request, const std::string& id, int64_t created, const TextDelta& delta,
@@ -216,13 +230,15 @@ nlohmann::json stream_chunk(const ApiRequest& request, const std::string& id, in
 }
 
 nlohmann::json usage_chunk(const ApiRequest& request, const std::string& id, int64_t created, int64_t prompt_tokens,
-                           int64_t completion_tokens) {
-  return {{"id", id},
-          {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
-          {"created", created},
-          {"model", request.model},
-          {"choices", nlohmann::json::array()},
-          {"usage", api_usage(prompt_tokens, completion_tokens)}};
+                           int64_t completion_tokens, const Completion& completion) {
+  nlohmann::json out = {{"id", id},
+                        {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
+                        {"created", created},
+                        {"model", request.model},
+                        {"choices", nlohmann::json::array()},
+                        {"usage", api_usage(prompt_tokens, completion_tokens)}};
+  if (completion.speculate_k > 0) out["metrics"] = speculative_metrics(completion);
+  return out;
 }
 
 }  // namespace loom

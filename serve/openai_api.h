@@ -64,8 +64,14 @@ nlohmann::json completion_response(const ApiRequest& request, const std::string&
 // One server-sent event's object: a piece of text (finish empty) or the last piece (finish "stop"/"length").
 nlohmann::json stream_chunk(const ApiRequest& request, const std::string& id, int64_t created, const TextDelta& delta,
                             const std::string& finish);
-// The usage chunk of stream_options.include_usage (no choices).
+// The usage chunk of stream_options.include_usage (no choices), with the finished request's speculative metrics.
 nlohmann::json usage_chunk(const ApiRequest& request, const std::string& id, int64_t created, int64_t prompt_tokens,
-                           int64_t completion_tokens);
+                           int64_t completion_tokens, const Completion& completion);
+// A server that speculates (completion.speculate_k > 0) reports each request's acceptance as vLLM does
+// (--per-request-spec-decode-metrics summary), a top-level "metrics" object beside "usage" of the response (or of
+// the stream's usage chunk): {"speculative_decoding": {"num_spec_steps", "num_draft_tokens",
+// "num_accepted_draft_tokens", "draft_acceptance_rate", "mean_acceptance_length", "num_spec_tokens"}}; without
+// speculation the responses have no "metrics" (this function gives null).
+nlohmann::json speculative_metrics(const Completion& completion);
 
 }  // namespace loom

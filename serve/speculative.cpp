@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "parallel/tensor_parallel.h"
 #include "serve/draft_model.h"
 
 namespace loom {
@@ -86,7 +87,13 @@ std::vector<SpeculativeOutcome> speculative_step(Gpt& target, KVBlockPool& pool,
     }
     auto caches = paged_kv_caches(pool, tables, target->config().attention_window);
     const auto input = torch::tensor(feed, torch::kLong).view({static_cast<int64_t>(members.size()), T});
-    const auto logits = target->forward(input.to(device), &caches).to(torch::kFloat).cpu();  // (B, T, V)
+    auto logits = target->forward(input.to(device), &caches);  // (B, T, V), or this rank's (B, T, V_r) under TP
+    if (auto* tp = target->tp_group(); tp != nullptr && tp->size() > 1) {
+      // the whole vocabulary, then rank 0's on every rank: the same verdicts, tokens and schedule (as decoding's)
+      logits = gather_from_tp_region(logits, *tp, target->config().vocab_size).contiguous();
+      tp->broadcast(logits, 0);
+    }
+    logits = logits.to(torch::kFloat).cpu();
     ++forwards;
     for (size_t m = 0; m < members.size(); ++m) {
       const size_t i = members[m];

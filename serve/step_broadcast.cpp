@@ -5,29 +5,6 @@
 #include "core/error.h"
 
 namespace loom {
-namespace {
-
-// One message: its length (int64), then its bytes (uint8), both broadcast from rank 0.
-void step_send(Communicator& group, const std::vector<uint8_t>& bytes) {
-  auto length = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong);
-  group.broadcast(length, 0);
-  auto payload = torch::from_blob(const_cast<uint8_t*>(bytes.data()), {static_cast<int64_t>(bytes.size())},
-                                  torch::kUInt8)
-                     .clone();
-  group.broadcast(payload, 0);
-}
-
-std::vector<uint8_t> step_receive(Communicator& group) {
-  auto length = torch::zeros({1}, torch::kLong);
-  group.broadcast(length, 0);
-  auto payload = torch::empty({length.item<int64_t>()}, torch::kUInt8);
-  group.broadcast(payload, 0);
-  const auto* p = payload.data_ptr<uint8_t>();
-  return std::vector<uint8_t>(p, p + payload.numel());
-}
-
-}  // namespace
-
 std::vector<uint8_t> encode_engine_ops(const std::vector<EngineOp>& ops, bool finish) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& op : ops) {
@@ -78,7 +55,7 @@ std::vector<EngineOp> decode_engine_ops(const std::vector<uint8_t>& bytes, bool&
   return ops;
 }
 
-StepLeader::StepLeader(Engine& engine, Communicator* group)
+StepLeader::StepLeader(Engine& engine, StepChannel* group)
     : engine_(engine), group_(group != nullptr && group->size() > 1 ? group : nullptr) {
   LOOM_CHECK(group_ == nullptr || group_->rank() == 0, "the step leader is rank 0 of its group");
 }
@@ -96,7 +73,7 @@ bool StepLeader::cancel(int64_t id) {
 std::vector<Completion> StepLeader::step() {
   if (group_) {
     LOOM_CHECK(!finished_, "the step leader has finished: its followers are gone");
-    step_send(*group_, encode_engine_ops(ops_, false));
+    group_->send(encode_engine_ops(ops_, false));
     ops_.clear();
   }
   return engine_.step();
@@ -105,14 +82,14 @@ std::vector<Completion> StepLeader::step() {
 void StepLeader::finish() {
   if (!group_ || finished_) return;
   finished_ = true;
-  step_send(*group_, encode_engine_ops({}, true));
+  group_->send(encode_engine_ops({}, true));
 }
 
-void run_step_follower(Engine& engine, Communicator& group) {
+void run_step_follower(Engine& engine, StepChannel& group) {
   LOOM_CHECK(group.rank() != 0, "rank 0 leads the steps");
   while (true) {
     bool finish = false;
-    const auto ops = decode_engine_ops(step_receive(group), finish);
+    const auto ops = decode_engine_ops(group.receive(), finish);
     if (finish) return;
     for (const auto& op : ops) {
       if (op.cancel) {

@@ -4,13 +4,14 @@
 // with their prompts and sampling, and the cancellations, in order), so the other ranks apply the same changes and
 // run the same step: the same batch, positions, block tables and TP-split forwards (the engine broadcasts rank 0's
 // logits before sampling, so every rank samples the same tokens). Rank 0's StepLeader wraps its Engine for the
-// worker thread; the other ranks run run_step_follower until rank 0's finish(). The messages go over a host
-// communicator of their own (MPI), one with no timeout: an idle server sends nothing.
+// worker thread; the other ranks run run_step_follower until rank 0's finish(). The messages go over a StepChannel
+// (serve/step_channel.h: MPI point-to-point, received without spinning): an idle server sends nothing, and its
+// followers sleep between probes for the next step.
 #pragma once
 #include <vector>
 
-#include "parallel/communicator.h"
 #include "serve/engine.h"
+#include "serve/step_channel.h"
 
 namespace loom {
 
@@ -24,7 +25,7 @@ struct EngineOp {
 class StepLeader {
  public:
   // group: rank 0 of the TP ranks (this process) and the followers; null: a single process (no broadcasts).
-  StepLeader(Engine& engine, Communicator* group);
+  StepLeader(Engine& engine, StepChannel* group);
   // As Engine's; recorded for the followers.
   int64_t add(GenerationRequest request);
   bool cancel(int64_t id);
@@ -36,14 +37,14 @@ class StepLeader {
 
  private:
   Engine& engine_;
-  Communicator* group_;
+  StepChannel* group_;
   std::vector<EngineOp> ops_;
   bool finished_ = false;
 };
 
 // A follower rank: receives each step's ops from rank 0 of `group`, applies them and steps its engine alike, until
 // rank 0 finishes. An add that rank 0's engine refused is refused here too (the same checks).
-void run_step_follower(Engine& engine, Communicator& group);
+void run_step_follower(Engine& engine, StepChannel& group);
 
 // The wire form of a step's ops (JSON bytes) and back: exposed for the tests.
 std::vector<uint8_t> encode_engine_ops(const std::vector<EngineOp>& ops, bool finish);

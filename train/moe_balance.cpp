@@ -31,14 +31,25 @@ void MoeBalance::set_loss_weight(double weight) {
   for (auto& [_, moe] : local_) moe->set_aux_loss_weight(weight);
 }
 
+std::vector<int64_t> MoeBalance::whole_sequence_tokens(const std::vector<int64_t>& tokens, const Mesh& mesh) const {
+  if (!active() || mesh.cp() == 1) return tokens;
+  auto sums = torch::tensor(std::vector<double>(tokens.begin(), tokens.end()), torch::kDouble);
+  mesh.host_group(MeshAxis::kCp).all_reduce(sums);
+  std::vector<int64_t> out;
+  for (int64_t m = 0; m < sums.size(0); ++m) out.push_back(static_cast<int64_t>(sums[m].item<double>()));
+  return out;
+}
+
 void MoeBalance::finish_step(const Mesh& mesh) {
   if (!active()) return;
   const int64_t E = config_.moe.num_experts, L = static_cast<int64_t>(moe_blocks_.size());
   // Per layer: E loads, the aux and z loss sums, dropped slots, micro-batches. TP ranks hold copies of the
   // same layer (the same tokens): only tp rank 0 counts; DP ranks add their tokens; each stage its layers.
+  // CP ranks add their parts of the same micro-batches' loads and losses, which cp rank 0 counts.
   const int64_t width = E + 4;
   auto sums = torch::zeros({L * width}, torch::kDouble);
   const bool counts = mesh.coord(MeshAxis::kTp) == 0;
+  const bool counts_micro_batches = mesh.coord(MeshAxis::kCp) == 0;
   for (auto& [index, moe] : local_) {
     MoeStepStats stats = moe->take_stats();
     if (!counts) continue;
@@ -47,7 +58,7 @@ void MoeBalance::finish_step(const Mesh& mesh) {
     row[E] = stats.aux_loss;
     row[E + 1] = stats.z_loss;
     row[E + 2] = static_cast<double>(stats.dropped);
-    row[E + 3] = static_cast<double>(stats.micro_batches);
+    row[E + 3] = counts_micro_batches ? static_cast<double>(stats.micro_batches) : 0.0;
   }
   mesh.world().all_reduce(sums);
   metrics_ = nlohmann::json::object();

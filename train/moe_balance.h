@@ -25,6 +25,11 @@ class MoeBalance {
 
   // The factor the micro-batch's loss is scaled by in backward, for its aux losses (models/moe.h).
   void set_loss_weight(double weight);
+  // The loss tokens of each micro-batch's whole sequences: `tokens` (this rank's) summed over the cp group (a
+  // collective over it), else as given. Under context parallelism each rank's aux losses are its part of the
+  // micro-batch's (models/moe_router.h), weighted by the whole micro-batch's share of the global batch, so
+  // that the gradient sync's sum over dp x cp gives the single process's aux-loss gradient.
+  std::vector<int64_t> whole_sequence_tokens(const std::vector<int64_t>& tokens, const Mesh& mesh) const;
   // After the step's backward on every rank (a collective over the world): sums the step's statistics,
   // moves the expert biases (model.moe.bias_update_rate) and keeps the metrics.
   void finish_step(const Mesh& mesh);

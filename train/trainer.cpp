@@ -275,10 +275,11 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
   // A global batch of prompts only (SFT) has no target: its loss and gradients are 0, not 0 / 0.
   const double loss_divisor = std::max<double>(static_cast<double>(out.loss_tokens), 1.0);
   const double weight_per_token = static_cast<double>(mesh_.size(kDataParallelAxes)) / loss_divisor;
+  const auto moe_tokens = moe_->whole_sequence_tokens(tokens, mesh_);  // the aux losses' weights (under cp)
   clock.lap(&StepPhases::data_s);
   if (mesh_.pp() > 1) {
     const PipelineStats before = pipeline_stats_;
-    const auto loss_sum = pipeline_forward_backward(batches, tokens, weight_per_token);
+    const auto loss_sum = pipeline_forward_backward(batches, tokens, moe_tokens, weight_per_token);
     // The stage's own forwards, backwards and waits; the rest (the tied embedding's sum, the DP sync not
     // hidden by the last backward) is gradient sync.
     clock.lap({{&StepPhases::forward_s, pipeline_stats_.forward_s - before.forward_s},
@@ -299,7 +300,8 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
     if (m == accumulation - 1) gradient_sync_->prepare_last_backward();
     const auto weight = static_cast<double>(tokens[m]);
     // MoE layers weight their aux losses as this micro-batch's loss is weighted below.
-    moe_->set_loss_weight((loss_scaler_.enabled() ? loss_scaler_.scale() : 1.0) * weight * weight_per_token);
+    moe_->set_loss_weight((loss_scaler_.enabled() ? loss_scaler_.scale() : 1.0) *
+                          static_cast<double>(moe_tokens[m]) * weight_per_token);
     gradient_sync_->set_next_pass(NextPass::kBackward);
     auto loss = task_->loss(batches[m], device_, config_.optim.label_smoothing);
     if (faults.nan_loss) loss = loss * std::numeric_limits<double>::quiet_NaN();
@@ -317,7 +319,8 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
 }
 
 torch::Tensor Trainer::pipeline_forward_backward(const std::vector<TaskBatch>& batches,
-                                                 const std::vector<int64_t>& tokens, double weight_per_token) {
+                                                 const std::vector<int64_t>& tokens,
+                                                 const std::vector<int64_t>& moe_tokens, double weight_per_token) {
   AutocastGuard autocast(config_.precision, device_);
   PipelineStep step;
   step.label_smoothing = config_.optim.label_smoothing;
@@ -328,7 +331,7 @@ torch::Tensor Trainer::pipeline_forward_backward(const std::vector<TaskBatch>& b
   step.start_gradient_sync = [this] { gradient_sync_->prepare_last_backward(); };
   step.before_pass = [&](int64_t m) {
     moe_->set_loss_weight((loss_scaler_.enabled() ? loss_scaler_.scale() : 1.0) *
-                          static_cast<double>(tokens[static_cast<size_t>(m)]) * weight_per_token);
+                          static_cast<double>(moe_tokens[static_cast<size_t>(m)]) * weight_per_token);
   };
   step.next_pass = [this](NextPass next) { gradient_sync_->set_next_pass(next); };
   auto loss_sum = run_pipeline(*task_, batches, mesh_, config_.parallel.pp_schedule, device_, step, &pipeline_stats_);

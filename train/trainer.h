@@ -75,8 +75,9 @@ class Trainer {
   };
   Backward forward_backward(PhaseClock& clock, const StepFaults& faults);
   // The micro-batches through this rank's pipeline stage (parallel.pp > 1): this rank's sum of loss x tokens.
+  // moe_tokens: the aux losses' weights (MoeBalance::whole_sequence_tokens).
   torch::Tensor pipeline_forward_backward(const std::vector<TaskBatch>& batches, const std::vector<int64_t>& tokens,
-                                          double weight_per_token);
+                                          const std::vector<int64_t>& moe_tokens, double weight_per_token);
   // Over every rank's share of the gradients: ZeRO shards over DP, TP shards, pipeline stages.
   GradientNorm global_gradient_norm();
 

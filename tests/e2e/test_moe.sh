@@ -3,7 +3,8 @@
 # Switch aux loss and router z-loss) trained 20 steps in fp32 (dropout off) under mpirun equals the single
 # process of the same global batch and micro-batches (the aux loss is per micro-batch; losses within 1e-5,
 # clipped gradient norms within 1e-3 relative): DP=2, ZeRO-3 DP=2, PP=2 (the aux losses reach backward on
-# every stage), TP=2 (experts replicated over the group); a Qwen-style variant (softmax_topk, renormalised, a gated shared expert, first block dense,
+# every stage), TP=2 (experts replicated over the group), TP=2 with sequence parallelism, CP=2 (the routing
+# statistics summed over the cp group); a Qwen-style variant (softmax_topk, renormalised, a gated shared expert, first block dense,
 # the aux-loss-free expert bias) at ZeRO-1 DP=2 and PP=2, and resumed at step 10 on the uninterrupted losses
 # (the bias comes back from the checkpoint). metrics.jsonl holds each MoE block's load and aux loss; `loom
 # info` counts total and active parameters; the export loads in transformers as a MixtralForCausalLM whose
@@ -46,8 +47,16 @@ same_moe_curve "$WORK/single" "$WORK/pp2" "MoE PP=2 (aux losses from both stages
 # tokens (replicated, as norms), and only tp rank 0 counts the routing statistics.
 moe_mpi 2 "$WORK/tp2" --set parallel.tp=2 --set parallel.dp=1
 same_moe_curve "$WORK/single" "$WORK/tp2" "MoE TP=2 (experts replicated over the group)"
+# Sequence parallelism: each MoE MLP gathers the group's positions and runs as under TP alone.
+moe_mpi 2 "$WORK/sp2" --set parallel.tp=2 --set parallel.dp=1 --set parallel.sequence_parallel=true
+same_moe_curve "$WORK/single" "$WORK/sp2" "MoE TP=2 + SP (the sequence gathered before the experts)"
+# Context parallelism: each rank routes its part of the sequences; loads and token counts summed over cp make
+# each rank's aux and z losses its part of the whole sequences', whose gradients the gradient sync adds.
+moe_mpi 2 "$WORK/cp2" --set parallel.cp=2 --set parallel.dp=1
+grep -q "layout dp=1 cp=2 tp=1 pp=1" "$WORK/cp2.log" || fail "MoE CP=2 did not run as such"
+same_moe_curve "$WORK/single" "$WORK/cp2" "MoE CP=2 (routing statistics over the cp group)"
 # The routing metrics too: every rank's load summed over DP, each stage's blocks gathered to rank 0.
-python3 - "$WORK/single" "$WORK/dp2" "$WORK/zero3" "$WORK/pp2" "$WORK/tp2" <<'PY' || fail "the MoE metrics differ from the single process's"
+python3 - "$WORK/single" "$WORK/dp2" "$WORK/zero3" "$WORK/pp2" "$WORK/tp2" "$WORK/sp2" "$WORK/cp2" <<'PY' || fail "the MoE metrics differ from the single process's"
 import json, sys
 def moe(d): return [r["moe"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"]
 single = moe(sys.argv[1])
@@ -59,7 +68,7 @@ for d in sys.argv[2:]:
         for k in a:
             assert (a[k]["max_load"], a[k]["mean_load"], a[k]["dropped"]) == (b[k]["max_load"], b[k]["mean_load"], b[k]["dropped"]), (d, k)
             assert abs(a[k]["aux_loss"] - b[k]["aux_loss"]) < 1e-5 and abs(a[k]["z_loss"] - b[k]["z_loss"]) < 1e-4, (d, k)
-print("MoE metrics of DP=2, ZeRO-3, PP=2 and TP=2: the single process's loads, aux and z losses")
+print("MoE metrics of DP=2, ZeRO-3, PP=2, TP=2, TP=2 + SP and CP=2: the single process's loads, aux and z losses")
 PY
 
 # Shared expert, dense first block, softmax_topk and the expert bias.

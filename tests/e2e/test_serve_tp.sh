@@ -2,7 +2,9 @@
 # Tensor-parallel serving: `mpirun -np 2 loom generate --input ... --set parallel.tp=2` and `mpirun -np 2 loom serve
 # ... --set parallel.tp=2` (rank 0 takes the HTTP traffic and leads every engine step, rank 1 follows with the other
 # half of every layer) give the single process's completions token for token, greedy and sampled with seeds
-# (a sampled token follows the exact logits, so a wrong split shows); 12 concurrent clients share the steps; SIGTERM
+# (a sampled token follows the exact logits, so a wrong split shows), with n-gram speculation too (the same texts and
+# acceptance counts); 12 concurrent clients share the steps; the idle
+# server's follower rank uses under 10% of a core; SIGTERM
 # to the ranks ends both cleanly (rank 1 waits for rank 0's stop; mpirun exits 0); --dry-run gives a rank's KV bytes. pp, cp and dp are refused with a message, as is a tp that is not the
 # job's size.
 source "$(dirname "$0")/common.sh"
@@ -21,6 +23,19 @@ PY
   --ignore-eos --set parallel.tp=2 >"$WORK/two.log" 2>&1 || fail "generate under tp=2: $(tail -5 "$WORK/two.log")"
 cmp -s "$WORK/one.jsonl" "$WORK/two.jsonl" || fail "tp=2 generate differs: $(diff "$WORK/one.jsonl" "$WORK/two.jsonl")"
 echo "generate --input: tp=2 == one process ($(wc -l < "$WORK/one.jsonl") prompts)"
+# Speculation by n-gram lookup under tp=2: every rank verifies rank 0's logits, so the texts and each request's
+# drafted and accepted counts are the single process's; a draft model is refused under tp.
+"$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/one-ngram.jsonl" --ignore-eos \
+  --speculate ngram 2>/dev/null || fail "generate --speculate ngram failed"
+"${MPIRUN[@]}" -np 2 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/two-ngram.jsonl" \
+  --ignore-eos --speculate ngram --set parallel.tp=2 >"$WORK/two-ngram.log" 2>&1 ||
+  fail "generate --speculate ngram under tp=2: $(tail -5 "$WORK/two-ngram.log")"
+cmp -s "$WORK/one-ngram.jsonl" "$WORK/two-ngram.jsonl" ||
+  fail "tp=2 ngram differs: $(diff "$WORK/one-ngram.jsonl" "$WORK/two-ngram.jsonl")"
+grep -q '"drafted_tokens":[1-9]' "$WORK/two-ngram.jsonl" || fail "nothing drafted: $(cat "$WORK/two-ngram.jsonl")"
+out=$("${MPIRUN[@]}" -np 2 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/x" --draft "$run" \
+  --set parallel.tp=2 2>&1) && fail "--draft under tp=2 ran"
+grep -q "use --speculate ngram" <<<"$out" || fail "--draft under tp=2: $out"
 
 # Other layouts are refused, naming what is served.
 out=$("${MPIRUN[@]}" -np 2 "$LOOM" serve "$run" --set parallel.pp=2 2>&1) && fail "pp=2 was served"
@@ -63,6 +78,20 @@ for t in threads: t.join()
 for i, text in enumerate(got):
     assert text == expected[i % len(requests)], (i, text, expected[i % len(requests)])
 print("serve: 12 concurrent requests under tp=2 == one process's generate")
+PY
+# An idle server's follower sleeps between probes for the next step (serve/step_channel.h): under 10% of a core
+# over 2 s (a blocking MPI receive spun at ~40%).
+follower=$(sed -nE 's/.*rank 1 of 2 \(pid ([0-9]+)\) follows.*/\1/p' "$log")
+[ -n "$follower" ] || fail "no follower line: $(cat "$log")"
+python3 - "$follower" <<'PY' || fail "the idle follower is busy"
+import os, sys, time
+def cpu():
+    fields = open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+time.sleep(0.5)
+before = cpu(); time.sleep(2); used = cpu() - before
+print(f"idle follower: {used / 2 * 100:.1f}% of a core")
+assert used < 0.2, used
 PY
 pkill -TERM -P $pid  # the ranks (each under its `timeout`), as a batch scheduler's stop reaches them
 code=0

@@ -96,6 +96,22 @@ TEST_CASE("moe losses: load balancing on a hand-built assignment, z-loss, bias u
   const auto logits = torch::tensor({{0.0, 0.0}, {1.0, 2.0}}, torch::kDouble);
   const double z0 = std::log(2.0), z1 = std::log(std::exp(1.0) + std::exp(2.0));
   CHECK_THAT(loom::router_z_loss(logits).item<double>(), loom::test::close_to((z0 * z0 + z1 * z1) / 2, 1e-12));
+  // Tokens split over two ranks (context parallelism): with the whole load and token count, each rank's part
+  // from its own probabilities; the parts, and their gradients, sum to the whole's.
+  {
+    const auto whole = probs.clone().requires_grad_(true);
+    loom::load_balancing_loss(whole, experts).backward();
+    const auto load = loom::expert_load(experts, 2), tokens = torch::tensor(4.0, torch::kDouble);
+    const auto part = probs.clone().requires_grad_(true);
+    const auto a = loom::load_balancing_loss(part.narrow(0, 0, 1), load, tokens, 1);
+    const auto b = loom::load_balancing_loss(part.narrow(0, 1, 3), load, tokens, 1);
+    (a + b).backward();
+    CHECK_THAT((a + b).item<double>(), loom::test::close_to(1.1, 1e-12));
+    CHECK(torch::allclose(part.grad(), whole.grad(), 0, 1e-12));
+    const auto za = loom::router_z_loss(logits.narrow(0, 0, 1), torch::tensor(2.0, torch::kDouble));
+    const auto zb = loom::router_z_loss(logits.narrow(0, 1, 1), torch::tensor(2.0, torch::kDouble));
+    CHECK_THAT((za + zb).item<double>(), loom::test::close_to((z0 * z0 + z1 * z1) / 2, 1e-12));
+  }
   // Loads 6, 2, 4, 4 (mean 4): the overloaded expert goes down, the underloaded up, the average ones stay.
   const auto bias = torch::tensor({0.5f, 0.0f, -0.25f, 0.0f});
   const auto updated = loom::updated_expert_bias(bias, torch::tensor({6, 2, 4, 4}, torch::kLong), 0.01);
@@ -206,9 +222,9 @@ TEST_CASE("moe config: nested keys, defaults, checks naming the key", "[moe][con
   CHECK(again.model.moe.first_dense == 1);
   CHECK_THAT(loom::test::config_error(yaml, {"model.moe.top_k=9"}), Catch::Contains("model.moe.top_k"));
   CHECK_THAT(loom::test::config_error("model:\n  moe:\n    experts: 4\n"), Catch::Contains("model.moe.experts: unknown key"));
-  CHECK_THAT(loom::test::config_error(yaml, {"parallel.cp=2"}), Catch::Contains("parallel.cp"));
-  CHECK_THAT(loom::test::config_error(yaml, {"parallel.tp=2", "parallel.sequence_parallel=true"}),
-             Catch::Contains("parallel.sequence_parallel"));
+  // Context parallelism takes the MoE dropless; capacity is served in token order over the whole sequences.
+  CHECK_THAT(loom::test::config_error(yaml, {"parallel.cp=2", "model.moe.capacity_factor=1.5"}),
+             Catch::Contains("model.moe.capacity_factor") && Catch::Contains("parallel.cp"));
   CHECK_THAT(loom::test::config_error(yaml, {"model.moe.normalize=true"}), Catch::Contains("model.moe.normalize"));
   CHECK_THAT(loom::test::config_error(yaml, {"model.moe.first_dense=4"}), Catch::Contains("model.moe.first_dense"));
   CHECK_THAT(loom::test::config_error(yaml, {"model.arch=bert"}), Catch::Contains("model.arch=gpt only"));

@@ -102,7 +102,8 @@ TEST_CASE("openai api: a chat renders as the template's pieces, the assistant's 
   CHECK_THROWS_AS(loom::render_chat(format, {{"tool", "x"}}), loom::ApiError);
 }
 
-TEST_CASE("openai api: responses and stream chunks carry the completion, metrics' histogram is cumulative",
+TEST_CASE("openai api: responses and stream chunks carry the completion and its speculative acceptance, metrics' "
+          "histogram is cumulative",
           "[serve]") {
   auto api = loom::parse_api_request(R"({"prompt": "a", "model": "m", "logprobs": 1})", false);
   loom::Completion c;
@@ -124,7 +125,18 @@ TEST_CASE("openai api: responses and stream chunks carry the completion, metrics
   api.chat = true;
   CHECK(loom::completion_response(api, "c", 1, 2, c)["choices"][0]["message"]["content"] == "xyz");
   CHECK(loom::stream_chunk(api, "c", 1, d, "length")["choices"][0]["delta"]["content"] == "xy");
-  CHECK(loom::usage_chunk(api, "c", 1, 2, 3)["choices"].empty());
+  CHECK(loom::usage_chunk(api, "c", 1, 2, 3, c)["choices"].empty());
+  CHECK_FALSE(r.contains("metrics"));  // no speculation: no per-request metrics
+  // A speculating server's request: vLLM's metrics.speculative_decoding, in the response and the usage chunk.
+  c.drafted = 12;
+  c.accepted = 9;
+  c.spec_steps = 4;
+  c.speculate_k = 3;
+  const nlohmann::json spec = {{"num_spec_steps", 4},          {"num_draft_tokens", 12},
+                               {"num_accepted_draft_tokens", 9}, {"draft_acceptance_rate", 0.75},
+                               {"mean_acceptance_length", 3.25}, {"num_spec_tokens", 3}};
+  CHECK(loom::completion_response(api, "c", 1, 2, c)["metrics"]["speculative_decoding"] == spec);
+  CHECK(loom::usage_chunk(api, "c", 1, 2, 3, c)["metrics"]["speculative_decoding"] == spec);
 
   loom::ServeMetrics m;
   m.ttft.observe(0.003);

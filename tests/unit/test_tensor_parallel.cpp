@@ -104,7 +104,7 @@ TEST_CASE("tensor parallel: copy/reduce, gather/scatter and the sequence pair, v
     (s * slice(G, -1, mine)).sum().backward();  // each rank's loss covers its columns: together all of G
     CHECK(X2.grad().equal(G));
   }
-  SECTION("sequence parallel: all-gather along T, reduce-scatter in backward (and the reverse)") {
+  SECTION("sequence parallel: all-gather along T, reduce-scatter in backward (and the reverse; and replicated)") {
     const int64_t T = 2 * n;
     std::vector<torch::Tensor> full_parts, full_upstream;
     for (int64_t k = 0; k < n; ++k) full_parts.push_back(torch::randn({2, T, 3}));
@@ -122,6 +122,13 @@ TEST_CASE("tensor parallel: copy/reduce, gather/scatter and the sequence pair, v
     CHECK_THAT(z, close_to_full(slice(sum_of(full_parts), 1, mine)));
     (z * slice(full_upstream[0], 1, mine)).sum().backward();
     CHECK(z_in.grad().equal(full_upstream[0]));
+
+    // A replicated layer: the whole sequence on every rank, whose (equal) gradients are not summed.
+    auto w = slice(X, 1, mine).clone().requires_grad_();
+    auto whole = loom::replicate_sequence(w, g);
+    CHECK(whole.equal(X));
+    (whole * full_upstream[0]).sum().backward();
+    CHECK(w.grad().equal(slice(full_upstream[0], 1, mine)));
   }
 }
 
