@@ -105,9 +105,10 @@ int info_command(const Argv& argv, const ProcessGroup&) {
       communication = c;
   }
   const int64_t micro_batch = plan.micro_batch_size();
-  // parallel.ep: the bytes a rank sends by all-to-all per step (every MoE block, micro-batch, forward and backward).
+  // parallel.ep: the bytes a rank sends by all-to-all per step (every MoE block of its stage, micro-batch, forward
+  // and backward; the stage with the most MoE blocks; every TP rank dispatches the same tokens in its ep group).
   int64_t moe_blocks = 0;
-  for (int64_t i = 0; m.moe.enabled() && i < m.n_layers; ++i) moe_blocks += m.moe.layer_is_moe(i) ? 1 : 0;
+  for (const StagePlan& stage : plan.stages()) moe_blocks = std::max(moe_blocks, stage.blocks.moe);
   const int64_t all_to_all =
       m.moe.enabled() ? moe_blocks * plan.accumulation_steps() *
                             expert_all_to_all_bytes(micro_batch * config.data.seq_len, m.moe.top_k, m.d_model,

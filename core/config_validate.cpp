@@ -110,8 +110,7 @@ void validate_moe(const Config& c, ConfigChecks& check) {
                 "(dropless) or parallel.cp 1");
 }
 
-// parallel.ep: a split of the DP ranks and of every MoE layer's experts, and the layouts it does not combine
-// with yet.
+// parallel.ep: a split of the DP ranks and of every MoE layer's experts (with any tp, pp, cp and ZeRO stage).
 void validate_expert_parallel(const Config& c, ConfigChecks& check) {
   const ParallelConfig& p = c.parallel;
   check.require(p.ep >= 1, "parallel.ep", p.ep, " must be >= 1");
@@ -128,11 +127,6 @@ void validate_expert_parallel(const Config& c, ConfigChecks& check) {
   if (p.shard_size > 0)
     check.require(p.shard_size % p.ep == 0, "parallel.ep", p.ep, " does not divide parallel.shard_size=", p.shard_size,
                   ": each ep group lies inside one ZeRO shard group");
-  check.require(p.tp == 1 && p.pp == 1, "parallel.ep",
-                "expert parallelism with parallel.tp or parallel.pp > 1 is not supported yet: set them 1 "
-                "(or parallel.ep 1)");
-  check.require(p.zero != ZeroStage::kParameters, "parallel.ep",
-                "expert parallelism with parallel.zero 3 is not supported yet: use parallel.zero 1 or 2 (or parallel.ep 1)");
 }
 
 }  // namespace

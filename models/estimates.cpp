@@ -95,6 +95,12 @@ UnitSizes unit_sizes(const Config& config, int64_t stage) {
     out.blocks += moe_blocks_in(config.model, range.first, range.end) * (moe_block - decoder_block);
   }
   out.ends = std::max<int64_t>(0, sharding_params_per_tp_rank(config, stage) - out.blocks);
+  if (const int64_t ep = config.parallel.ep; ep > 1 && config.model.moe.enabled()) {
+    // parallel.ep: an MoE block's unit holds (and gathers over the expert shard group) E / ep of its experts.
+    const int64_t not_held = (config.model.moe.num_experts - config.model.moe.num_experts / ep) * p.expert;
+    out.largest = std::max(counts.decoder > 0 ? decoder_block : encoder_block, moe_block - not_held);
+    out.blocks -= counts.moe * not_held;
+  }
   out.head = stage == config.parallel.pp - 1 ? per_rank(p.head) : 0;
   if (config.parallel.reshard_after_forward && !shape.ends_kept)
     out.ends_uses = (stage == 0 ? 1 : 0) + (stage == config.parallel.pp - 1 ? 1 : 0);
@@ -129,12 +135,12 @@ ShardingSizes sharding_sizes(const Config& config, int64_t stage) {
   if (config.parallel.zero == ZeroStage::kParameters) out.units = unit_sizes(config, stage);
   out.reshard_after_forward = config.parallel.reshard_after_forward;
   if (const int64_t ep = config.parallel.ep; ep > 1 && m.moe.enabled()) {
-    // parallel.ep: a rank holds E / ep of each MoE block's experts (sharded over dp / ep ranks under ZeRO).
-    const BlockRange range = stage_blocks(stage_layers(model_shape(m).pipeline_layers(), pp, config.parallel.pp_layers), stage);
-    const int64_t not_held = moe_blocks_in(m, range.first, range.end) * (m.moe.num_experts - m.moe.num_experts / ep) *
+    // parallel.ep: a rank holds E / ep of each MoE block of its stage's experts, whole on every TP rank (TP
+    // does not split them), sharded over dp / ep ranks under ZeRO.
+    const int64_t not_held = stage_block_counts(config, stage).moe * (m.moe.num_experts - m.moe.num_experts / ep) *
                              parts_of(m, model_shape(m)).expert;
     out.sharded_params = out.params;
-    out.params -= not_held / tp;
+    out.params -= not_held;
   }
   return out;
 }
@@ -164,7 +170,8 @@ StageBlockCounts stage_block_counts(const Config& config, int64_t stage) {
       stage_blocks(stage_layers(shape.pipeline_layers(), config.parallel.pp, config.parallel.pp_layers), stage);
   const int64_t encoder = shape.encoder_layers;
   const int64_t in_encoder = std::max<int64_t>(0, std::min(range.end, encoder) - range.first);
-  return {in_encoder, range.end - range.first - in_encoder, in_encoder > 0 && range.end >= encoder};
+  const int64_t moe = config.model.moe.enabled() ? moe_blocks_in(config.model, range.first, range.end) : 0;
+  return {in_encoder, range.end - range.first - in_encoder, in_encoder > 0 && range.end >= encoder, moe};
 }
 
 int64_t count_stage_parameters(const Config& config, int64_t stage) {

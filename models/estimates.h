@@ -29,6 +29,7 @@ struct StageBlockCounts {
   int64_t encoder = 0;
   int64_t decoder = 0;
   bool ends_encoder = false;  // holds the encoder's last block
+  int64_t moe = 0;            // of its decoder blocks, the MoE ones (model.moe)
 };
 StageBlockCounts stage_block_counts(const Config& config, int64_t stage);
 

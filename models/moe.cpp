@@ -144,7 +144,7 @@ torch::Tensor MoeExpertsImpl::forward(const torch::Tensor& x, const torch::Tenso
       return grouped(r, c);
     });
   } else {
-    if (rows.size(0) == 0) return out;
+    // No rows (capacity dropped every slot): the experts still run on none, so their gradients arrive.
     computed = grouped(rows, std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + E));
   }
   const auto weighted = computed * slot_weight.index_select(0, order).unsqueeze(1).to(x.dtype());

@@ -24,7 +24,8 @@ torch::Tensor all_to_all_rows(const torch::Tensor& rows, Communicator& group, co
 // One MoE layer's dispatch under ep: rows (S, C) are this rank's slots sorted by (global) expert, with
 // expert_counts (E) slots per expert (CPU int64). Every rank gets the slots of its local experts
 // [rank * E / ep, (rank + 1) * E / ep) from every rank, `run` computes them (rows grouped by local expert,
-// counts per local expert) and the results come back in the order of `rows`: (S, C).
+// counts per local expert; called with no rows too, so the experts stay on the graph) and the results come
+// back in the order of `rows`: (S, C).
 using LocalExperts = std::function<torch::Tensor(const torch::Tensor& rows, const std::vector<int64_t>& counts)>;
 torch::Tensor dispatch_to_experts(const torch::Tensor& rows, const torch::Tensor& expert_counts, Communicator& group,
                                   const LocalExperts& run);

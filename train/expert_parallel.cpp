@@ -40,19 +40,34 @@ std::vector<ShardedParameters> sharded_parameters(torch::nn::Module& model, cons
 
 GradientNorm expert_parallel_gradient_norm(torch::nn::Module& model, const Mesh& mesh, bool sharded,
                                            const std::vector<torch::Tensor>& parameters,
-                                           const std::vector<std::vector<ParameterSlice>>& slices) {
+                                           const std::vector<std::vector<ParameterSlice>>& slices,
+                                           const std::vector<std::vector<ElementRange>>& tp_sharded,
+                                           const std::vector<std::vector<ElementRange>>& duplicated) {
   LOOM_CHECK(slices.size() == parameters.size(), "gradient norm: one slice list per optimizer tensor");
+  LOOM_CHECK(tp_sharded.empty() || tp_sharded.size() == parameters.size(), "gradient norm: one tp range list per tensor");
+  LOOM_CHECK(duplicated.empty() || duplicated.size() == parameters.size(), "gradient norm: one duplicated list per tensor");
   const auto experts = expert_tensors(model);
   std::vector<torch::Tensor> dense, expert;
+  std::vector<std::vector<ElementRange>> dense_tp, dense_duplicated;
   for (size_t i = 0; i < parameters.size(); ++i) {
     // A bucket (so an optimizer tensor) holds one entry's parameters; a shard of padding alone holds none.
     const bool is_expert = !slices[i].empty() && experts.count(slices[i].front().parameter.unsafeGetTensorImpl()) > 0;
-    (is_expert ? expert : dense).push_back(parameters[i]);
+    if (is_expert) {
+      expert.push_back(parameters[i]);
+      continue;
+    }
+    dense.push_back(parameters[i]);
+    dense_tp.push_back(tp_sharded.empty() ? std::vector<ElementRange>{} : tp_sharded[i]);
+    if (!duplicated.empty()) dense_duplicated.push_back(duplicated[i]);
   }
   Communicator* dense_sum = sharded ? &mesh.host_group(kShardAxes) : nullptr;
   Communicator* expert_sum = sharded ? &mesh.host_group(kShardAxes) : &mesh.host_group(kExpertAxes);
-  const auto d = gradient_norm(dense, dense_sum);
-  const auto e = gradient_norm(expert, expert_sum);
+  Communicator& tp = mesh.host_group(MeshAxis::kTp);
+  Communicator& pp = mesh.host_group(MeshAxis::kPp);
+  // Dense: TP shards summed over the TP group, the rest counted once (as without ep). Experts: whole on
+  // every TP rank (identical gradients: counted once), each pipeline stage its own.
+  const auto d = gradient_norm(dense, dense_sum, &tp, dense_tp, &pp, dense_duplicated);
+  const auto e = gradient_norm(expert, expert_sum, nullptr, {}, &pp, {});
   GradientNorm out;
   out.norm = std::sqrt(d.norm * d.norm + e.norm * e.norm);
   out.local_finite = d.local_finite && e.local_finite;

@@ -24,12 +24,17 @@ void split_experts(torch::nn::Module& model, const Mesh& mesh);
 std::vector<ShardedParameters> sharded_parameters(torch::nn::Module& model, const Mesh& mesh,
                                                   const std::vector<std::vector<torch::Tensor>>& groups);
 
-// The global gradient norm under ep > 1 (tp and pp 1): the dense parameters' squares summed over the shard group
-// when sharded (each rank a disjoint part), the experts' over the shard group when sharded (dp x cp holds every
-// expert shard once) or else over the ep group (each rank its own experts).
+// The global gradient norm under ep > 1: the dense parameters as without ep (their squares summed over the
+// shard group when sharded, TP shards over the TP group, the replicated ones counted once, each pipeline
+// stage its own, the last stage's tied embedding copy not counted: tp_sharded and duplicated as
+// optim/optimizer.h gradient_norm takes them, per optimizer tensor); the experts' over the shard group when
+// sharded (dp x cp holds every expert shard once) or else over the ep group (each rank its own experts), and
+// over the pipeline stages, never over TP (every TP rank holds the same experts with the same gradients).
 // parameters/slices: the optimizer's tensors and the parameter elements each holds (GradientSync).
 GradientNorm expert_parallel_gradient_norm(torch::nn::Module& model, const Mesh& mesh, bool sharded,
                                            const std::vector<torch::Tensor>& parameters,
-                                           const std::vector<std::vector<ParameterSlice>>& slices);
+                                           const std::vector<std::vector<ParameterSlice>>& slices,
+                                           const std::vector<std::vector<ElementRange>>& tp_sharded = {},
+                                           const std::vector<std::vector<ElementRange>>& duplicated = {});
 
 }  // namespace loom

@@ -238,7 +238,8 @@ GradientNorm Trainer::global_gradient_norm() {
   // The sums of squares are CPU doubles by then: the host groups carry them.
   if (mesh_.ep() > 1)  // each expert counted once: its squares summed over the ep group too
     return expert_parallel_gradient_norm(task_->model(), mesh_, gradient_sync_->sharded(),
-                                         gradient_sync_->optimizer_parameters(), gradient_sync_->optimizer_slices());
+                                         gradient_sync_->optimizer_parameters(), gradient_sync_->optimizer_slices(),
+                                         tp_sharded_, duplicated_);
   Communicator* shards = gradient_sync_->sharded() ? &mesh_.host_group(kShardAxes) : nullptr;
   return gradient_norm(gradient_sync_->optimizer_parameters(), shards, &mesh_.host_group(MeshAxis::kTp), tp_sharded_,
                        &mesh_.host_group(MeshAxis::kPp), duplicated_);

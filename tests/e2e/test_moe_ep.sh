@@ -3,10 +3,13 @@
 # (moe_setup.sh): 20 fp32 steps, dropout 0, dropless, against the single process of the same global batch and
 # micro-batches (losses within 1e-5, clipped gradient norms within 1e-3 relative as test_moe.sh's): EP=2 at
 # DP=2 (each rank keeps 2 of the 4 experts, tokens exchanged by all-to-all), EP=2 and EP=4 at DP=4, EP=2 with
-# ZeRO-2, and the Qwen-style variant (a gated shared expert, the expert bias) at EP=2 with ZeRO-1; EP=2 x CP=2
-# at DP=2 with ZeRO-2 (routing statistics summed over cp), its checkpoint resumed in one process. A checkpoint
-# written at EP=2 names each expert tensor whole: the single process resumes it on the uninterrupted curve.
-# The layouts expert parallelism does not take are refused naming parallel.ep.
+# ZeRO-2, EP=2 x TP=2 (each TP rank dispatches the group's replicated tokens in its own ep group), EP=2 x PP=2
+# with ZeRO-1 (each stage's experts split over its ep group), EP=2 with ZeRO-3 at DP=4 (expert units gathered
+# over the expert shard group), the Qwen-style variant (a gated shared expert, the expert bias) at EP=2 with
+# ZeRO-1, and EP=2 x CP=2 at DP=2 with ZeRO-2 (routing statistics summed over cp), its checkpoint resumed in one
+# process. Checkpoints name each expert tensor whole: a run hops EP=4 -> EP=2 x TP=2 -> EP=2 x PP=2 -> one
+# process on the uninterrupted curve, and an EP=2 run with dropout resumed at step 10 repeats its losses bit
+# for bit. The layouts expert parallelism does not take are refused naming parallel.ep.
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/moe_setup.sh"
 
@@ -21,8 +24,20 @@ moe_mpi 4 "$WORK/ep4" --set parallel.ep=4
 same_moe_curve "$WORK/single" "$WORK/ep4" "MoE EP=4 DP=4"
 moe_mpi 2 "$WORK/ep2-zero2" --set parallel.ep=2 --set parallel.zero=2
 same_moe_curve "$WORK/single" "$WORK/ep2-zero2" "MoE EP=2 DP=2 ZeRO-2"
+# With TP the ep group is the ranks of one tp index: every TP rank dispatches the same tokens; the gradient norm
+# counts the TP-split dense parameters over the TP group and each expert once.
+moe_mpi 4 "$WORK/ep2-tp2" --set parallel.ep=2 --set parallel.tp=2
+grep -q "dp=2 (ep=2) cp=1 tp=2" "$WORK/ep2-tp2.log" || fail "the layout line does not say ep=2 and tp=2"
+same_moe_curve "$WORK/single" "$WORK/ep2-tp2" "MoE EP=2 x TP=2"
+moe_mpi 4 "$WORK/ep2-pp2" --set parallel.ep=2 --set parallel.pp=2 --set parallel.zero=1
+same_moe_curve "$WORK/single" "$WORK/ep2-pp2" "MoE EP=2 x PP=2 ZeRO-1"
+# ZeRO-3 at DP=4: an MoE block's unit gathers its experts over the 2 ranks holding them (the expert shard group),
+# its dense parameters over all 4; an ep rank none of whose experts gets a token still reduces their (zero)
+# gradients in step with the rank sharing them.
+moe_mpi 4 "$WORK/ep2-zero3" --set parallel.ep=2 --set parallel.zero=3
+same_moe_curve "$WORK/single" "$WORK/ep2-zero3" "MoE EP=2 DP=4 ZeRO-3"
 # The routing metrics are the single process's too (each rank's load summed over DP).
-python3 - "$WORK/single" "$WORK/ep2" "$WORK/ep4" <<'PY' || fail "the MoE metrics under ep differ from the single process's"
+python3 - "$WORK/single" "$WORK/ep2" "$WORK/ep4" "$WORK/ep2-tp2" "$WORK/ep2-pp2" <<'PY' || fail "the MoE metrics under ep differ from the single process's"
 import json, sys
 def moe(d): return [r["moe"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"]
 single = moe(sys.argv[1])
@@ -30,7 +45,7 @@ for d in sys.argv[2:]:
     for a, b in zip(single, moe(d), strict=True):
         for k in a:
             assert (a[k]["max_load"], a[k]["mean_load"]) == (b[k]["max_load"], b[k]["mean_load"]), (d, k)
-print("MoE loads under EP=2 and EP=4: the single process's")
+print("MoE loads under EP=2, EP=4, EP=2 x TP=2 and EP=2 x PP=2: the single process's")
 PY
 
 # Shared expert and expert bias, ZeRO-1.
@@ -38,23 +53,76 @@ tiny_train "$WORK/qwen" "${moe[@]}" "${qwen[@]}" >"$WORK/qwen.log" 2>&1 || { tai
 moe_mpi 2 "$WORK/qwen-ep2" "${qwen[@]}" --set parallel.ep=2 --set parallel.zero=1
 same_moe_curve "$WORK/qwen" "$WORK/qwen-ep2" "MoE shared expert + expert bias, EP=2 DP=2 ZeRO-1"
 
-# Resume: 10 steps at EP=2 (checkpoint at 10), the rest in a single process.
-moe_mpi 2 "$WORK/resumed" --set parallel.ep=2 --set train.max_steps=10 --set checkpoint.every=10
-ls "$WORK/resumed/checkpoints/10/" | grep -q "shard-dp1" || fail "EP=2 wrote no file for its second ep rank"
-tiny_train "$WORK/resumed" "${moe[@]}" >>"$WORK/resumed.log" 2>&1 || { tail -20 "$WORK/resumed.log"; fail "single second half"; }
-grep -q "resumed from .*/checkpoints/10" "$WORK/resumed.log" || fail "did not resume from step 10"
-same_train_losses "$WORK/single" "$WORK/resumed" "MoE EP=2 resumed in a single process at step 10" 20
+# Resume across layouts: 5 steps at EP=4 (4 ranks), to 10 at EP=2 x TP=2 (TP-split dense tensors beside ep-split
+# experts), to 15 at EP=2 x PP=2 (a stage's file holds its experts), to 20 in one process: the uninterrupted curve.
+hop() {  # hop RANKS STEPS [--set ...]
+  local ranks=$1 steps=$2; shift 2
+  if [ "$ranks" -eq 1 ]; then
+    tiny_train "$WORK/hops" "${moe[@]}" "$@" >>"$WORK/hops.log" 2>&1 || { tail -20 "$WORK/hops.log"; fail "hop to $steps"; }
+  else
+    # shellcheck disable=SC2046
+    "${MPIRUN[@]}" -np "$ranks" "$LOOM" train $(train_args "$WORK/hops") "${moe[@]}" --set parallel.dp=-1 \
+      --set train.max_steps="$steps" --set checkpoint.every=5 "$@" >>"$WORK/hops.log" 2>&1 \
+      || { tail -20 "$WORK/hops.log"; fail "hop to $steps"; }
+  fi
+  [ "$steps" -eq 5 ] || [ "$(grep -c "resumed from .*/checkpoints/$((steps - 5)) " "$WORK/hops.log")" -ge 1 ] \
+    || fail "the hop to $steps did not resume from step $((steps - 5))"
+}
+hop 4 5 --set parallel.ep=4
+ls "$WORK/hops/checkpoints/5/" | grep -q "shard-dp3" || fail "EP=4 wrote no file for its last ep rank"
+hop 4 10 --set parallel.ep=2 --set parallel.tp=2
+ls "$WORK/hops/checkpoints/10/" | grep -q "shard-dp1-tp1" || fail "EP=2 x TP=2 wrote no file for ep rank 1, tp rank 1"
+hop 4 15 --set parallel.ep=2 --set parallel.pp=2
+ls "$WORK/hops/checkpoints/15/" | grep -q "shard-dp1-tp0-pp1" || fail "EP=2 x PP=2 wrote no file for ep rank 1 of stage 1"
+hop 1 20
+same_train_losses "$WORK/single" "$WORK/hops" "MoE resumed EP=4 -> EP=2 x TP=2 -> EP=2 x PP=2 -> one process" 20
+
+# Dropout under EP: an EP=2 run stopped at its step-10 checkpoint and resumed at EP=2 repeats the uninterrupted
+# EP=2 run's losses bit for bit (each rank's dropout streams come back from the checkpoint).
+dropout=(--set model.dropout=0.1 --set checkpoint.every=10 --set parallel.ep=2)
+moe_mpi 2 "$WORK/drop-whole" "${dropout[@]}"
+moe_mpi 2 "$WORK/drop-resumed" "${dropout[@]}" --set train.max_steps=10
+mv "$WORK/drop-resumed.log" "$WORK/drop-first.log"
+moe_mpi 2 "$WORK/drop-resumed" "${dropout[@]}"
+grep -q "resumed from .*/checkpoints/10" "$WORK/drop-resumed.log" || fail "the EP=2 dropout run did not resume"
+same_losses "$WORK/drop-whole" "$WORK/drop-resumed" "MoE EP=2 with dropout 0.1, resumed at step 10"
+python3 - "$WORK/single" "$WORK/drop-whole" <<'PY' || fail "dropout 0.1 did not change the EP=2 losses"
+import json, sys
+a, b = ([r["loss"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"] for d in sys.argv[1:3])
+assert max(abs(x - y) for x, y in zip(a, b)) > 1e-3
+PY
+
+# One process loads what expert parallelism wrote (loom eval, generate and export): the EP=2 x TP=2 and ZeRO-3
+# runs' step-20 checkpoints evaluate to the single run's validation loss.
+for run in single ep2-tp2 ep2-zero3; do
+  "$LOOM" eval "$WORK/$run" --json > "$WORK/eval-$run.json" 2>"$WORK/eval-$run.log" || { tail -5 "$WORK/eval-$run.log"; fail "loom eval $run"; }
+done
+python3 - "$WORK" <<'PY' || fail "loom eval of an expert-parallel checkpoint"
+import json, sys
+loss = {r: json.load(open(f"{sys.argv[1]}/eval-{r}.json"))["loss"] for r in ("single", "ep2-tp2", "ep2-zero3")}
+assert all(abs(v - loss["single"]) < 1e-5 for v in loss.values()), loss
+print("loom eval of the EP=2 x TP=2 and EP=2 ZeRO-3 checkpoints in one process:", loss)
+PY
 
 # loom info: ep 2 keeps half of each block's experts (weights, gradients; ZeRO-1's optimizer shard is unchanged:
-# the experts shard over dp / ep ranks) and sends the routed slots by all-to-all.
-for ep in 1 2; do
+# the experts shard over dp / ep ranks) and sends the routed slots by all-to-all. Under TP=2 every TP rank holds
+# its experts whole (not 1/tp of them); under PP=2 a rank sends its stage's blocks' slots; under ZeRO-3 a rank
+# reduce-scatters only its experts' gradients, and its shard is as large as without ep.
+info() {  # info NAME [--set ...]
+  local name=$1; shift
   # shellcheck disable=SC2046
-  "$LOOM" info $(train_args "$WORK/info") "${moe[@]}" --set parallel.dp=2 --set parallel.ep=$ep --set parallel.zero=1 \
-    --json > "$WORK/info-ep$ep.json" || fail "loom info at ep $ep"
+  "$LOOM" info $(train_args "$WORK/info") "${moe[@]}" "$@" --json > "$WORK/info-$name.json" || fail "loom info $name"
+}
+for ep in 1 2; do
+  info "ep$ep" --set parallel.dp=2 --set parallel.ep=$ep --set parallel.zero=1
+  info "tp2-ep$ep" --set parallel.dp=2 --set parallel.tp=2 --set parallel.ep=$ep
+  info "zero3-ep$ep" --set parallel.dp=4 --set parallel.ep=$ep --set parallel.zero=3
 done
-python3 - "$WORK/info-ep1.json" "$WORK/info-ep2.json" <<'PY' || fail "loom info under ep"
+info pp2-ep2 --set parallel.dp=2 --set parallel.pp=2 --set parallel.ep=2
+python3 - "$WORK" <<'PY' || fail "loom info under ep"
 import json, sys
-one, two = (json.load(open(f)) for f in sys.argv[1:3])
+info = lambda name: json.load(open(f"{sys.argv[1]}/info-{name}.json"))
+one, two = info("ep1"), info("ep2")
 C, F, E, k, L, T = 64, 48, 4, 2, 3, 4 * 32  # micro-batches of 4 x 32 tokens, 2 per step at dp 2
 experts_not_held = L * (E - E // 2) * 3 * C * F
 assert one["memory"]["weights"] - two["memory"]["weights"] == 4 * experts_not_held, (one["memory"], two["memory"])
@@ -62,7 +130,17 @@ assert one["memory"]["optimizer"] == two["memory"]["optimizer"], (one["memory"],
 assert one["communication"]["all_to_all"] == 0
 # Every routed slot's row (fp32) out and back, forward and backward; half of them leave the rank.
 assert two["communication"]["all_to_all"] == L * 2 * 4 * T * k * C * 4 // 2, two["communication"]
-print("loom info: ep 2 weights", two["memory"]["weights"], "all-to-all bytes per step", two["communication"]["all_to_all"])
+tp1, tp2 = info("tp2-ep1"), info("tp2-ep2")
+assert tp1["memory"]["weights"] - tp2["memory"]["weights"] == 4 * experts_not_held, (tp1["memory"], tp2["memory"])
+assert tp2["communication"]["all_to_all"] == two["communication"]["all_to_all"], tp2["communication"]
+# 3 blocks over 2 stages: the busier stage has 2 MoE blocks.
+assert info("pp2-ep2")["communication"]["all_to_all"] == 2 * 2 * 4 * T * k * C * 4 // 2
+z1, z2 = info("zero3-ep1"), info("zero3-ep2")
+assert z1["memory"]["weights"] == z2["memory"]["weights"], (z1["memory"], z2["memory"])
+assert z1["communication"]["reduce_scattered"] - z2["communication"]["reduce_scattered"] == 4 * experts_not_held
+assert z2["memory"]["gathered"] < z1["memory"]["gathered"], (z1["memory"], z2["memory"])
+print("loom info: ep 2 weights", two["memory"]["weights"], "all-to-all bytes per step", two["communication"]["all_to_all"],
+      "; under TP=2 weights", tp2["memory"]["weights"], "; ZeRO-3 gathered", z2["memory"]["gathered"])
 PY
 
 # EP=2 x CP=2 at DP=2 with ZeRO-2 (4 ranks): the ep groups join the ranks of one cp position, each routing its
@@ -95,6 +173,4 @@ refused "ep on a dense model" "parallel.ep.*dense model" --set parallel.ep=2 --s
 refused "ep not dividing the experts" "parallel.ep.*does not divide model.moe.num_experts" "${moe[@]}" \
   --set parallel.ep=3 --set parallel.dp=3
 refused "ep not dividing dp" "parallel.ep.*does not divide parallel.dp" "${moe[@]}" --set parallel.ep=2 --set parallel.dp=3
-refused "ep with zero 3" "parallel.ep.*parallel.zero 3" "${moe[@]}" --set parallel.ep=2 --set parallel.dp=2 \
-  --set parallel.zero=3
 echo PASS

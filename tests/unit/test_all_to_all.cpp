@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "models/moe.h"
 #include "parallel/process_group.h"
 #include "test_util.h"
 
@@ -50,4 +51,37 @@ TEST_CASE("communicator: all_to_all moves uneven row counts, with ranks sending 
   auto got = comm->all_to_all(longs, std::vector<int64_t>(static_cast<size_t>(n), 1));
   for (int s = 0; s < n; ++s)
     CHECK(got[s].equal((torch::arange(4, torch::kLong) + 4 * me + 100 * s).reshape({2, 2})));
+}
+
+// Expert parallelism's dispatch (models/moe_dispatch.h) when every token of every rank goes to rank 0's first
+// expert: the other ranks receive no rows, yet their experts stay on the graph and get a (zero) gradient, as
+// the gradient sync needs of every rank (ZeRO's reduce-scatters over the ranks holding the same experts run in
+// the same order everywhere); the output and rank 0's gradients are the single process's.
+TEST_CASE("moe dispatch: ranks whose experts receive no rows still get their gradients, zero", "[mpi]") {
+  auto comm = loom::test::processes().world(/*timeout_s=*/60);
+  const int me = comm->rank(), n = comm->size();
+  const int64_t E = 2 * n, C = 4, F = 3, N = 5;
+  torch::manual_seed(11);  // every rank draws the same whole layer, as a training run does
+  loom::MoeExperts whole(E, C, F, loom::Activation::kSwiglu, 0.3, 0.3);
+  loom::MoeExperts split(E, C, F, loom::Activation::kSwiglu, 0.3, 0.3);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < whole->parameters().size(); ++i) split->parameters()[i].copy_(whole->parameters()[i]);
+  }
+  split->keep_local_experts(*comm);
+  const auto x = torch::randn({N, C}) + me;  // each rank its own tokens
+  const auto experts = torch::zeros({N, 1}, torch::kLong);
+  const auto weights = torch::full({N, 1}, 0.5);
+  const auto y = split->forward(x, experts, weights);
+  y.sum().backward();
+  const auto expected = whole->forward(x, experts, weights);
+  CHECK(torch::allclose(y, expected, 1e-5, 1e-6));
+  for (const auto& p : split->parameters()) {
+    REQUIRE(p.grad().defined());
+    CHECK(p.size(0) == 2);
+    if (me > 0 || n == 1) continue;
+    CHECK(p.grad()[1].abs().max().item<float>() == 0);  // expert 1: no rows anywhere
+  }
+  if (me > 0)
+    for (const auto& p : split->parameters()) CHECK(p.grad().abs().max().item<float>() == 0);
 }
