@@ -50,6 +50,7 @@ nlohmann::json to_json(const BenchResult& r) {
             {"pipeline_wait", p.pipeline_wait_s * 1e3}}},
           {"exposed_dp_communication_ms", p.dp_wait_s * 1e3},
           {"exposed_cp_communication_ms", p.cp_wait_s * 1e3},
+          {"exposed_ep_communication_ms", p.ep_wait_s * 1e3},
           {"gemm_share", share(r.gemm_share)},
           {"attention_share", share(r.attention_share)},
           {"non_matmul_share", share(r.non_matmul_share)},
@@ -97,6 +98,9 @@ void print_text(const BenchResult& r) {
               p.dp_wait_s * 1e3);
   std::printf("exposed cp communication %.2f ms per step (blocked on ring attention's messages, within forward and backward)\n",
                 p.cp_wait_s * 1e3);
+  if (p.ep_wait_s > 0)
+    std::printf("exposed ep communication %.2f ms per step (blocked on the MoE layers' all-to-alls, within forward and backward)\n",
+                p.ep_wait_s * 1e3);
   if (r.non_matmul_share >= 0)
     std::printf("time in        matmul %.1f%%, attention kernels %.1f%%, everything else %.1f%%\n", 100 * r.gemm_share,
                 100 * r.attention_share, 100 * r.non_matmul_share);

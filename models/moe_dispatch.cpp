@@ -1,9 +1,23 @@
 #include "models/moe_dispatch.h"
 
+#include <atomic>
+#include <chrono>
+
 #include "core/error.h"
 
 namespace loom {
 namespace {
+
+std::atomic<int64_t> all_to_all_waited_ns{0};
+
+// One blocking exchange over the ep group, its time added to expert_all_to_all_wait_s.
+void timed_all_to_all(Communicator& group, const torch::Tensor& send, torch::Tensor& recv,
+                      const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows) {
+  const auto start = std::chrono::steady_clock::now();
+  group.all_to_all(send, recv, send_rows, recv_rows);
+  all_to_all_waited_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+                              .count();
+}
 
 // Forward: the all-to-all; backward: the reverse one. The group travels as an address (a Communicator
 // outlives every graph built over it: the mesh owns it for the run).
@@ -36,7 +50,7 @@ class AllToAllRows : public torch::autograd::Function<AllToAllRows> {
     auto shape = rows.sizes().vec();
     shape[0] = total;
     auto out = torch::empty(shape, rows.options());
-    comm.all_to_all(rows.contiguous(), out, send, recv);
+    timed_all_to_all(comm, rows.contiguous(), out, send, recv);
     return out;
   }
 };
@@ -56,7 +70,7 @@ torch::Tensor dispatch_to_experts(const torch::Tensor& rows, const torch::Tensor
   // The counts: what this rank sends each rank, per expert of that rank -> what each rank sends this one.
   const auto counts = expert_counts.to(torch::kLong).contiguous();
   auto on_device = torch::empty({ep, local}, torch::TensorOptions().dtype(torch::kLong).device(rows.device()));
-  group.all_to_all(counts.reshape({ep, local}).to(rows.device()), on_device,
+  timed_all_to_all(group, counts.reshape({ep, local}).to(rows.device()), on_device,
                    std::vector<int64_t>(static_cast<size_t>(ep), 1), std::vector<int64_t>(static_cast<size_t>(ep), 1));
   const auto received_counts = on_device.cpu();
   std::vector<int64_t> send(static_cast<size_t>(ep)), recv(static_cast<size_t>(ep)), per_expert(static_cast<size_t>(local));
@@ -78,6 +92,8 @@ torch::Tensor dispatch_to_experts(const torch::Tensor& rows, const torch::Tensor
   const auto computed = torch::empty_like(grouped).index_copy(0, order, grouped);  // back in the order received
   return all_to_all_rows(computed, group, recv, send);
 }
+
+double expert_all_to_all_wait_s() { return static_cast<double>(all_to_all_waited_ns.load()) * 1e-9; }
 
 int64_t expert_all_to_all_bytes(int64_t tokens, int64_t top_k, int64_t d_model, int64_t element_size, int64_t ep) {
   if (ep <= 1) return 0;

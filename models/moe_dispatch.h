@@ -32,6 +32,11 @@ torch::Tensor dispatch_to_experts(const torch::Tensor& rows, const torch::Tensor
 
 // Bytes one rank sends per MoE layer and micro-batch: each routed slot's row goes out and comes back, forward
 // and backward (with ep ranks, (ep - 1) / ep of them leave the rank on uniform routing).
+// Seconds this process has spent blocked in the MoE layers' all-to-alls (counts and rows, forward and backward),
+// since it started: the exchanges block, so this is expert parallelism's exposed communication (the trainer
+// takes each step's difference: StepPhases::ep_wait_s).
+double expert_all_to_all_wait_s();
+
 int64_t expert_all_to_all_bytes(int64_t tokens, int64_t top_k, int64_t d_model, int64_t element_size, int64_t ep);
 
 }  // namespace loom

@@ -185,6 +185,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
     sum.pipeline_wait_s += p.pipeline_wait_s;
     sum.dp_wait_s += p.dp_wait_s;
     sum.cp_wait_s += p.cp_wait_s;
+    sum.ep_wait_s += p.ep_wait_s;
   }
   r.cpu_ms_per_step = (cpu_seconds() - cpu_start) / static_cast<double>(options.steps) * 1e3;
   r.peak_memory_mb = peak_memory_mb(device);
@@ -201,7 +202,7 @@ BenchResult run_bench(Config config, const ProcessGroup& processes, const BenchO
   r.mfu = r.flops_per_token * r.tokens_per_s / (world_gemm_gflops(trainer.mesh(), r.gemm_peak_gflops) * 1e9);
   r.phases_mean = {sum.data_s / n,  sum.forward_s / n,   sum.backward_s / n,
                    sum.sync_s / n,  sum.optimizer_s / n, sum.pipeline_wait_s / n, sum.dp_wait_s / n,
-                   sum.cp_wait_s / n};
+                   sum.cp_wait_s / n, sum.ep_wait_s / n};
   if (const Mesh& mesh = trainer.mesh(); mesh.pp() > 1) {
     // Each stage's first rank reports its idle share; the sum over the world puts them side by side.
     auto idle = torch::zeros({mesh.pp()}, torch::kDouble);

@@ -21,6 +21,9 @@ struct StepPhases {
   double dp_wait_s = 0;
   // Likewise blocked on ring attention's messages (context parallelism), within forward and backward.
   double cp_wait_s = 0;
+  // And blocked on the MoE layers' all-to-alls (expert parallelism: models/moe_dispatch.h), within forward and
+  // backward.
+  double ep_wait_s = 0;
   double total_s() const { return data_s + forward_s + backward_s + sync_s + optimizer_s + pipeline_wait_s; }
 };
 

@@ -14,6 +14,7 @@
 #include "core/signals.h"
 #include "data/corpus/batch_slices.h"
 #include "models/estimates.h"
+#include "models/moe_dispatch.h"
 #include "optim/optimizer.h"
 #include "train/expert_parallel.h"
 #include "train/evaluate.h"
@@ -168,6 +169,7 @@ TrainState Trainer::run() {
 StepResult Trainer::step() {
   const StepFaults faults = inject_step_faults(state_.step + 1, mesh_.rank());  // tests only (LOOM_FAULT_INJECTION)
   const double cp_waited_before = context_parallelism_.exchange_wait_s();
+  const double ep_waited_before = expert_all_to_all_wait_s();
   PhaseClock clock(phases_, device_, synchronize_phases_);
   StepResult result;
   result.lr = schedule_.at(state_.step);
@@ -212,6 +214,7 @@ StepResult Trainer::step() {
   clock.lap(&StepPhases::optimizer_s);
   phases_.dp_wait_s = gradient_sync_->step_wait_s();
   phases_.cp_wait_s = context_parallelism_.exchange_wait_s() - cp_waited_before;
+  phases_.ep_wait_s = expert_all_to_all_wait_s() - ep_waited_before;
   count_source_tokens();
   state_.step += 1;
   state_.tokens += result.tokens;

@@ -27,6 +27,7 @@ for dtype in ("fp32", "bf16"):
     assert set(r["phases_ms"]) == {"data", "forward", "backward", "gradient_sync", "optimizer", "pipeline_wait"}, r["phases_ms"]
     assert r["phases_ms"]["pipeline_wait"] == 0, r["phases_ms"]  # no stages
     assert r["exposed_dp_communication_ms"] == 0, r  # one process, no ZeRO: nothing is waited for
+    assert r["exposed_ep_communication_ms"] == 0, r  # a dense model: no all-to-all
     assert r["dtype"] == dtype and r["threads"] == 1 and r["steps"] == 4 and r["warmup"] == 1
     assert r["tokens_per_step"] == 16 * 32, r["tokens_per_step"]
     assert r["parameters"] == info["parameters"] and math.isclose(r["flops_per_token"], info["flops_per_token"])

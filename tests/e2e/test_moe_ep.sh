@@ -104,6 +104,21 @@ assert all(abs(v - loss["single"]) < 1e-5 for v in loss.values()), loss
 print("loom eval of the EP=2 x TP=2 and EP=2 ZeRO-3 checkpoints in one process:", loss)
 PY
 
+# loom bench under ep: the time each step spent blocked in the MoE all-to-alls (exposed ep communication), a
+# positive part of the step; none without ep.
+for ep in 1 2; do
+  "${MPIRUN[@]}" -np 2 "$LOOM" bench "$SRC/tests/e2e/tiny.yaml" --set model.vocab_size=512 "${moe[@]}" \
+    --set parallel.dp=2 --set parallel.ep=$ep --steps 2 --warmup 1 --json > "$WORK/bench-ep$ep.json" 2>"$WORK/bench-ep$ep.log" \
+    || { tail -5 "$WORK/bench-ep$ep.log"; fail "loom bench at ep $ep"; }
+done
+python3 - "$WORK/bench-ep1.json" "$WORK/bench-ep2.json" <<'PY' || fail "loom bench's exposed ep communication"
+import json, sys
+one, two = (json.load(open(f)) for f in sys.argv[1:3])
+assert one["exposed_ep_communication_ms"] == 0, one
+assert 0 < two["exposed_ep_communication_ms"] < two["step_ms_mean"], two
+print(f"exposed ep communication at ep 2: {two['exposed_ep_communication_ms']:.2f} of {two['step_ms_mean']:.2f} ms a step")
+PY
+
 # loom info: ep 2 keeps half of each block's experts (weights, gradients; ZeRO-1's optimizer shard is unchanged:
 # the experts shard over dp / ep ranks) and sends the routed slots by all-to-all. Under TP=2 every TP rank holds
 # its experts whole (not 1/tp of them); under PP=2 a rank sends its stage's blocks' slots; under ZeRO-3 a rank
