@@ -18,19 +18,13 @@
 
 namespace {
 
-// A tiny GPT in double precision (batched and single products then agree far below any argmax gap).
 loom::Gpt engine_test_gpt(loom::PositionKind position, int64_t kv_heads, int64_t window, int64_t max_seq_len = 48) {
-  torch::manual_seed(7);
   auto config = loom::test::small_gpt_config(/*vocab_size=*/61, /*d_model=*/32, /*n_layers=*/2, /*n_heads=*/4,
                                              max_seq_len);
   config.n_kv_heads = kv_heads;
   config.position = position;
   config.attention_window = window;
-  loom::Gpt gpt(config);
-  loom::test::perturb(*gpt);
-  gpt->to(torch::kDouble);
-  gpt->eval();
-  return gpt;
+  return loom::test::double_precision_gpt(config, 7);
 }
 
 std::vector<int64_t> random_tokens(std::mt19937& rng, int64_t n) {

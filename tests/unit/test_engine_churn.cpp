@@ -16,16 +16,11 @@
 namespace {
 
 loom::Gpt churn_test_gpt(int64_t window, int64_t max_seq_len) {
-  torch::manual_seed(3);
   auto config = loom::test::small_gpt_config(/*vocab_size=*/37, /*d_model=*/16, /*n_layers=*/2, /*n_heads=*/2,
                                              max_seq_len);
   config.position = loom::PositionKind::kRope;
   config.attention_window = window;
-  loom::Gpt gpt(config);
-  loom::test::perturb(*gpt);
-  gpt->to(torch::kDouble);
-  gpt->eval();
-  return gpt;
+  return loom::test::double_precision_gpt(config, 3);
 }
 
 }  // namespace

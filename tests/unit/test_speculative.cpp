@@ -21,15 +21,10 @@
 namespace {
 
 loom::Gpt spec_test_gpt(uint64_t seed, int64_t vocab, int64_t layers, int64_t max_seq_len = 48) {
-  torch::manual_seed(seed);
   auto config = loom::test::small_gpt_config(vocab, /*d_model=*/32, layers, /*n_heads=*/4, max_seq_len);
   config.n_kv_heads = 2;
   config.position = loom::PositionKind::kRope;
-  loom::Gpt gpt(config);
-  loom::test::perturb(*gpt);
-  gpt->to(torch::kDouble);
-  gpt->eval();
-  return gpt;
+  return loom::test::double_precision_gpt(config, seed);
 }
 
 // The chi-square statistic of counts against probabilities (cells expected below 5 pooled into one) and its

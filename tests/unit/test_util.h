@@ -18,6 +18,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "models/gpt.h"
 #include "parallel/process_group.h"
 #include "parallel/sharding.h"
 
@@ -61,6 +62,17 @@ inline std::unique_ptr<loom::Communicator> tp_group() { return processes().world
 inline void perturb(torch::nn::Module& model) {
   torch::NoGradGuard no_grad;
   for (auto& p : model.parameters()) p.add_(torch::randn_like(p) * 0.2);
+}
+
+// The inference tests' model: a GPT of `config` from seed `seed`, perturbed, in double precision (batched and
+// one-at-a-time products then agree far below any argmax gap), in eval mode.
+inline loom::Gpt double_precision_gpt(const loom::ModelConfig& config, uint64_t seed) {
+  torch::manual_seed(seed);
+  loom::Gpt gpt(config);
+  perturb(*gpt);
+  gpt->to(torch::kDouble);
+  gpt->eval();
+  return gpt;
 }
 
 inline int64_t numel_sum(torch::nn::Module& model) {
