@@ -83,8 +83,7 @@ int eval_command(const Argv& argv, const ProcessGroup&) {
   const torch::Device device = runtime_device(config.runtime);
   if (loaded) loaded->model->to(device);  // --set runtime.device may differ from the run's
   // One process evaluates every slice with the whole model: the same sequences as any training layout.
-  config.parallel.dp = config.parallel.tp = config.parallel.pp = config.parallel.cp = config.parallel.ep = 1;
-  config.parallel.pp_layers.clear();
+  config.parallel.set_one_process();
   config.model.vocab_size = planned_vocab_size(config);  // a config file's 0: the tokenizer's or the data's
   auto task = make_task(config, device, TaskData::kEvaluation, loaded ? loaded->model : nullptr);
   if (!loaded) {

@@ -216,6 +216,13 @@ struct ParallelConfig {
   // The DP ranks ZeRO shards over (times cp: the shard group) at data-parallel size dp: shard_size of them
   // under hybrid sharding, else all dp.
   int64_t zero_shard_dp(int64_t dp) const { return shard_size > 0 && shard_size < dp ? shard_size : dp; }
+  // One process holding the whole model, whatever layout trained it (loom eval, generate, export, serve: a
+  // checkpoint's tensors are joined by name when it loads): every size 1, balanced stages, no hybrid groups.
+  void set_one_process() {
+    dp = tp = cp = pp = ep = 1;
+    pp_layers.clear();
+    shard_size = 0;
+  }
 };
 
 struct CheckpointConfig {

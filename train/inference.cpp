@@ -25,9 +25,7 @@ LoadedModel inference_config(const std::filesystem::path& run_dir, std::optional
   loaded.config = load_config((dir / "config.yaml").string());
   // One process holds the whole model: a tensor- or pipeline-parallel checkpoint is joined when it loads.
   // (An expert-parallel one too: its experts are stored whole by name.)
-  loaded.config.parallel.dp = loaded.config.parallel.tp = loaded.config.parallel.pp = loaded.config.parallel.cp = 1;
-  loaded.config.parallel.ep = 1;
-  loaded.config.parallel.pp_layers.clear();
+  loaded.config.parallel.set_one_process();
   configure_cpu(loaded.config.runtime);
   if (loaded.config.runtime.device == DeviceKind::kCuda && !torch::cuda::is_available()) {
     spdlog::info("{} trained on a GPU; none is visible here, so its model runs on the CPU", run_dir.string());
