@@ -100,14 +100,6 @@ void validate_moe(const Config& c, ConfigChecks& check) {
   check.require(e.z_loss_coef >= 0, "model.moe.z_loss_coef", e.z_loss_coef, " must be >= 0");
   check.require(e.bias_update_rate >= 0, "model.moe.bias_update_rate", e.bias_update_rate, " must be >= 0");
   check.require(e.capacity_factor >= 0, "model.moe.capacity_factor", e.capacity_factor, " must be >= 0 (0: dropless)");
-  const ParallelConfig& p = c.parallel;
-  // Context parallelism cuts a sequence: the routing statistics are summed over the cp group (models/moe.h),
-  // but capacity dropping serves an expert's slots in the order of the micro-batch's tokens, which spans ranks.
-  // (Sequence parallelism gathers the sequence before the MoE MLP: capacity holds there.)
-  check.require(p.cp == 1 || e.capacity_factor == 0, "model.moe.capacity_factor",
-                e.capacity_factor, " with parallel.cp=", p.cp, " is not supported (an expert's capacity is served in "
-                "token order over the whole sequences, which the cp ranks split): set model.moe.capacity_factor 0 "
-                "(dropless) or parallel.cp 1");
 }
 
 // parallel.ep: a split of the DP ranks and of every MoE layer's experts (with any tp, pp, cp and ZeRO stage).

@@ -194,7 +194,9 @@ torch::Tensor MoeImpl::routed(const torch::Tensor& x) {
   const auto logits = router_->forward(flat).to(torch::kFloat);  // routing in fp32 under autocast too
   Routing r = route(logits, options_.router, k, options_.normalize, expert_bias_);
   torch::Tensor keep;
-  if (options_.capacity_factor > 0)
+  if (options_.capacity_factor > 0 && splits_sequences())
+    keep = capacity_keep_over_sequences(r.experts, shape[0], E, options_.capacity_factor, *options_.token_group);
+  else if (options_.capacity_factor > 0)
     keep = capacity_keep(r.experts, E, expert_capacity(options_.capacity_factor, N, k, E));
   auto out = experts_->forward(flat, r.experts, r.weights, keep);
   if (shared_) {
@@ -212,7 +214,7 @@ torch::Tensor MoeImpl::routed(const torch::Tensor& x) {
     // Context parallelism: the load and the token count of the whole sequences (this rank's part of the
     // losses; models/moe_router.h). One small all-reduce per layer and micro-batch, again when recomputed.
     torch::Tensor tokens, whole_load = load;  // tokens undefined: this rank's are all
-    if (options_.token_group != nullptr && options_.token_group->size() > 1) {
+    if (splits_sequences()) {
       torch::NoGradGuard no_grad;
       auto counts = torch::cat({load, torch::full({1}, static_cast<double>(N), load.options())});
       options_.token_group->all_reduce(counts);

@@ -54,7 +54,8 @@ struct MoeOptions {
   // Context parallelism (the cp group; null: whole sequences): the ranks holding the other tokens of this
   // rank's sequences. The routing statistics spanning a micro-batch (each expert's load and the token count
   // in the aux losses) are summed over it, so each rank's aux losses are its part of the whole sequences'
-  // (models/moe_router.h) and the gradient sync adds the parts. Capacity is refused under it (config checks).
+  // (models/moe_router.h) and the gradient sync adds the parts; capacity serves the whole sequences' slots in
+  // token order (capacity_keep_over_sequences), as one process does.
   Communicator* token_group = nullptr;
   // Sequence parallelism (the tp group; null: none): the layer gathers the sequence (replicate_sequence),
   // runs its replicated router and experts on the whole of it as under TP alone, and keeps its positions.
@@ -116,6 +117,8 @@ class MoeImpl : public torch::nn::Module {
 
  private:
   torch::Tensor routed(const torch::Tensor& x);  // forward on the tokens this rank routes
+  // Context parallelism: this rank's tokens are part of sequences other ranks hold the rest of.
+  bool splits_sequences() const { return options_.token_group != nullptr && options_.token_group->size() > 1; }
 
   MoeOptions options_;
   torch::nn::Linear router_{nullptr};

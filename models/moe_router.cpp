@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "parallel/context_parallel_layout.h"
 
 namespace loom {
 
@@ -80,6 +81,20 @@ torch::Tensor capacity_keep(const torch::Tensor& experts, int64_t num_experts, i
   // The slot's place in its expert's queue: how many slots before it (and it) went to the same expert.
   const auto place = one_hot.cumsum(0).gather(1, flat.unsqueeze(1)).squeeze(1) - 1;
   return (place < capacity).reshape(experts.sizes());
+}
+
+torch::Tensor capacity_keep_over_sequences(const torch::Tensor& experts, int64_t batch, int64_t num_experts,
+                                           double capacity_factor, Communicator& cp_group) {
+  const int64_t cp = cp_group.size(), N = experts.size(0), k = experts.size(1);
+  TORCH_CHECK(batch > 0 && N % batch == 0, "capacity_keep_over_sequences: ", N, " tokens are not ", batch, " rows");
+  auto gathered = torch::empty({cp * N, k}, experts.options().dtype(torch::kLong));
+  cp_group.all_gather(experts.to(torch::kLong).contiguous(), gathered);
+  std::vector<torch::Tensor> parts;  // rank r's (batch, local_len, k)
+  for (int64_t r = 0; r < cp; ++r) parts.push_back(gathered.narrow(0, r * N, N).view({batch, N / batch, k}));
+  const auto whole = cp_unsplit(parts, 1);
+  const auto keep = capacity_keep(whole.reshape({-1, k}), num_experts,
+                                  expert_capacity(capacity_factor, cp * N, k, num_experts));
+  return cp_split(keep.view({batch, -1, k}), 1, cp, cp_group.rank()).reshape({N, k});
 }
 
 }  // namespace loom

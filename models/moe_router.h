@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "core/config_enums.h"  // MoeRouter
+#include "parallel/communicator.h"
 
 namespace loom {
 
@@ -51,5 +52,11 @@ int64_t expert_capacity(double capacity_factor, int64_t tokens, int64_t top_k, i
 // Which of the (N, k) slots are kept: slots are served in token order (token 0's first, then its second
 // choice, ..., then token 1's) and an expert's slots beyond `capacity` are dropped. (N, k) bool.
 torch::Tensor capacity_keep(const torch::Tensor& experts, int64_t num_experts, int64_t capacity);
+// The same under context parallelism, where each rank holds part of every sequence of the micro-batch
+// (parallel/context_parallel_layout.h): experts is this rank's (batch * local_len, k) choices; the group's are
+// gathered, served in token order over the whole sequences with the whole micro-batch's capacity, and this
+// rank's part of the keep returned, so the drops are the single process's. One all-gather of N k int64.
+torch::Tensor capacity_keep_over_sequences(const torch::Tensor& experts, int64_t batch, int64_t num_experts,
+                                           double capacity_factor, Communicator& cp_group);
 
 }  // namespace loom

@@ -4,7 +4,7 @@
 # process of the same global batch and micro-batches (the aux loss is per micro-batch; losses within 1e-5,
 # clipped gradient norms within 1e-3 relative): DP=2, ZeRO-3 DP=2, PP=2 (the aux losses reach backward on
 # every stage), TP=2 (experts replicated over the group), TP=2 with sequence parallelism, CP=2 (the routing
-# statistics summed over the cp group); a Qwen-style variant (softmax_topk, renormalised, a gated shared expert, first block dense,
+# statistics summed over the cp group; with a capacity factor the same slots dropped); a Qwen-style variant (softmax_topk, renormalised, a gated shared expert, first block dense,
 # the aux-loss-free expert bias) at ZeRO-1 DP=2 and PP=2, and resumed at step 10 on the uninterrupted losses
 # (the bias comes back from the checkpoint). metrics.jsonl holds each MoE block's load and aux loss; `loom
 # info` counts total and active parameters; the export loads in transformers as a MixtralForCausalLM whose
@@ -55,6 +55,23 @@ same_moe_curve "$WORK/single" "$WORK/sp2" "MoE TP=2 + SP (the sequence gathered 
 moe_mpi 2 "$WORK/cp2" --set parallel.cp=2 --set parallel.dp=1
 grep -q "layout dp=1 cp=2 tp=1 pp=1" "$WORK/cp2.log" || fail "MoE CP=2 did not run as such"
 same_moe_curve "$WORK/single" "$WORK/cp2" "MoE CP=2 (routing statistics over the cp group)"
+# Capacity dropping under CP: the ranks serve every expert's slots in token order over the whole sequences, so
+# they drop the slots one process drops (the same counts per block and step). Over 10 steps: with a capacity a
+# near-tie that rounds the other way drops another slot, which moves the curve by ~1e-5 within 20 steps (DP too).
+capacity=(--set model.moe.capacity_factor=1.0 --set train.max_steps=10)
+tiny_train "$WORK/capacity" "${moe[@]}" "${capacity[@]}" >"$WORK/capacity.log" 2>&1 || fail "capacity run"
+moe_mpi 2 "$WORK/capacity-cp2" "${capacity[@]}" --set parallel.cp=2 --set parallel.dp=1
+same_moe_curve "$WORK/capacity" "$WORK/capacity-cp2" "MoE capacity factor 1.0, CP=2 (slots served over the whole sequences)"
+python3 - "$WORK/capacity" "$WORK/capacity-cp2" <<'PY2' || fail "MoE capacity under CP=2 dropped other slots than one process"
+import json, sys
+def moe(d): return [r["moe"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"]
+single, cp2 = moe(sys.argv[1]), moe(sys.argv[2])
+assert len(single) == len(cp2) == 10
+dropped = [[a[k]["dropped"] for k in sorted(a)] for a in single]
+assert dropped == [[b[k]["dropped"] for k in sorted(b)] for b in cp2], (dropped, cp2)
+assert all(sum(d) > 0 for d in dropped), dropped
+print("capacity under CP=2: the single process's dropped slots per block and step, e.g. step 10", dropped[-1])
+PY2
 # The routing metrics too: every rank's load summed over DP, each stage's blocks gathered to rank 0.
 python3 - "$WORK/single" "$WORK/dp2" "$WORK/zero3" "$WORK/pp2" "$WORK/tp2" "$WORK/sp2" "$WORK/cp2" <<'PY' || fail "the MoE metrics differ from the single process's"
 import json, sys

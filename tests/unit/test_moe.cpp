@@ -12,6 +12,8 @@
 #include "models/gpt.h"
 #include "models/moe.h"
 #include "models/moe_router.h"
+#include "parallel/context_parallel_layout.h"
+#include "parallel/process_group.h"
 #include "test_util.h"
 
 using loom::MoeRouter;
@@ -130,6 +132,30 @@ TEST_CASE("moe capacity: overflow slots dropped in token order and counted", "[m
   CHECK(keep.numel() - keep.sum().item<int64_t>() == 4);
 }
 
+// Capacity under context parallelism ([mpi]: also under `mpirun -np 2` and `-np 4`, the world as the cp
+// group): each rank holds its two chunks of 3 sequences (parallel/context_parallel_layout.h) and gets its part
+// of the keep the whole sequences get in one process, which dropping only its own tokens in order would miss.
+TEST_CASE("moe capacity under CP: each rank keeps what one process keeps of its tokens", "[moe][mpi]") {
+  auto cp = loom::test::processes().world(/*timeout_s=*/60);
+  const int64_t n = cp->size(), B = 3, T = 8 * n, k = 2, E = 4;
+  const double factor = 0.8;  // ceil(0.8 * B T k / E) slots per expert: a skewed choice overflows
+  torch::manual_seed(11);     // the same whole micro-batch on every rank
+  const auto first = torch::multinomial(torch::tensor({0.55, 0.25, 0.1, 0.1}), B * T, /*replacement=*/true);
+  const auto second = (first + torch::randint(1, E, {B * T}, torch::kLong)) % E;
+  const auto whole = torch::stack({first, second}, 1).view({B, T, k});
+  const auto whole_keep = loom::capacity_keep(whole.reshape({-1, k}), E, loom::expert_capacity(factor, B * T, k, E));
+  REQUIRE(whole_keep.logical_not().sum().item<int64_t>() > 0);
+  const auto mine = loom::cp_split(whole, 1, n, cp->rank()).reshape({-1, k});
+  const auto expected = loom::cp_split(whole_keep.view({B, T, k}), 1, n, cp->rank()).reshape({-1, k});
+  const auto keep = loom::capacity_keep_over_sequences(mine, B, E, factor, *cp);
+  CHECK(torch::equal(keep, expected));
+  // Against the shortcut: on a rank of several, its tokens alone at its share of the capacity keep other slots.
+  if (n > 1 && cp->rank() == n - 1) {
+    const auto alone = loom::capacity_keep(mine, E, loom::expert_capacity(factor, mine.size(0), k, E));
+    CHECK_FALSE(torch::equal(alone, expected));
+  }
+}
+
 TEST_CASE("moe experts: grouped == a per-expert masked loop, forward and gradients", "[moe]") {
   for (auto activation : {loom::Activation::kSwiglu, loom::Activation::kGelu}) {
     torch::manual_seed(3);
@@ -222,9 +248,6 @@ TEST_CASE("moe config: nested keys, defaults, checks naming the key", "[moe][con
   CHECK(again.model.moe.first_dense == 1);
   CHECK_THAT(loom::test::config_error(yaml, {"model.moe.top_k=9"}), Catch::Contains("model.moe.top_k"));
   CHECK_THAT(loom::test::config_error("model:\n  moe:\n    experts: 4\n"), Catch::Contains("model.moe.experts: unknown key"));
-  // Context parallelism takes the MoE dropless; capacity is served in token order over the whole sequences.
-  CHECK_THAT(loom::test::config_error(yaml, {"parallel.cp=2", "model.moe.capacity_factor=1.5"}),
-             Catch::Contains("model.moe.capacity_factor") && Catch::Contains("parallel.cp"));
   CHECK_THAT(loom::test::config_error(yaml, {"model.moe.normalize=true"}), Catch::Contains("model.moe.normalize"));
   CHECK_THAT(loom::test::config_error(yaml, {"model.moe.first_dense=4"}), Catch::Contains("model.moe.first_dense"));
   CHECK_THAT(loom::test::config_error(yaml, {"model.arch=bert"}), Catch::Contains("model.arch=gpt only"));
