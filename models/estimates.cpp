@@ -316,10 +316,13 @@ MemoryEstimate estimate_memory(const Config& config, int64_t stage) {
   if (m.moe.enabled()) {
     // An MoE block (models/moe.h) keeps per token its k experts' MLP tensors (k f_e) and the shared MLP's,
     // the gathered input rows and the experts' outputs (2 k h), and the fp32 router logits and probabilities
-    // (8 E); every block is counted as the larger of the two kinds.
+    // (8 E); under sequence parallelism also the sequence it gathers (replicate_sequence: e s b h, whole);
+    // every block is counted as the larger of the two kinds.
     const double routed = static_cast<double>(m.moe.top_k * m.expert_dim() +
                                               (m.moe.shared_experts > 0 ? m.shared_expert_dim() : 0));
-    const double moe_half = half_whole + e * s * b * (mlp_tensors * routed + 2.0 * static_cast<double>(m.moe.top_k) * h) +
+    const double gathered = sequence > 1 ? e * s * b * h : 0.0;
+    const double moe_half = half_whole + gathered +
+                            e * s * b * (mlp_tensors * routed + 2.0 * static_cast<double>(m.moe.top_k) * h) +
                             8.0 * s * b * static_cast<double>(m.moe.num_experts);
     mlp_half = std::max(mlp_half, moe_half);
   }

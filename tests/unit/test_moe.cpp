@@ -253,6 +253,23 @@ TEST_CASE("moe config: nested keys, defaults, checks naming the key", "[moe][con
   CHECK_THAT(loom::test::config_error(yaml, {"model.arch=bert"}), Catch::Contains("model.arch=gpt only"));
 }
 
+TEST_CASE("moe estimates: under sequence parallelism an MoE block keeps the sequence it gathers", "[moe][estimates]") {
+  // GPT-2 small, fp32, no dropout, every block an MoE (top-2 of 4, its MLP half the larger), tp 2: a block's
+  // norm inputs and outputs (2 x 8sbh) are kept for s/t positions under SP, and the MoE MLP keeps the gathered
+  // sequence whole (4sbh): per block -8sbh + 4sbh. Taken per block (3 blocks less 2) so the head cancels.
+  auto activations = [](int64_t layers, bool sp) {
+    const auto config = loom::load_config(
+        (loom::test::source_dir() / "configs" / "gpt2-124m.yaml").string(),
+        {"precision.dtype=fp32", "model.dropout=0", "train.micro_batch_size=2", "train.batch_size=64",
+         "model.moe.num_experts=4", "model.moe.top_k=2", "parallel.tp=2", "model.n_layers=" + std::to_string(layers),
+         std::string("parallel.sequence_parallel=") + (sp ? "true" : "false")});
+    return static_cast<double>(loom::estimate_memory(config).activations);
+  };
+  const double sbh = 1024.0 * 2 * 768;
+  CHECK(activations(3, true) - activations(2, true) - (activations(3, false) - activations(2, false)) ==
+        Approx(-8 * sbh + 4 * sbh).epsilon(1e-12));
+}
+
 TEST_CASE("moe estimates: the closed forms count the built model", "[moe][estimates]") {
   for (const auto& sets : std::vector<std::vector<std::string>>{
            {"model.moe.num_experts=4", "model.moe.top_k=2"},
