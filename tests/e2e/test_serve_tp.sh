@@ -2,8 +2,8 @@
 # Tensor-parallel serving: `mpirun -np 2 loom generate --input ... --set parallel.tp=2` and `mpirun -np 2 loom serve
 # ... --set parallel.tp=2` (rank 0 takes the HTTP traffic and leads every engine step, rank 1 follows with the other
 # half of every layer) give the single process's completions token for token, greedy and sampled with seeds
-# (a sampled token follows the exact logits, so a wrong split shows), with n-gram speculation too (the same texts and
-# acceptance counts); 12 concurrent clients share the steps; the idle
+# (a sampled token follows the exact logits, so a wrong split shows), with n-gram speculation and a draft model
+# (on rank 0, its proposals broadcast) too (the same texts and acceptance counts); 12 concurrent clients share the steps; the idle
 # server's follower rank uses under 10% of a core; SIGTERM
 # to the ranks ends both cleanly (rank 1 waits for rank 0's stop; mpirun exits 0); --dry-run gives a rank's KV bytes. pp, cp and dp are refused with a message, as is a tp that is not the
 # job's size.
@@ -24,7 +24,7 @@ PY
 cmp -s "$WORK/one.jsonl" "$WORK/two.jsonl" || fail "tp=2 generate differs: $(diff "$WORK/one.jsonl" "$WORK/two.jsonl")"
 echo "generate --input: tp=2 == one process ($(wc -l < "$WORK/one.jsonl") prompts)"
 # Speculation by n-gram lookup under tp=2: every rank verifies rank 0's logits, so the texts and each request's
-# drafted and accepted counts are the single process's; a draft model is refused under tp.
+# drafted and accepted counts are the single process's.
 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/one-ngram.jsonl" --ignore-eos \
   --speculate ngram 2>/dev/null || fail "generate --speculate ngram failed"
 "${MPIRUN[@]}" -np 2 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/two-ngram.jsonl" \
@@ -33,9 +33,28 @@ echo "generate --input: tp=2 == one process ($(wc -l < "$WORK/one.jsonl") prompt
 cmp -s "$WORK/one-ngram.jsonl" "$WORK/two-ngram.jsonl" ||
   fail "tp=2 ngram differs: $(diff "$WORK/one-ngram.jsonl" "$WORK/two-ngram.jsonl")"
 grep -q '"drafted_tokens":[1-9]' "$WORK/two-ngram.jsonl" || fail "nothing drafted: $(cat "$WORK/two-ngram.jsonl")"
-out=$("${MPIRUN[@]}" -np 2 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/x" --draft "$run" \
-  --set parallel.tp=2 2>&1) && fail "--draft under tp=2 ran"
-grep -q "use --speculate ngram" <<<"$out" || fail "--draft under tp=2: $out"
+# A draft model under tp=2: it runs whole on rank 0, which broadcasts its proposals (and the sampled rows'
+# generator states) each step, so the TP-split target verifies the same tokens on every rank: the texts and counts
+# are the single process's, greedy and sampled. The draft is the run at 4 steps of training (one layer), which the
+# target rejects often enough that both branches of the rejection rule run.
+draft=$WORK/draft
+tiny_train "$draft" --set train.max_steps=4 --set model.max_seq_len=64 --set model.n_layers=1 >/dev/null 2>&1 ||
+  fail "training the draft failed"
+"$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/one-draft.jsonl" --ignore-eos \
+  --draft "$draft" 2>/dev/null || fail "generate --draft failed"
+"${MPIRUN[@]}" -np 2 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/two-draft.jsonl" \
+  --ignore-eos --draft "$draft" --set parallel.tp=2 >"$WORK/two-draft.log" 2>&1 ||
+  fail "generate --draft under tp=2: $(tail -5 "$WORK/two-draft.log")"
+grep -q "on rank 0, its proposals broadcast" "$WORK/two-draft.log" || fail "no broadcast draft: $(cat "$WORK/two-draft.log")"
+cmp -s "$WORK/one-draft.jsonl" "$WORK/two-draft.jsonl" ||
+  fail "tp=2 --draft differs: $(diff "$WORK/one-draft.jsonl" "$WORK/two-draft.jsonl")"
+python3 - "$WORK/two-draft.jsonl" <<'PY2' || fail "the draft was not both accepted and rejected: $(cat "$WORK/two-draft.jsonl")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+drafted = sum(r["drafted_tokens"] for r in rows); accepted = sum(r["accepted_tokens"] for r in rows)
+print(f"generate --draft: tp=2 == one process, {accepted} of {drafted} drafted tokens accepted")
+assert 0 < accepted < drafted
+PY2
 
 # Other layouts are refused, naming what is served.
 out=$("${MPIRUN[@]}" -np 2 "$LOOM" serve "$run" --set parallel.pp=2 2>&1) && fail "pp=2 was served"
