@@ -119,4 +119,30 @@ wait $pid || code=$?
 [ $code -eq 0 ] || fail "mpirun exited $code on SIGTERM: $(tail -5 "$log")"
 grep -q "loom serve: stopped" "$log" || fail "no clean stop: $(tail -5 "$log")"
 pid=
+
+# The server with the draft under tp=2 (the follower's drafter takes rank 0's broadcast inside its step): the
+# requests one at a time give the single process's `generate --max-batch 1 --draft` texts, greedy and sampled.
+"$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/one-draft-1.jsonl" --ignore-eos --max-batch 1 \
+  --draft "$draft" 2>/dev/null || fail "generate --draft --max-batch 1 failed"
+log=$WORK/serve-draft.log
+"${MPIRUN[@]}" -np 2 timeout 300 "$LOOM" serve "$run" --port 0 --ignore-eos --draft "$draft" --set parallel.tp=2 \
+  >"$log" 2>&1 &
+pid=$!
+port=$(served_port "$log" $pid 600) || exit 1
+timeout 120 python3 - "$port" "$WORK/prompts.jsonl" "$WORK/one-draft-1.jsonl" <<'PY2' || fail "the draft server: $(tail -5 "$log")"
+import json, sys, http.client
+port, prompts, reference = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+expected = [json.loads(l)["text"] for l in open(reference)]
+for i, body in enumerate(json.loads(l) for l in open(prompts)):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    out = json.loads(r.read())
+    assert r.status == 200, out
+    assert out["choices"][0]["text"] == expected[i], (i, out["choices"][0]["text"], expected[i])
+print("serve --draft under tp=2: each request == one process's generate --draft")
+PY2
+pkill -TERM -P $pid
+timeout 60 tail --pid=$pid -f /dev/null || fail "the draft server did not stop: $(tail -5 "$log")"
+pid=
 echo "PASS"
