@@ -15,7 +15,7 @@ namespace loom::paged_attention_rows {
 constexpr int64_t kQueryTile = 16;
 // With at least kKeyBlockRows query rows a task (tile queries x group heads), scores go by blocks of kKeyBlock key
 // rows transposed (no lane sums; the transpose shared by the rows); fewer (decoding) take a dot product each.
-constexpr int64_t kKeyBlock = 16, kKeyBlockRows = 8;
+constexpr int64_t kKeyBlock = 16, kKeyBlockRows = 4;
 
 struct DecodeRows {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;  // H, K, D
