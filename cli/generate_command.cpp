@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/tp_serving.h"
 #include "cli/speculative_options.h"
+#include "core/cpu_allocator.h"
 #include "core/error.h"
 #include "data/tokenizers/incremental_decoder.h"
 #include "data/tokenizers/tokenizer.h"
@@ -93,7 +94,7 @@ int generate_file(const Args& args, const LoadedModel& loaded, Gpt& model, const
     options.detokenize = detokenize;
     const std::string speculation = configure_speculation(args, loaded, args.positional[0], options);
     if (!speculation.empty()) std::cerr << speculation << std::endl;
-    keep_freed_heap_memory();
+    retain_freed_malloc_memory();
     Engine engine(model, options);
     for (auto& line : lines) engine.add(std::move(line.request));
     completions = engine.run();

@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "cli/tp_serving.h"
 #include "cli/speculative_options.h"
+#include "core/cpu_allocator.h"
 #include "core/error.h"
 #include "core/signals.h"
 #include "data/prepare/sft_record.h"
@@ -151,7 +152,7 @@ int serve_command(const Argv& argv, const ProcessGroup& processes) {
     throw ConfigError("the chat template " + chat_source + " has no \"assistant\" role for the replies");
 
   const std::string speculation = configure_speculation(args, loaded, run_dir, engine_options);
-  keep_freed_heap_memory();
+  retain_freed_malloc_memory();
   Engine engine(model, engine_options);
   // Tensor parallelism: the other ranks step their engines as rank 0's says (serve/step_broadcast.h), over a
   // channel with no timeout (an idle server sends nothing; its followers sleep between probes).

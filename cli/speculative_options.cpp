@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "serve/draft_broadcast.h"
 #include "serve/draft_model.h"
 #include "serve/drafter.h"
 
@@ -45,12 +46,6 @@ std::string configure_speculation(const Args& args, const LoadedModel& target, c
       throw ConfigError("--speculate-adaptive needs --draft RUN_DIR or --speculate ngram");
     return "";
   }
-  // Under TP every rank verifies rank 0's logits, so the ranks agree as long as they propose alike: n-gram lookup
-  // does (a function of the tokens); a draft model's proposals would have to be broadcast too.
-  if (target.config.parallel.tp > 1 && kind != "ngram")
-    throw ConfigError("--draft runs in one process: under --set parallel.tp=" +
-                      std::to_string(target.config.parallel.tp) +
-                      " use --speculate ngram (or no speculation); a draft model is not split over the ranks");
   options.speculate_k = args.int_option("speculate-k", 4, 1, 64);
   options.adaptive_k = args.flag("speculate-adaptive");
   const std::string k_text = (options.adaptive_k ? "k adaptive in 1.." : "k=") + std::to_string(options.speculate_k);
@@ -87,9 +82,21 @@ std::string configure_speculation(const Args& args, const LoadedModel& target, c
                                                      c.head_dim(), draft->parameters().front().scalar_type());
   const int64_t needed = (c.max_seq_len + options.speculate_k + options.block_size - 1) / options.block_size;
   const int64_t blocks = std::max(needed, options.kv_bytes / per_block);
-  options.drafter = std::make_shared<DraftModelDrafter>(draft, blocks, options.block_size);
+  // Under TP every rank verifies rank 0's logits, so the ranks agree as long as they propose alike: n-gram lookup
+  // does (a function of the tokens); a draft model runs whole on rank 0, which broadcasts its proposals
+  // (serve/draft_broadcast.h). Every rank loaded and checked it above (a refusal is every rank's); the others drop it.
+  auto* tp = gpt->tp_group();
+  if (tp != nullptr && tp->size() > 1) {
+    const auto device = gpt->parameters().front().device();
+    options.drafter = std::make_shared<BroadcastDrafter>(
+        tp->rank() == 0 ? std::make_shared<DraftModelDrafter>(draft, blocks, options.block_size) : nullptr, *tp,
+        device);
+  } else {
+    options.drafter = std::make_shared<DraftModelDrafter>(draft, blocks, options.block_size);
+  }
   return "speculative decoding: draft model " + *draft_dir + " (" + std::to_string(draft->n_blocks()) + " layers, " +
-         std::to_string(blocks) + " KV blocks), " + k_text;
+         std::to_string(blocks) + " KV blocks" +
+         (tp != nullptr && tp->size() > 1 ? ", on rank 0, its proposals broadcast" : "") + "), " + k_text;
 }
 
 }  // namespace loom::cli

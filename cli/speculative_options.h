@@ -1,7 +1,8 @@
 // The speculative decoding options `loom serve` and `loom generate --input` share (serve/speculative.h):
 //   --draft RUN_DIR        a smaller model trained with the target's tokenizer proposes (its own paged KV cache,
 //                          sized by the same --kv-mb budget); refused, naming both runs, when its tokenizer or
-//                          vocabulary differs from the target's;
+//                          vocabulary differs from the target's; under --set parallel.tp=N whole on rank 0,
+//                          which broadcasts its proposals;
 //   --speculate ngram      prompt lookup instead: no second model; --ngram-max N / --ngram-min N (3 / 1);
 //   --speculate-k K        proposals a sequence a step (4);
 //   --speculate-adaptive   each sequence's k follows its acceptance, within [1, K] (EngineOptions::adaptive_k).
@@ -23,7 +24,7 @@ std::set<std::string> with_speculative_flags(std::set<std::string> flag_options)
 
 // Sets options.drafter and options.speculate_k from the arguments (nothing without --draft / --speculate); a
 // line that says what drafts ("" without speculation). target_dir: the target's run directory (for messages).
-// A ConfigError for speculation over a tensor-parallel target (target.config.parallel.tp > 1).
+// Over a tensor-parallel target a draft model runs on the TP group's rank 0 only (serve/draft_broadcast.h).
 std::string configure_speculation(const Args& args, const LoadedModel& target, const std::string& target_dir,
                                   EngineOptions& options);
 

@@ -3,6 +3,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -181,5 +182,11 @@ void use_cpu_allocator(CpuAllocatorKind kind) {
 }
 
 CachingCpuAllocator* caching_cpu_allocator() { return installed; }
+
+void retain_freed_malloc_memory() {
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's most on 64 bits
+  mallopt(M_TOP_PAD, 64 << 20);
+}
 
 }  // namespace loom

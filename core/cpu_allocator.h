@@ -65,4 +65,12 @@ void use_cpu_allocator(CpuAllocatorKind kind);
 // The installed caching allocator, or null when CPU tensors come from the system allocator.
 CachingCpuAllocator* caching_cpu_allocator();
 
+// glibc malloc's policy, process-wide, for a process whose tensor sizes change every step (the inference engine
+// of loom serve and loom generate --input, where the caching allocator's per-step trim does not fit): glibc's
+// defaults hand freed memory back to the system (a heap top above 128 KiB is trimmed, blocks above a moving
+// threshold are mapped afresh), so each step faults the pages in again, each zeroed by the kernel (slow under a
+// hypervisor: 5-10% of the CPU at 64 concurrent requests). This keeps it in the heap instead (mallopt: no trimming
+// below 1 GiB, fresh mappings only from 32 MiB, 64 MiB of slack at the top). Once, before the work.
+void retain_freed_malloc_memory();
+
 }  // namespace loom

@@ -235,9 +235,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
       k = apply_rope(k, cos, sin);
     }
     if (cache != nullptr) {
-      // Decoding one position with nothing but causality, the window and ALiBi to apply: the cache may attend
-      // where it keeps the keys (the paged cache's kernel, models/paged_decode_attention.h); else it appends.
-      if (T == 1 && options_.causal && !inputs.key_padding.defined() && !inputs.position_bias.defined() &&
+      // With nothing but causality, the window and ALiBi to apply, the cache may attend where it keeps the keys
+      // (the paged cache's kernel, models/paged_decode_attention.h: decode steps, prefill chunks, speculative
+      // verification); else it appends.
+      if (options_.causal && !inputs.key_padding.defined() && !inputs.position_bias.defined() &&
           !(is_training() && options_.dropout > 0)) {
         KVCache::DecodeAttention how;
         how.scale = options_.scaled ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;

@@ -1,7 +1,7 @@
 // The keys and values self-attention keeps between calls when decoding incrementally, behind one interface,
 // so that attention does not know how they are stored:
 //   KVCache            one layer's: positions fed so far, append the new ones and get back every key a new
-//                      query may see (or, decoding one position, let the cache attend: append_and_attend),
+//                      query may see (or let the cache attend where it keeps them: append_and_attend),
 //                      reorder rows (beam search);
 //   ContiguousKVCache  one growing (B, K, S, D) tensor per layer, the last `window` positions with a
 //                      sliding window (loom generate, beam search);
@@ -39,11 +39,12 @@ class KVCache {
   // (B, S) bool, true at the keys the last append returned that a row does not have (positions before its
   // first); undefined (the default) when every row has all S.
   virtual torch::Tensor key_padding() const { return {}; }
-  // One new position a row (decoding), attended by the cache itself where it keeps the keys (the paged cache reads
-  // through its block tables instead of gathering them): appends k and v (B, K, 1, D) as append() does and
-  // returns causal self-attention of q (B, H, 1, D) to each row's keys (B, H, 1, D), scores q.k * scale, only
-  // the last `window` positions with window > 0, ALiBi's -slope_h * distance with alibi_slopes (H) defined.
-  // Undefined (the default, or a case it does not cover), having appended nothing: the caller appends and attends.
+  // New positions attended by the cache itself where it keeps the keys (the paged cache reads through its block
+  // tables instead of gathering them): appends k and v (B, K, T, D) as append() does and returns causal
+  // self-attention of q (B, H, T, D) to each row's keys (B, H, T, D): query t at the row's position seen + t sees
+  // the keys up to it, only the last `window` positions with window > 0; scores q.k * scale, ALiBi's
+  // -slope_h * distance with alibi_slopes (H) defined. Undefined (the default, or a case it does not cover),
+  // having appended nothing: the caller appends and attends.
   struct DecodeAttention {
     double scale = 1.0;
     int64_t window = 0;

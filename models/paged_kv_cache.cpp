@@ -81,8 +81,8 @@ struct PagedBatchPlan {
                       : torch::Tensor();
   }
 
-  // Each row's slots of the positions a one-position query sees (the last `attended` with attended > 0), oldest
-  // first, rows one after another (decode_offsets (B + 1)).
+  // Each row's slots of the positions its T new queries see (from the first query's window on with attended > 0),
+  // oldest first, rows one after another (decode_offsets (B + 1)).
   void decoded(int64_t attended) {
     if (decode_window == attended) return;
     LOOM_CHECK(window == 0 || (attended > 0 && attended <= window), "a paged cache keeping ", window,
@@ -92,7 +92,7 @@ struct PagedBatchPlan {
     decode_offsets.assign(1, 0);
     for (size_t b = 0; b < rows.size(); ++b) {
       const int64_t end = seen[b] + new_positions;
-      for (int64_t p = attended > 0 ? std::max<int64_t>(0, end - attended) : 0; p < end; ++p)
+      for (int64_t p = attended > 0 ? std::max<int64_t>(0, seen[b] - attended + 1) : 0; p < end; ++p)
         decode_slots.push_back(slot(*rows[b], p));
       decode_offsets.push_back(static_cast<int64_t>(decode_slots.size()));
     }
@@ -128,16 +128,17 @@ class PagedKVCache final : public KVCache {
     return out;
   }
 
-  // The decode kernel (models/paged_decode_attention.h) for T = 1 on the CPU; CUDA pools and autograd take the
-  // gather (undefined: nothing appended).
+  // The paged kernel (models/paged_decode_attention.h) on the CPU, for any number of new positions a row (a
+  // decode step, a prefill chunk, a speculative verification); CUDA pools and autograd take the gather
+  // (undefined: nothing appended).
   torch::Tensor append_and_attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                   const DecodeAttention& how) override {
     auto& plan = *plan_;
-    if (k.size(2) != 1 || !paged_decode_attention_applies(q, plan.pool->keys(layer_))) return {};
+    if (!paged_decode_attention_applies(q, plan.pool->keys(layer_))) return {};
     write(k, v);
     plan.decoded(how.window);
     auto out = paged_decode_attention(q, plan.pool->keys(layer_), plan.pool->values(layer_), plan.decode_slots,
-                                      plan.decode_offsets, how.scale, how.alibi_slopes);
+                                      plan.decode_offsets, how.scale, how.alibi_slopes, how.window);
     advance();
     return out;
   }

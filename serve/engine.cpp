@@ -1,7 +1,5 @@
 #include "serve/engine.h"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <optional>
 
@@ -26,12 +24,6 @@ struct Engine::Sequence {
   int64_t drafted = 0, accepted = 0, spec_steps = 0;  // speculative decoding (Completion's)
   int64_t speculate_k = 0;            // EngineOptions::adaptive_k: its proposals a step now (0: not yet set)
 };
-
-void keep_freed_heap_memory() {
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's most on 64 bits
-  mallopt(M_TOP_PAD, 64 << 20);
-}
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {

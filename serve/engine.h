@@ -73,13 +73,6 @@ size_t streamable_length(const std::string& text, const std::vector<std::string>
 // Where the earliest of the (non-empty) stop strings starts in text, or npos.
 size_t first_stop_string(const std::string& text, const std::vector<std::string>& stops);
 
-// For a process that runs an Engine (loom serve, loom generate --input): its steps allocate and free tensors whose
-// sizes change every step, which glibc's defaults hand back to the system (a heap top above 128 KiB is trimmed,
-// blocks above a moving threshold are mapped afresh), so each step faults their pages in again, each zeroed by the
-// kernel (slow under a hypervisor: 5-10% of the CPU at 64 concurrent). This keeps freed memory in the heap
-// (mallopt: no trimming below 1 GiB, mappings only from 32 MiB, 64 MiB of slack); process-wide, once.
-void keep_freed_heap_memory();
-
 class Drafter;  // serve/drafter.h
 
 struct EngineOptions {

@@ -2,8 +2,8 @@
 # Tensor-parallel serving: `mpirun -np 2 loom generate --input ... --set parallel.tp=2` and `mpirun -np 2 loom serve
 # ... --set parallel.tp=2` (rank 0 takes the HTTP traffic and leads every engine step, rank 1 follows with the other
 # half of every layer) give the single process's completions token for token, greedy and sampled with seeds
-# (a sampled token follows the exact logits, so a wrong split shows), with n-gram speculation too (the same texts and
-# acceptance counts); 12 concurrent clients share the steps; the idle
+# (a sampled token follows the exact logits, so a wrong split shows), with n-gram speculation and a draft model
+# (on rank 0, its proposals broadcast) too (the same texts and acceptance counts); 12 concurrent clients share the steps; the idle
 # server's follower rank uses under 10% of a core; SIGTERM
 # to the ranks ends both cleanly (rank 1 waits for rank 0's stop; mpirun exits 0); --dry-run gives a rank's KV bytes. pp, cp and dp are refused with a message, as is a tp that is not the
 # job's size.
@@ -24,7 +24,7 @@ PY
 cmp -s "$WORK/one.jsonl" "$WORK/two.jsonl" || fail "tp=2 generate differs: $(diff "$WORK/one.jsonl" "$WORK/two.jsonl")"
 echo "generate --input: tp=2 == one process ($(wc -l < "$WORK/one.jsonl") prompts)"
 # Speculation by n-gram lookup under tp=2: every rank verifies rank 0's logits, so the texts and each request's
-# drafted and accepted counts are the single process's; a draft model is refused under tp.
+# drafted and accepted counts are the single process's.
 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/one-ngram.jsonl" --ignore-eos \
   --speculate ngram 2>/dev/null || fail "generate --speculate ngram failed"
 "${MPIRUN[@]}" -np 2 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/two-ngram.jsonl" \
@@ -33,9 +33,28 @@ echo "generate --input: tp=2 == one process ($(wc -l < "$WORK/one.jsonl") prompt
 cmp -s "$WORK/one-ngram.jsonl" "$WORK/two-ngram.jsonl" ||
   fail "tp=2 ngram differs: $(diff "$WORK/one-ngram.jsonl" "$WORK/two-ngram.jsonl")"
 grep -q '"drafted_tokens":[1-9]' "$WORK/two-ngram.jsonl" || fail "nothing drafted: $(cat "$WORK/two-ngram.jsonl")"
-out=$("${MPIRUN[@]}" -np 2 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/x" --draft "$run" \
-  --set parallel.tp=2 2>&1) && fail "--draft under tp=2 ran"
-grep -q "use --speculate ngram" <<<"$out" || fail "--draft under tp=2: $out"
+# A draft model under tp=2: it runs whole on rank 0, which broadcasts its proposals (and the sampled rows'
+# generator states) each step, so the TP-split target verifies the same tokens on every rank: the texts and counts
+# are the single process's, greedy and sampled. The draft is the run at 4 steps of training (one layer), which the
+# target rejects often enough that both branches of the rejection rule run.
+draft=$WORK/draft
+tiny_train "$draft" --set train.max_steps=4 --set model.max_seq_len=64 --set model.n_layers=1 >/dev/null 2>&1 ||
+  fail "training the draft failed"
+"$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/one-draft.jsonl" --ignore-eos \
+  --draft "$draft" 2>/dev/null || fail "generate --draft failed"
+"${MPIRUN[@]}" -np 2 "$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/two-draft.jsonl" \
+  --ignore-eos --draft "$draft" --set parallel.tp=2 >"$WORK/two-draft.log" 2>&1 ||
+  fail "generate --draft under tp=2: $(tail -5 "$WORK/two-draft.log")"
+grep -q "on rank 0, its proposals broadcast" "$WORK/two-draft.log" || fail "no broadcast draft: $(cat "$WORK/two-draft.log")"
+cmp -s "$WORK/one-draft.jsonl" "$WORK/two-draft.jsonl" ||
+  fail "tp=2 --draft differs: $(diff "$WORK/one-draft.jsonl" "$WORK/two-draft.jsonl")"
+python3 - "$WORK/two-draft.jsonl" <<'PY2' || fail "the draft was not both accepted and rejected: $(cat "$WORK/two-draft.jsonl")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+drafted = sum(r["drafted_tokens"] for r in rows); accepted = sum(r["accepted_tokens"] for r in rows)
+print(f"generate --draft: tp=2 == one process, {accepted} of {drafted} drafted tokens accepted")
+assert 0 < accepted < drafted
+PY2
 
 # Other layouts are refused, naming what is served.
 out=$("${MPIRUN[@]}" -np 2 "$LOOM" serve "$run" --set parallel.pp=2 2>&1) && fail "pp=2 was served"
@@ -99,5 +118,31 @@ timeout 60 tail --pid=$pid -f /dev/null || fail "the ranks did not stop on SIGTE
 wait $pid || code=$?
 [ $code -eq 0 ] || fail "mpirun exited $code on SIGTERM: $(tail -5 "$log")"
 grep -q "loom serve: stopped" "$log" || fail "no clean stop: $(tail -5 "$log")"
+pid=
+
+# The server with the draft under tp=2 (the follower's drafter takes rank 0's broadcast inside its step): the
+# requests one at a time give the single process's `generate --max-batch 1 --draft` texts, greedy and sampled.
+"$LOOM" generate "$run" --input "$WORK/prompts.jsonl" --output "$WORK/one-draft-1.jsonl" --ignore-eos --max-batch 1 \
+  --draft "$draft" 2>/dev/null || fail "generate --draft --max-batch 1 failed"
+log=$WORK/serve-draft.log
+"${MPIRUN[@]}" -np 2 timeout 300 "$LOOM" serve "$run" --port 0 --ignore-eos --draft "$draft" --set parallel.tp=2 \
+  >"$log" 2>&1 &
+pid=$!
+port=$(served_port "$log" $pid 600) || exit 1
+timeout 120 python3 - "$port" "$WORK/prompts.jsonl" "$WORK/one-draft-1.jsonl" <<'PY2' || fail "the draft server: $(tail -5 "$log")"
+import json, sys, http.client
+port, prompts, reference = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+expected = [json.loads(l)["text"] for l in open(reference)]
+for i, body in enumerate(json.loads(l) for l in open(prompts)):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    out = json.loads(r.read())
+    assert r.status == 200, out
+    assert out["choices"][0]["text"] == expected[i], (i, out["choices"][0]["text"], expected[i])
+print("serve --draft under tp=2: each request == one process's generate --draft")
+PY2
+pkill -TERM -P $pid
+timeout 60 tail --pid=$pid -f /dev/null || fail "the draft server did not stop: $(tail -5 "$log")"
 pid=
 echo "PASS"
