@@ -43,6 +43,7 @@ torch::Tensor moe_activate(Activation activation, const torch::Tensor& x) {
 bool moe_gated(Activation a) { return a == Activation::kSwiglu || a == Activation::kGeglu; }
 
 bool moe_replay_enabled = true;
+bool moe_overlap_enabled = true;
 
 // What a checkpointed MoE layer's first run keeps for its re-run (models/recompute.h's stash).
 struct MoeReplay {
@@ -219,7 +220,7 @@ torch::Tensor MoeImpl::routed(const torch::Tensor& x) {
     }
   }
   torch::Tensor out;
-  if (shared_ && experts_->exchanges()) {
+  if (shared_ && experts_->exchanges() && moe_overlap_enabled) {
     // The shared MLP in two halves of the tokens, each computed while a half of the exchange is in flight.
     const int64_t half = N / 2;
     torch::Tensor shared_parts[2];
@@ -327,6 +328,7 @@ std::map<const void*, ExpertPlacement> expert_placements(torch::nn::Module& mode
 }
 
 void set_moe_recompute_replay(bool replay) { moe_replay_enabled = replay; }
+void set_moe_shared_overlap(bool overlap) { moe_overlap_enabled = overlap; }
 
 torch::Tensor MoeImpl::shared_expert(const torch::Tensor& x) {
   auto shared = shared_->forward(x);

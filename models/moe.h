@@ -163,5 +163,8 @@ void set_moe_aux_loss_weight(torch::nn::Module& model, double weight);
 // Whether a checkpointed MoE layer's re-run replays its first run's exchanges (true, the default) or
 // exchanges again: tests turn it off to see the second dispatch counted.
 void set_moe_recompute_replay(bool replay);
+// Whether the shared expert runs while the exchanges are in flight (true, the default) or after them, as
+// before the overlap: the benchmark of tests/unit/test_all_to_all.cpp ([.moe-ep-bench]) compares the two.
+void set_moe_shared_overlap(bool overlap);
 
 }  // namespace loom

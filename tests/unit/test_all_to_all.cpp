@@ -6,6 +6,10 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
 #include "models/moe.h"
 #include "models/moe_dispatch.h"
 #include "models/recompute.h"
@@ -164,4 +168,48 @@ TEST_CASE("moe dispatch: a checkpointed layer's re-run exchanges nothing, its gr
   loom::set_moe_recompute_replay(true);
   CHECK(dispatched_again.exchanges == reference.exchanges + (n > 1 ? 3 : 0));
   same_as_plain(dispatched_again);
+}
+
+// Not run by default (docs/performance.md, "Expert parallelism: exposed all-to-all"): under `mpirun -np 2`, one
+// MoE layer of configs/moe-kjv.yaml's shape with a shared expert (d_model 256, 8 experts of d_ff 256, top-2, a
+// shared MLP of 256; 8 x 128 tokens a rank), forward and backward, one thread a rank, with the shared expert
+// overlapping the exchanges and after them, alternating: the milliseconds blocked in the all-to-alls and the
+// whole pass's, medians over the rounds.
+TEST_CASE("moe dispatch bench: the shared expert overlapping the all-to-alls", "[.moe-ep-bench]") {
+  auto comm = loom::test::processes().world(/*timeout_s=*/120);
+  torch::set_num_threads(1);
+  const int n = comm->size();
+  loom::MoeOptions o;
+  o.d_model = 256;
+  o.num_experts = 8;
+  o.top_k = 2;
+  o.d_ff = o.shared_d_ff = 256;
+  torch::manual_seed(3);
+  loom::Moe layer(o);
+  loom::keep_local_experts(*layer, *comm);
+  torch::manual_seed(50 + comm->rank());
+  const auto x = torch::randn({8, 128, 256}).requires_grad_(true);
+  const auto g = torch::randn({8, 128, 256});
+  const int rounds = 15;
+  std::vector<double> waited[2], took[2];
+  for (int round = 0; round < rounds + 2; ++round) {
+    for (const int overlap : {0, 1}) {
+      loom::set_moe_shared_overlap(overlap == 1);
+      comm->barrier();
+      const double before = loom::expert_all_to_all_wait_s();
+      const auto start = std::chrono::steady_clock::now();
+      (layer->forward(x) * g).sum().backward();
+      const double pass = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (round < 2) continue;  // warm-up
+      waited[overlap].push_back(1e3 * (loom::expert_all_to_all_wait_s() - before));
+      took[overlap].push_back(1e3 * pass);
+    }
+  }
+  loom::set_moe_shared_overlap(true);
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("rank %d of %d: all-to-all waited %.2f ms (after) / %.2f ms (overlapped), pass %.2f / %.2f ms\n",
+              comm->rank(), n, median(waited[0]), median(waited[1]), median(took[0]), median(took[1]));
 }
