@@ -607,14 +607,16 @@ TEST_CASE("gradient sync: two parameter entries on different shard groups each a
 
 TEST_CASE("gradient sync: a sparse entry's parameter a rank got no gradient for is reduced as zeros, in order", "[mpi]") {
   // Three parameters of different sizes, a bucket each, one sparse entry (as MoE experts under ep): in each of two
-  // micro-batches every odd rank leaves one of them without a gradient (the middle one, then the first), which
-  // the even ranks use. Every rank must start the same collectives in the same order (sizes differ: a mismatch
-  // fails or hangs), and each gradient must be the closed form: the sum of the weights each rank's loss gave it
-  // over the micro-batches where it used it (zero where it did not), divided by the ranks.
+  // micro-batches every odd rank leaves one of them without a gradient (the first one, then the middle one,
+  // whose bucket the even ranks complete before the first's), which the even ranks use. Every rank must start
+  // the same collectives in the same order (sizes differ: a mismatch fails, MPI_ERR_TRUNCATE, or hangs; without
+  // the ordering and the zeros, zero 0 and 1 fail in the last backward, zero 2 in the first), and each gradient
+  // must be the closed form: the sum of the weights each rank's loss gave it over the micro-batches where it used
+  // it (zero where it did not), divided by the ranks.
   auto comm = loom::test::processes().world(/*timeout_s=*/60);
   const int rank = comm->rank(), ranks = comm->size();
   const std::vector<int64_t> sizes = {40, 24, 16};
-  const auto used = [](int r, int m, size_t i) { return r % 2 == 0 || i != (m == 0 ? 1u : 0u); };
+  const auto used = [](int r, int m, size_t i) { return r % 2 == 0 || i != (m == 0 ? 0u : 1u); };
   const auto weight = [](int r, int m, size_t i, int64_t n) {
     torch::manual_seed(700 + 100 * r + 10 * m + static_cast<int>(i));
     return torch::randn({n});
