@@ -42,6 +42,16 @@ torch::Tensor moe_activate(Activation activation, const torch::Tensor& x) {
 
 bool moe_gated(Activation a) { return a == Activation::kSwiglu || a == Activation::kGeglu; }
 
+bool moe_replay_enabled = true;
+bool moe_overlap_enabled = true;
+
+// What a checkpointed MoE layer's first run keeps for its re-run (models/recompute.h's stash).
+struct MoeReplay {
+  DispatchReplay dispatch;
+  torch::Tensor whole_counts;  // context parallelism: the load and token count summed over the cp group
+  torch::Tensor whole_keep;    // context parallelism with a capacity: the slots kept over the whole sequences
+};
+
 }  // namespace
 
 MoeOptions moe_options(const ModelConfig& c) {
@@ -110,17 +120,20 @@ torch::Tensor MoeExpertsImpl::grouped(const torch::Tensor& rows, const std::vect
     offset += counts[e];
   }
   if (!outputs.empty()) return torch::cat(outputs);
-  // No rows for any of this rank's experts (expert parallelism: the group routed none here): their gradients
-  // are still made (zeros) in this backward, as on the ranks that computed theirs, so the gradient sync
-  // reduces their buckets at the same point of every rank's backward (collectives in the same order).
+  // No rows for any of this rank's experts (expert parallelism: the group routed none here): no rows out. The
+  // experts get no gradient in this backward; the gradient sync reduces zeros for them in step with the ranks
+  // whose experts computed (ShardedParameters::sparse, parallel/gradient_sync.h). The output still needs a
+  // gradient wherever the experts' would have (through the rows, or else a leaf of its own), so that backward's
+  // combine exchange runs here as on those ranks.
   auto none = rows * 0;
-  for (const auto* t : {&gate, &up, &down})
-    if (t->defined()) none = none + t->sum() * 0;
+  if (torch::GradMode::is_enabled() && up.requires_grad() && !none.requires_grad())
+    none = none + torch::zeros({}, rows.options()).requires_grad_(true);
   return none;
 }
 
 torch::Tensor MoeExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& experts,
-                                      const torch::Tensor& weights, const torch::Tensor& keep) {
+                                      const torch::Tensor& weights, const torch::Tensor& keep,
+                                      const WhileExchanging& overlap, DispatchReplay* replay) {
   const int64_t N = x.size(0), k = experts.size(1), E = num_experts_;
   auto slot_expert = experts.reshape(-1);
   auto slot_token = torch::arange(N, experts.options()).unsqueeze(1).expand({N, k}).reshape(-1);
@@ -140,11 +153,11 @@ torch::Tensor MoeExpertsImpl::forward(const torch::Tensor& x, const torch::Tenso
   torch::Tensor computed;
   if (ep_ != nullptr) {
     // Every rank of the group takes part, whatever it routed.
-    computed = dispatch_to_experts(rows, counts, *ep_, [this](const torch::Tensor& r, const std::vector<int64_t>& c) {
-      return grouped(r, c);
-    });
+    computed = dispatch_to_experts(
+        rows, counts, *ep_, [this](const torch::Tensor& r, const std::vector<int64_t>& c) { return grouped(r, c); },
+        overlap, replay);
   } else {
-    // No rows (capacity dropped every slot): the experts still run on none, so their gradients arrive.
+    // Without ep some expert always gets a row (a capacity of at least 1 keeps each routed expert's first slot).
     computed = grouped(rows, std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + E));
   }
   const auto weighted = computed * slot_weight.index_select(0, order).unsqueeze(1).to(x.dtype());
@@ -193,16 +206,42 @@ torch::Tensor MoeImpl::routed(const torch::Tensor& x) {
   const int64_t N = flat.size(0), E = options_.num_experts, k = options_.top_k;
   const auto logits = router_->forward(flat).to(torch::kFloat);  // routing in fp32 under autocast too
   Routing r = route(logits, options_.router, k, options_.normalize, expert_bias_);
+  // A checkpointed layer's first run records its exchanges, the re-run in backward replays them.
+  std::shared_ptr<MoeReplay> replay;
+  if (auto* stash = recompute_stash(); stash != nullptr && moe_replay_enabled && is_training()) {
+    auto& entry = stash->entry(this);
+    if (!recomputing()) {
+      entry = replay = std::make_shared<MoeReplay>();
+    } else if (entry) {
+      replay = std::static_pointer_cast<MoeReplay>(entry);
+      replay->dispatch.mode = DispatchReplay::Mode::kReplay;
+    }
+  }
+  const bool replaying = replay && replay->dispatch.mode == DispatchReplay::Mode::kReplay;
   torch::Tensor keep;
-  if (options_.capacity_factor > 0 && splits_sequences())
-    keep = capacity_keep_over_sequences(r.experts, shape[0], E, options_.capacity_factor, *options_.token_group);
-  else if (options_.capacity_factor > 0)
+  if (options_.capacity_factor > 0 && splits_sequences()) {
+    // Context parallelism: one all-gather of the group's choices (a re-run takes its first run's keep).
+    keep = replaying && replay->whole_keep.defined()
+               ? replay->whole_keep
+               : capacity_keep_over_sequences(r.experts, shape[0], E, options_.capacity_factor, *options_.token_group);
+    if (replay) replay->whole_keep = keep;
+  } else if (options_.capacity_factor > 0) {
     keep = capacity_keep(r.experts, E, expert_capacity(options_.capacity_factor, N, k, E));
-  auto out = experts_->forward(flat, r.experts, r.weights, keep);
-  if (shared_) {
-    auto shared = shared_->forward(flat);
-    if (shared_gate_.defined()) shared = torch::sigmoid(torch::linear(flat, shared_gate_)) * shared;
-    out = out + shared;
+  }
+  torch::Tensor out;
+  if (shared_ && experts_->exchanges() && moe_overlap_enabled) {
+    // The shared MLP in two halves of the tokens, each computed while a half of the exchange is in flight.
+    const int64_t half = N / 2;
+    torch::Tensor shared_parts[2];
+    auto overlap = [&](int phase) {
+      const auto part = phase == 0 ? flat.narrow(0, 0, half) : flat.narrow(0, half, N - half);
+      shared_parts[phase] = shared_expert(part);
+    };
+    out = experts_->forward(flat, r.experts, r.weights, keep, overlap, replay ? &replay->dispatch : nullptr);
+    out = out + torch::cat({shared_parts[0], shared_parts[1]});
+  } else {
+    out = experts_->forward(flat, r.experts, r.weights, keep, {}, replay ? &replay->dispatch : nullptr);
+    if (shared_) out = out + shared_expert(flat);
   }
   if (is_training()) {
     const bool grads = torch::GradMode::is_enabled() && (options_.aux_loss_coef > 0 || options_.z_loss_coef > 0);
@@ -212,12 +251,18 @@ torch::Tensor MoeImpl::routed(const torch::Tensor& x) {
       load = expert_load(r.experts, E).to(torch::kDouble);
     }
     // Context parallelism: the load and the token count of the whole sequences (this rank's part of the
-    // losses; models/moe_router.h). One small all-reduce per layer and micro-batch, again when recomputed.
+    // losses; models/moe_router.h). One small all-reduce per layer and micro-batch (a re-run takes its first run's).
     torch::Tensor tokens, whole_load = load;  // tokens undefined: this rank's are all
     if (splits_sequences()) {
       torch::NoGradGuard no_grad;
-      auto counts = torch::cat({load, torch::full({1}, static_cast<double>(N), load.options())});
-      options_.token_group->all_reduce(counts);
+      torch::Tensor counts;
+      if (replaying && replay->whole_counts.defined()) {
+        counts = replay->whole_counts;
+      } else {
+        counts = torch::cat({load, torch::full({1}, static_cast<double>(N), load.options())});
+        options_.token_group->all_reduce(counts);
+        if (replay) replay->whole_counts = counts;
+      }
       whole_load = counts.narrow(0, 0, E);
       tokens = counts[E];
     }
@@ -289,6 +334,15 @@ std::map<const void*, ExpertPlacement> expert_placements(torch::nn::Module& mode
     }
   }
   return out;
+}
+
+void set_moe_recompute_replay(bool replay) { moe_replay_enabled = replay; }
+void set_moe_shared_overlap(bool overlap) { moe_overlap_enabled = overlap; }
+
+torch::Tensor MoeImpl::shared_expert(const torch::Tensor& x) {
+  auto shared = shared_->forward(x);
+  if (shared_gate_.defined()) shared = torch::sigmoid(torch::linear(x, shared_gate_)) * shared;
+  return shared;
 }
 
 void set_moe_aux_loss_weight(torch::nn::Module& model, double weight) {

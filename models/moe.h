@@ -11,7 +11,12 @@
 // buffer, expert_bias (E), used for selection only and saved in checkpoints.
 //
 // Expert parallelism (parallel.ep, keep_local_experts): each rank keeps E / ep rows of the stacked experts and
-// the sorted slots go to their experts' ranks and back by all-to-all (models/moe_dispatch.h).
+// the sorted slots go to their experts' ranks and back by all-to-all (models/moe_dispatch.h). The shared MLP
+// runs while the rows are in flight: its first half of the tokens during the dispatch, the second during the
+// combine (forward; backward overlaps the reverse exchanges with those halves' backward the same way).
+// Under activation checkpointing (models/recompute.h) the first run keeps the exchanges' results (and the
+// CP load's all-reduce) in the recompute's stash, and the re-run in backward takes them from there: it
+// routes and runs the experts again but communicates nothing (2 x slots x C per layer kept meanwhile).
 // The experts run grouped: the (token, expert) slots are sorted by expert, each expert's rows gathered into
 // one contiguous block and multiplied by its matrices as one GEMM per expert, then scattered back with their
 // weights (index_add); backward is autograd's through the same ops. Dropless unless model.moe.capacity_factor
@@ -28,6 +33,7 @@
 
 #include "core/config.h"
 #include "models/mlp.h"
+#include "models/moe_dispatch.h"
 #include "parallel/communicator.h"
 
 #include <map>
@@ -69,8 +75,12 @@ class MoeExpertsImpl : public torch::nn::Module {
  public:
   MoeExpertsImpl(int64_t num_experts, int64_t d_model, int64_t d_ff, Activation activation, double init_std,
                  double out_init_std);
+  // Under ep, `overlap` runs while the dispatch's (phase 0) and the combine's (phase 1) rows are in flight and
+  // `replay` records or replays the exchanges (models/moe_dispatch.h); without ep neither is used.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& experts, const torch::Tensor& weights,
-                        const torch::Tensor& keep = {});
+                        const torch::Tensor& keep = {}, const WhileExchanging& overlap = {},
+                        DispatchReplay* replay = nullptr);
+  bool exchanges() const { return ep_ != nullptr; }  // expert parallelism over more than one rank
   // Expert e (of those this rank holds: local index) on rows x (n, C) -> (n, C).
   torch::Tensor expert(int64_t e, const torch::Tensor& x);
 
@@ -117,6 +127,7 @@ class MoeImpl : public torch::nn::Module {
 
  private:
   torch::Tensor routed(const torch::Tensor& x);  // forward on the tokens this rank routes
+  torch::Tensor shared_expert(const torch::Tensor& x);  // the shared MLP, gated
   // Context parallelism: this rank's tokens are part of sequences other ranks hold the rest of.
   bool splits_sequences() const { return options_.token_group != nullptr && options_.token_group->size() > 1; }
 
@@ -152,5 +163,11 @@ std::vector<MoeImpl*> moe_layers(torch::nn::Module& model);
 // Sets each MoE layer's aux-loss weight (the trainer: the factor of the micro-batch's loss, before its
 // forward and its backward).
 void set_moe_aux_loss_weight(torch::nn::Module& model, double weight);
+// Whether a checkpointed MoE layer's re-run replays its first run's exchanges (true, the default) or
+// exchanges again: tests turn it off to see the second dispatch counted.
+void set_moe_recompute_replay(bool replay);
+// Whether the shared expert runs while the exchanges are in flight (true, the default) or after them, as
+// before the overlap: the benchmark of tests/unit/test_all_to_all.cpp ([.moe-ep-bench]) compares the two.
+void set_moe_shared_overlap(bool overlap);
 
 }  // namespace loom

@@ -58,6 +58,14 @@ std::vector<torch::Tensor> differentiable(const RecomputeSide& side) {
 }
 
 thread_local int recompute_depth = 0;
+thread_local RecomputeStash* current_stash = nullptr;
+
+// Makes `stash` the current one for a scope (and puts back the one before: a recompute inside another's run).
+struct StashScope {
+  explicit StashScope(RecomputeStash* stash) : before(current_stash) { current_stash = stash; }
+  ~StashScope() { current_stash = before; }
+  RecomputeStash* before;
+};
 
 class Recompute : public torch::autograd::Function<Recompute> {
  public:
@@ -83,6 +91,9 @@ class Recompute : public torch::autograd::Function<Recompute> {
     torch::autograd::variable_list saved{x};
     saved.insert(saved.end(), side.begin(), side.end());
     ctx->save_for_backward(saved);
+    auto stash = c10::make_intrusive<RecomputeStash>();
+    ctx->saved_data["stash"] = c10::IValue::make_capsule(stash);
+    StashScope scope(stash.get());
     return run_segments(*segments, x, side, segments->size());
   }
 
@@ -101,6 +112,8 @@ class Recompute : public torch::autograd::Function<Recompute> {
     first.autocast = ctx->saved_data["autocast"].toBool();
     first.autocast_dtype = static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt());
     const auto now = RunState::capture(x.device(), tp_rng);  // the backward pass's own state, put back afterwards
+    const auto stash = c10::static_intrusive_pointer_cast<RecomputeStash>(ctx->saved_data["stash"].toCapsule());
+    StashScope scope(stash.get());
     ++recompute_depth;
     struct Leave {
       ~Leave() { --recompute_depth; }
@@ -142,6 +155,7 @@ class Recompute : public torch::autograd::Function<Recompute> {
 }  // namespace
 
 bool recomputing() { return recompute_depth > 0; }
+RecomputeStash* recompute_stash() { return current_stash; }
 
 torch::Tensor recompute_in_backward(const RecomputeSegments& segments, const torch::Tensor& x,
                                    TensorParallelRng* tp_rng, const RecomputeSide& side) {

@@ -14,6 +14,8 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "parallel/tensor_parallel_rng.h"
@@ -36,5 +38,19 @@ torch::Tensor recompute_in_backward(const RecomputeSegments& segments, const tor
 // Whether the calling thread is re-running segments inside a backward: a layer that counts what its
 // forward saw (the MoE's expert load, models/moe.h) counts the first run only.
 bool recomputing();
+
+// What layers keep from a recompute_in_backward call's first run for its re-runs, one entry per layer (its
+// address): the MoE's exchanges' results, so that a re-run does no communication (models/moe.h). One stash
+// per call, alive as long as the call's backward node (freed with the graph).
+class RecomputeStash : public torch::CustomClassHolder {
+ public:
+  std::shared_ptr<void>& entry(const void* layer) { return entries_[layer]; }
+
+ private:
+  std::map<const void*, std::shared_ptr<void>> entries_;
+};
+// The stash of the recompute_in_backward call running on this thread (its first run, or a re-run in
+// backward: recomputing() tells which); null outside one.
+RecomputeStash* recompute_stash();
 
 }  // namespace loom

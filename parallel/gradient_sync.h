@@ -38,6 +38,14 @@
 // reduce-scatter is waited for (a bucket reduced only in earlier micro-batches, or under pipeline stages,
 // in finish()); zero 1: in finish(), each as its reduce-scatter completes. finish() waits for them all;
 // gradients are averaged over both groups.
+// Sparse entries (ShardedParameters::sparse: MoE experts under ep, where a rank whose experts got no row in a
+// micro-batch has no gradient for them while its peers do): a parameter without a gradient is reduced as zeros
+// (its place in the flat buffer), and the collectives of a shard group holding sparse buckets start in
+// backward order, a bucket waiting for those before it, so that every rank issues them in the same order
+// whichever of its buckets completed. A bucket a rank got no (or not every) gradient for is reduced anyway:
+// zero 0, 1: in finish() (in order); zero 2, 3: at the end of each backward (end_backward(), which the trainer
+// calls after every backward) and, zero 3, when the next unit's backward starts, before that unit's gathers on
+// the same group (a unit's buckets reduced, so every reduction count and order is every rank's).
 // param_dtype bf16 (precision.param_dtype, Megatron's --bf16): the parameters become bf16 views into flat
 // buffers, their .grad stays the fp32 bucket views (autograd adds each bf16 micro-batch gradient into them
 // in fp32: accumulation and the DP reduction are fp32), and what the optimizer steps is an fp32 master
@@ -77,6 +85,9 @@ class GradientSync {
 
   void zero_grad();              // zeros the buffers in place (the .grad views stay; zero 2: the shards')
   void prepare_last_backward();  // the next backward completes this step's gradients: reduce during it
+  // After every backward: zero 2, 3: the sparse buckets not reduced in it are reduced now (zeros where
+  // nothing arrived), in order; otherwise nothing.
+  void end_backward();
   void finish();                 // starts what has not started, waits for all, divides by the DP size
 
   // What the optimizer steps, per optimizer group (every entry's): the parameters (zero 0) or this rank's
@@ -139,6 +150,8 @@ class GradientSync {
     torch::Tensor flat_master;            // bf16 parameters, zero 0: fp32 master of the whole bucket
     std::vector<torch::Tensor> masters;   // bf16 parameters, zero 0: per parameter, its view of flat_master
     size_t ready = 0;
+    int ordered = -1;       // its shard group's place in ordered_ (a group holding sparse buckets); -1: none
+    bool complete = false;  // ordered: every gradient arrived in this pass, waiting for its turn
     std::shared_ptr<Work> work;  // zero 0, 1
     std::shared_ptr<Work> replica_work;  // hybrid sharding: the shard gradient's all-reduce over the replicas
   };
@@ -149,6 +162,18 @@ class GradientSync {
     torch::Tensor input, output;
     std::shared_ptr<Work> work;
   };
+  // A shard group holding sparse buckets: its buckets in backward order (zero 3: units last to first), and
+  // the next to start in this pass.
+  struct OrderedGroup {
+    Communicator* group = nullptr;
+    std::vector<size_t> buckets;
+    size_t next = 0;
+  };
+  void bucket_complete(size_t bucket);  // its gradients all arrived: start it (ordered: in its turn)
+  void start(size_t bucket);            // launch (zero 0, 1) or launch_reduction (zero 2, 3)
+  // Starts the ordered group's buckets up to (excluding) the first of unit `before_unit` or a lower one
+  // (zero 3), or all of them (-1), whether or not their gradients arrived; all: the next pass starts afresh.
+  void flush(OrderedGroup& group, int64_t before_unit = -1);
   void launch(Bucket& bucket);
   void launch_reduction(size_t bucket);  // zero 2
   void finish_oldest_reduction();        // zero 2: waits for it and adds its output into the shard's gradient
@@ -173,6 +198,7 @@ class GradientSync {
   size_t group_count_;  // optimizer groups
   std::vector<Bucket> buckets_;
   std::deque<Reduction> reductions_;  // zero 2, oldest first
+  std::vector<OrderedGroup> ordered_;
   bool armed_ = false;
   double last_wait_s_ = 0;
   double step_wait_s_ = 0;         // this step's waits, but the units' gathers

@@ -24,11 +24,15 @@ namespace loom {
 // averaged_over: the ranks the gradients are averaged over when that is not the shard group's times the
 // replicas' (0): experts under expert parallelism are summed over the ranks holding them but averaged over all
 // of dp x cp, since each holds gradients of every ep rank's tokens.
+// sparse: a rank may get no gradient for some of these parameters in a backward where the other ranks of the
+// group do (MoE experts under expert parallelism: a rank none of whose experts got a row); GradientSync then
+// reduces zeros for them, keeping every rank's collectives in the same order (parallel/gradient_sync.h).
 struct ShardedParameters {
   std::vector<std::vector<torch::Tensor>> groups;
   Communicator* shard_group = nullptr;
   Communicator* replica_group = nullptr;
   int64_t averaged_over = 0;
+  bool sparse = false;
 };
 
 // How a run's gradient sync shards and buckets (parallel.*, precision.param_dtype).

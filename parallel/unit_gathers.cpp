@@ -164,6 +164,7 @@ void UnitGathers::after_head_backward() {
 }
 
 void UnitGathers::before_backward(size_t unit) {
+  if (backward_starting_) backward_starting_(unit);
   wait(unit);
   if (unit == 0) {
     if (units_.size() > 1) start_gather(units_.size() - 1);  // the head's backward: the last block is next

@@ -20,6 +20,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,6 +51,9 @@ class UnitGathers : public ParameterUnits {
   void after_head_backward() override;
   // The unit's gradients are all reduced (launched) in this backward: a block unit is freed (resharding).
   void backward_done(size_t unit);
+  // Called first thing in before_backward (GradientSync: the buckets of the units whose backward is over that
+  // still wait are reduced before this unit's gathers start, in the same order on every rank).
+  void on_backward_start(std::function<void(size_t unit)> call) { backward_starting_ = std::move(call); }
   // Waits for gathers under way and frees every unit: the end of a step, of an evaluation (next pass: none).
   void free_all();
   // Set before each forward and backward: what follows it (kNone: nothing this step, or unknown).
@@ -78,6 +82,7 @@ class UnitGathers : public ParameterUnits {
 
   bool reshard_after_forward_;
   NextPass next_ = NextPass::kNone;
+  std::function<void(size_t)> backward_starting_;
   // Learned from the model's calls (the first step's first forward gathers on demand): the stage's forward
   // starts with the ends (its embeddings), and ends with them (its head): where a prefetch of the ends goes.
   bool ends_lead_ = false, head_follows_ = false;

@@ -29,6 +29,7 @@ std::vector<ShardedParameters> sharded_parameters(torch::nn::Module& model, cons
   const auto experts = expert_tensors(model);
   ShardedParameters expert{{}, &mesh.device_group(kExpertShardAxes), &mesh.device_group(kReplicaAxes),
                            mesh.size(kDataParallelAxes)};
+  expert.sparse = true;  // a rank whose experts got no row has no gradient for them
   for (auto& group : dense.groups) {
     expert.groups.emplace_back();
     std::vector<torch::Tensor> kept;

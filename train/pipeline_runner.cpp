@@ -120,6 +120,7 @@ torch::Tensor run_pipeline(Task& task, const std::vector<TaskBatch>& batches, co
         }
         torch::autograd::backward(roots, root_grads);
       }
+      if (step.end_backward) step.end_backward();
       for (size_t k = 0; k < slot.inputs.size(); ++k) {
         const auto& grad = slot.inputs[k].grad();
         LOOM_CHECK(grad.defined(), "pipeline stage ", stage, ": no gradient reached its input ", k);

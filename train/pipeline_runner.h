@@ -34,6 +34,8 @@ struct PipelineStep {
   // last backward of the step (the reduction overlaps it), or, with a stage-tied parameter, only after the
   // two stages' gradients of it are summed (it is not complete before). May be empty.
   std::function<void()> start_gradient_sync;
+  // Training: called after each backward (GradientSync::end_backward). May be empty.
+  std::function<void()> end_backward;
   // Training: called before each forward and backward with what this stage runs after it (ZeRO-3 prefetches
   // its parameters across the two). May be empty.
   std::function<void(NextPass)> next_pass;

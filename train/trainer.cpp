@@ -311,6 +311,7 @@ Trainer::Backward Trainer::forward_backward(PhaseClock& clock, const StepFaults&
     clock.lap(&StepPhases::forward_s);
     gradient_sync_->set_next_pass(m + 1 < accumulation ? NextPass::kForward : NextPass::kNone);
     (loss_scaler_.scale_loss(loss) * (weight * weight_per_token)).backward();
+    gradient_sync_->end_backward();
     loss_sum += loss.detach() * weight;
     clock.lap(&StepPhases::backward_s);
   }
@@ -332,6 +333,7 @@ torch::Tensor Trainer::pipeline_forward_backward(const std::vector<TaskBatch>& b
     return loss_scaler_.scale_loss(loss) * (static_cast<double>(tokens[static_cast<size_t>(m)]) * weight_per_token);
   };
   step.start_gradient_sync = [this] { gradient_sync_->prepare_last_backward(); };
+  step.end_backward = [this] { gradient_sync_->end_backward(); };
   step.before_pass = [&](int64_t m) {
     moe_->set_loss_weight((loss_scaler_.enabled() ? loss_scaler_.scale() : 1.0) *
                           static_cast<double>(moe_tokens[static_cast<size_t>(m)]) * weight_per_token);

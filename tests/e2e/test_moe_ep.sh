@@ -6,7 +6,8 @@
 # ZeRO-2, EP=2 x TP=2 (each TP rank dispatches the group's replicated tokens in its own ep group), EP=2 x PP=2
 # with ZeRO-1 (each stage's experts split over its ep group), EP=2 with ZeRO-3 at DP=4 (expert units gathered
 # over the expert shard group), the Qwen-style variant (a gated shared expert, the expert bias) at EP=2 with
-# ZeRO-1, and EP=2 x CP=2 at DP=2 with ZeRO-2 (routing statistics summed over cp), its checkpoint resumed in one
+# ZeRO-1, with and without activation checkpointing, and EP=2 x CP=2 at DP=2 with ZeRO-2 (routing statistics
+# summed over cp), its checkpoint resumed in one
 # process. Checkpoints name each expert tensor whole: a run hops EP=4 -> EP=2 x TP=2 -> EP=2 x PP=2 -> one
 # process on the uninterrupted curve, and an EP=2 run with dropout resumed at step 10 repeats its losses bit
 # for bit. The layouts expert parallelism does not take are refused naming parallel.ep.
@@ -52,6 +53,13 @@ PY
 tiny_train "$WORK/qwen" "${moe[@]}" "${qwen[@]}" >"$WORK/qwen.log" 2>&1 || { tail -20 "$WORK/qwen.log"; fail "qwen-style run"; }
 moe_mpi 2 "$WORK/qwen-ep2" "${qwen[@]}" --set parallel.ep=2 --set parallel.zero=1
 same_moe_curve "$WORK/qwen" "$WORK/qwen-ep2" "MoE shared expert + expert bias, EP=2 DP=2 ZeRO-1"
+# Activation checkpointing under ep: each MoE layer's re-run in backward replays its first run's exchanges (no
+# second dispatch; tests/unit/test_all_to_all.cpp counts them), the shared expert's halves overlapping the rows
+# in flight: the curve of the same run without checkpointing and of the single process.
+moe_mpi 2 "$WORK/qwen-ep2-recompute" "${qwen[@]}" --set parallel.ep=2 --set parallel.zero=1 \
+  --set train.activation_checkpointing=full
+same_moe_curve "$WORK/qwen-ep2" "$WORK/qwen-ep2-recompute" "MoE EP=2 with activation checkpointing against without"
+same_moe_curve "$WORK/qwen" "$WORK/qwen-ep2-recompute" "MoE EP=2 with activation checkpointing"
 
 # Resume across layouts: 5 steps at EP=4 (4 ranks), to 10 at EP=2 x TP=2 (TP-split dense tensors beside ep-split
 # experts), to 15 at EP=2 x PP=2 (a stage's file holds its experts), to 20 in one process: the uninterrupted curve.

@@ -604,3 +604,56 @@ TEST_CASE("gradient sync: two parameter entries on different shard groups each a
     }
   }
 }
+
+TEST_CASE("gradient sync: a sparse entry's parameter a rank got no gradient for is reduced as zeros, in order", "[mpi]") {
+  // Three parameters of different sizes, a bucket each, one sparse entry (as MoE experts under ep): in each of two
+  // micro-batches every odd rank leaves one of them without a gradient (the first one, then the middle one,
+  // whose bucket the even ranks complete before the first's), which the even ranks use. Every rank must start
+  // the same collectives in the same order (sizes differ: a mismatch fails, MPI_ERR_TRUNCATE, or hangs; without
+  // the ordering and the zeros, zero 0 and 1 fail in the last backward, zero 2 in the first), and each gradient
+  // must be the closed form: the sum of the weights each rank's loss gave it over the micro-batches where it used
+  // it (zero where it did not), divided by the ranks.
+  auto comm = loom::test::processes().world(/*timeout_s=*/60);
+  const int rank = comm->rank(), ranks = comm->size();
+  const std::vector<int64_t> sizes = {40, 24, 16};
+  const auto used = [](int r, int m, size_t i) { return r % 2 == 0 || i != (m == 0 ? 0u : 1u); };
+  const auto weight = [](int r, int m, size_t i, int64_t n) {
+    torch::manual_seed(700 + 100 * r + 10 * m + static_cast<int>(i));
+    return torch::randn({n});
+  };
+  for (const int64_t zero : {0, 1, 2}) {
+    INFO("zero " << zero << ", " << ranks << " ranks");
+    std::vector<torch::Tensor> params;
+    for (const int64_t n : sizes) params.push_back(torch::zeros({n}).requires_grad_(true));
+    std::vector<ShardedParameters> entries = one_entry({params, {}}, *comm);
+    entries[0].sparse = true;
+    GradientSync sync(entries, zero_stage(zero, 1e-6));  // a bucket per parameter
+    REQUIRE(sync.bucket_count() == 3);
+    for (int step = 0; step < 2; ++step) {
+      sync.zero_grad();
+      for (int m = 0; m < kMicroBatches; ++m) {
+        if (m == kMicroBatches - 1) sync.prepare_last_backward();
+        auto loss = torch::zeros({});
+        for (size_t i = 0; i < params.size(); ++i)
+          if (used(rank, m, i)) loss = loss + (params[i] * weight(rank, m, i, sizes[i])).sum();
+        loss.backward();
+        sync.end_backward();
+      }
+      sync.finish();
+      const auto shards = sync.optimizer_parameters();
+      const auto slices = sync.optimizer_slices();
+      for (size_t k = 0; k < shards.size(); ++k) {
+        for (const auto& slice : slices[k]) {
+          const size_t i = index_of(params, slice.parameter);
+          auto expected = torch::zeros({sizes[i]});
+          for (int r = 0; r < ranks; ++r)
+            for (int m = 0; m < kMicroBatches; ++m)
+              if (used(r, m, i)) expected += weight(r, m, i, sizes[i]);
+          expected = (expected / ranks).narrow(0, slice.parameter_offset, slice.length);
+          const auto got = shards[k].grad().reshape(-1).narrow(0, slice.offset, slice.length);
+          CHECK(max_abs_diff(got, expected) <= 1e-6);
+        }
+      }
+    }
+  }
+}
