@@ -236,9 +236,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, KVCache* cache, con
     }
     if (cache != nullptr) {
       // With nothing but causality, the window and ALiBi to apply, the cache may attend where it keeps the keys
-      // (the paged cache's kernel, models/paged_decode_attention.h: decode steps, prefill chunks, speculative
-      // verification); else it appends.
-      if (options_.causal && !inputs.key_padding.defined() && !inputs.position_bias.defined() &&
+      // (the paged cache's kernel, models/paged_decode_attention.h: decode steps, speculative verification and
+      // short prefill chunks); else it appends. A longer chunk goes to SDPA, whose GEMMs beat the kernel's
+      // products there (docs/performance.md: 0.6-0.8x for 64 positions after 448).
+      constexpr int64_t kMaxInPlaceQueries = 16;
+      if (T <= kMaxInPlaceQueries && options_.causal && !inputs.key_padding.defined() && !inputs.position_bias.defined() &&
           !(is_training() && options_.dropout > 0)) {
         KVCache::DecodeAttention how;
         how.scale = options_.scaled ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;

@@ -102,8 +102,8 @@ class KVBlockPool {
 // lengths make a ragged batch (seen_rows, key_padding). window > 0 reads at most the last `window` positions
 // kept before the new ones, as the contiguous cache keeps, and the last layer's append then frees each row's
 // blocks that the next forward will not read (release_before). select (beam search) is the contiguous cache's.
-// On the CPU every forward (a decode step, a prefill chunk, a speculative verification: T new positions a row)
-// attends through the tables instead (append_and_attend: models/paged_decode_attention.h reads each row's slots in
+// On the CPU a forward of up to 16 positions a row (a decode step, a speculative verification, a short prefill
+// chunk; models/attention.cpp decides) attends through the tables instead (append_and_attend: models/paged_decode_attention.h reads each row's slots in
 // place, no gather, no padding); CUDA pools and autograd gather.
 KVCaches paged_kv_caches(KVBlockPool& pool, std::vector<BlockTable*> rows, int64_t window = 0);
 
