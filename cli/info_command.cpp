@@ -106,12 +106,13 @@ int info_command(const Argv& argv, const ProcessGroup&) {
   }
   const int64_t micro_batch = plan.micro_batch_size();
   // parallel.ep: the bytes a rank sends by all-to-all per step (every MoE block of its stage, micro-batch, forward
-  // and backward; the stage with the most MoE blocks; every TP rank dispatches the same tokens in its ep group).
+  // and backward; the stage with the most MoE blocks; every TP rank dispatches the same tokens in its ep group;
+  // under CP a rank routes its 1 / cp of each sequence, whatever ranks of dp x cp its ep group folds).
   int64_t moe_blocks = 0;
   for (const StagePlan& stage : plan.stages()) moe_blocks = std::max(moe_blocks, stage.blocks.moe);
   const int64_t all_to_all =
       m.moe.enabled() ? moe_blocks * plan.accumulation_steps() *
-                            expert_all_to_all_bytes(micro_batch * config.data.seq_len, m.moe.top_k, m.d_model,
+                            expert_all_to_all_bytes(micro_batch * config.data.seq_len / p.cp, m.moe.top_k, m.d_model,
                                                     config.precision.dtype == Dtype::kFp32 ? 4 : 2, p.ep)
                       : 0;
   const MeshShape& layout = plan.layout();

@@ -102,7 +102,7 @@ void validate_moe(const Config& c, ConfigChecks& check) {
   check.require(e.capacity_factor >= 0, "model.moe.capacity_factor", e.capacity_factor, " must be >= 0 (0: dropless)");
 }
 
-// parallel.ep: a split of the DP ranks and of every MoE layer's experts (with any tp, pp, cp and ZeRO stage).
+// parallel.ep: a split of the ranks of dp x cp and of every MoE layer's experts (with any tp, pp, cp and ZeRO stage).
 void validate_expert_parallel(const Config& c, ConfigChecks& check) {
   const ParallelConfig& p = c.parallel;
   check.require(p.ep >= 1, "parallel.ep", p.ep, " must be >= 1");
@@ -113,12 +113,22 @@ void validate_expert_parallel(const Config& c, ConfigChecks& check) {
   if (!e.enabled()) return;
   check.require(e.num_experts % p.ep == 0, "parallel.ep", p.ep, " does not divide model.moe.num_experts=", e.num_experts,
                 ": each rank of an ep group keeps num_experts / ep experts");
+  // Megatron's folding (parallel/mesh.h): an ep group is ep consecutive ranks of dp x cp, cp innermost, so it
+  // holds whole cp groups and ep / cp DP ranks, or lies inside one cp group.
+  if (p.cp >= 1 && p.ep % p.cp != 0 && p.cp % p.ep != 0) {
+    check.require(false, "parallel.ep", p.ep, " with parallel.cp=", p.cp, ": an ep group is ep consecutive ranks of "
+                  "dp x cp (cp innermost), so ep must be a multiple of parallel.cp (each group whole cp groups) or "
+                  "divide it (each group inside one cp group)");
+    return;
+  }
+  const int64_t ep_dp = p.cp >= 1 && p.ep % p.cp == 0 ? p.ep / p.cp : 1;  // the DP ranks of an ep group
   if (p.dp >= 1)
-    check.require(p.dp % p.ep == 0, "parallel.ep", p.ep, " does not divide parallel.dp=", p.dp,
-                  ": the ep groups are carved from the DP ranks");
+    check.require(p.dp % ep_dp == 0, "parallel.ep", p.ep, " does not divide parallel.dp x parallel.cp=", p.dp, " x ",
+                  p.cp, ": the ep groups are carved from the ranks of dp x cp");
   if (p.shard_size > 0)
-    check.require(p.shard_size % p.ep == 0, "parallel.ep", p.ep, " does not divide parallel.shard_size=", p.shard_size,
-                  ": each ep group lies inside one ZeRO shard group");
+    check.require(p.shard_size % ep_dp == 0, "parallel.ep", p.ep, " / parallel.cp=", ep_dp,
+                  " does not divide parallel.shard_size=", p.shard_size,
+                  ": each ep group lies inside one ZeRO shard group (its DP ranks inside shard_size)");
 }
 
 }  // namespace

@@ -136,7 +136,7 @@ ShardingSizes sharding_sizes(const Config& config, int64_t stage) {
   out.reshard_after_forward = config.parallel.reshard_after_forward;
   if (const int64_t ep = config.parallel.ep; ep > 1 && m.moe.enabled()) {
     // parallel.ep: a rank holds E / ep of each MoE block of its stage's experts, whole on every TP rank (TP
-    // does not split them), sharded over dp / ep ranks under ZeRO.
+    // does not split them), sharded over dp x cp / ep ranks under ZeRO.
     const int64_t not_held = stage_block_counts(config, stage).moe * (m.moe.num_experts - m.moe.num_experts / ep) *
                              parts_of(m, model_shape(m)).expert;
     out.sharded_params = out.params;

@@ -14,8 +14,9 @@ struct AxisInfo {
 };
 // Every axis, in the rank order (innermost first).
 constexpr AxisInfo kMeshAxes[kMeshAxisCount] = {{MeshAxis::kTp, "tp"},
-                                                {MeshAxis::kCp, "cp"},
-                                                {MeshAxis::kEp, "ep"},
+                                                {MeshAxis::kCpInner, "cp_inner"},
+                                                {MeshAxis::kCpOuter, "cp_outer"},
+                                                {MeshAxis::kEp, "ep_dp"},
                                                 {MeshAxis::kDpShard, "dp_shard"},
                                                 {MeshAxis::kDpReplicate, "dp_replicate"},
                                                 {MeshAxis::kPp, "pp"}};
@@ -32,7 +33,7 @@ struct LayoutName {
   bool own_parameters;
 };
 constexpr LayoutName kLayoutNames[] = {{"dp", kDpAxes, MeshAxis::kDpShard, false},
-                                       {"cp", MeshAxis::kCp, MeshAxis::kCp, false},
+                                       {"cp", kCpAxes, MeshAxis::kCpOuter, false},
                                        {"tp", MeshAxis::kTp, MeshAxis::kTp, true},
                                        {"pp", MeshAxis::kPp, MeshAxis::kPp, true}};
 constexpr const char* kShardSizeName = "shard_size";
@@ -46,7 +47,7 @@ constexpr const char* kEpName = "ep";
 // Expert parallelism adds the ep group (the all-to-alls) and the expert-data-parallel and expert shard groups
 // (the expert parameters' gradient sync).
 const AxisSet kMeshGroups[] = {kDpAxes,           AxisSet(MeshAxis::kTp), AxisSet(MeshAxis::kPp),
-                               AxisSet(MeshAxis::kCp), kDataParallelAxes, kShardAxes,
+                               kCpAxes,           kDataParallelAxes,      kShardAxes,
                                kReplicaAxes,      kExpertAxes,            kExpertDataParallelAxes,
                                kExpertShardAxes};
 
@@ -84,21 +85,31 @@ std::string set_name(AxisSet axes) {
 
 MeshShape::MeshShape(const ParallelConfig& parallel) {
   sizes_[MeshAxis::kTp] = parallel.tp;
-  sizes_[MeshAxis::kCp] = parallel.cp;
   sizes_[MeshAxis::kPp] = parallel.pp;
   // dp's shard axis is parallel.shard_size (0: the whole of dp), its replica axis what that leaves of dp.
   // Without a dp (-1), the one shard_size does not fix is unknown until resolved.
-  // ep is the innermost part of the shard axis (config validation checks that it divides both).
+  // Expert parallelism folds dp x cp (mesh.h): an ep group spans cp_inner CP ranks and ep_dp DP ranks, the
+  // innermost of the shard axis (resolved() checks that ep is a multiple or a divisor of cp and that ep_dp
+  // divides dp and shard_size).
   const bool shard_size_set = parallel.shard_size > 0;
-  const int64_t ep = std::max<int64_t>(parallel.ep, 1);
+  const int64_t ep = std::max<int64_t>(parallel.ep, 1), cp = std::max<int64_t>(parallel.cp, 1);
+  const int64_t cp_inner = ep % cp == 0 ? cp : std::min(ep, cp), ep_dp = ep / cp_inner;
+  sizes_[MeshAxis::kCpInner] = cp_inner;
+  sizes_[MeshAxis::kCpOuter] = cp / cp_inner;
   const int64_t shard = shard_size_set ? parallel.shard_size : parallel.dp;
-  sizes_[MeshAxis::kEp] = ep;
-  sizes_[MeshAxis::kDpShard] = shard == -1 ? -1 : shard / ep;
+  sizes_[MeshAxis::kEp] = ep_dp;
+  sizes_[MeshAxis::kDpShard] = shard == -1 ? -1 : shard / ep_dp;
   sizes_[MeshAxis::kDpReplicate] = parallel.dp == -1 ? (shard_size_set ? -1 : 1) : parallel.dp / shard;
 }
 
 MeshShape MeshShape::resolved(const Config& config, int64_t world_size) const {
   MeshShape out = *this;
+  const int64_t ep = std::max<int64_t>(config.parallel.ep, 1), cp = std::max<int64_t>(config.parallel.cp, 1);
+  if (ep % cp != 0 && cp % ep != 0)
+    throw ConfigError(config.where("parallel.ep") + ": parallel.ep = " + std::to_string(config.parallel.ep) +
+                      " with parallel.cp = " + std::to_string(cp) + ": an ep group is ep consecutive ranks of dp x cp "
+                      "(cp innermost), so ep must be a multiple of parallel.cp (each group whole cp groups) or divide "
+                      "it (each group inside one cp group)");
   int64_t fixed = 1;  // the product of the sizes besides dp's
   std::string fixed_keys, first_fixed;
   bool fixed_size_one = true;
@@ -115,18 +126,19 @@ MeshShape MeshShape::resolved(const Config& config, int64_t world_size) const {
     if (world_size % fixed != 0)
       throw ConfigError(config.where("parallel." + first_fixed) + ": " + fixed_keys + " = " + std::to_string(fixed) +
                         " does not divide the world size " + std::to_string(world_size));
-    const int64_t ep = sizes_[MeshAxis::kEp];
+    const int64_t ep_dp = sizes_[MeshAxis::kEp];
     const int64_t dp = world_size / fixed,
-                  shard = sizes_[MeshAxis::kDpShard] == -1 ? dp : sizes_[MeshAxis::kDpShard] * ep;
-    if (dp % ep != 0)
+                  shard = sizes_[MeshAxis::kDpShard] == -1 ? dp : sizes_[MeshAxis::kDpShard] * ep_dp;
+    if (dp % ep_dp != 0)
       throw ConfigError(config.where("parallel.ep") + ": parallel.ep = " + std::to_string(ep) +
-                        " does not divide parallel.dp = " + std::to_string(dp) + " (the world size " +
-                        std::to_string(world_size) + " / " + fixed_keys + "): expert parallelism splits the DP ranks");
+                        " does not divide parallel.dp x parallel.cp = " + std::to_string(dp) + " x " + std::to_string(cp) +
+                        " (dp: the world size " + std::to_string(world_size) + " / " + fixed_keys +
+                        "): expert parallelism splits the ranks of dp x cp");
     if (dp % shard != 0)
       throw ConfigError(config.where("parallel.shard_size") + ": parallel.shard_size = " + std::to_string(shard) +
                         " does not divide parallel.dp = " + std::to_string(dp) + " (the world size " +
                         std::to_string(world_size) + " / " + fixed_keys + ")");
-    out.sizes_[MeshAxis::kDpShard] = shard / ep;
+    out.sizes_[MeshAxis::kDpShard] = shard / ep_dp;
     out.sizes_[MeshAxis::kDpReplicate] = dp / shard;
   }
   if (out.world_size() != world_size) {
@@ -153,18 +165,21 @@ std::vector<std::pair<std::string, int64_t>> MeshShape::named_sizes() const {
   std::vector<std::pair<std::string, int64_t>> out;
   for (const auto& n : kLayoutNames) out.emplace_back(n.name, group_size(n.axes));
   out.emplace_back(kShardSizeName, sizes_[MeshAxis::kDpShard] == -1 ? -1 : sizes_[MeshAxis::kDpShard] * sizes_[MeshAxis::kEp]);
-  out.emplace_back(kEpName, sizes_[MeshAxis::kEp]);
+  out.emplace_back(kEpName, group_size(kExpertAxes));
   return out;
 }
 
 std::string MeshShape::describe(const std::string& between_axes, const std::string& name_size) const {
   std::string out;
+  const int64_t ep = group_size(kExpertAxes);
+  const bool ep_spans_cp = sizes_[MeshAxis::kCpInner] != 1;  // then ep follows cp, else dp
   for (const auto& n : kLayoutNames) {
     out += (out.empty() ? "" : between_axes) + n.name + name_size + std::to_string(group_size(n.axes));
-    if (!(n.axes == kDpAxes)) continue;
+    const bool is_dp = n.axes == kDpAxes;
+    if (!is_dp && !(n.axes == kCpAxes)) continue;
     std::string inside;
-    if (sizes_[MeshAxis::kEp] != 1) inside = std::string(kEpName) + name_size + std::to_string(sizes_[MeshAxis::kEp]);
-    if (hybrid_sharding())
+    if (ep != 1 && is_dp != ep_spans_cp) inside = std::string(kEpName) + name_size + std::to_string(ep);
+    if (is_dp && hybrid_sharding())
       inside += (inside.empty() ? "" : " ") + std::string(kShardSizeName) + name_size +
                 std::to_string(sizes_[MeshAxis::kDpShard] * sizes_[MeshAxis::kEp]);
     if (!inside.empty()) out += " (" + inside + ")";
@@ -270,9 +285,10 @@ void Mesh::build_groups(const Config& config, torch::Device device) {
     // second NCCL communicator over the same GPUs.
     // The ep group never shares: its all-to-alls (in forward and backward) must not queue on one worker
     // behind the gradient collectives that backward starts at the same time.
-    const bool own = axes == kExpertAxes && shape_.size(MeshAxis::kEp) > 1;
+    const bool expert_parallel = shape_.group_size(kExpertAxes) > 1;
+    const bool own = axes == kExpertAxes && expert_parallel;
     const auto same = own ? groups_.end() : std::find_if(groups_.begin(), groups_.end(), [&](const Group& g) {
-      return !(g.axes == kExpertAxes && shape_.size(MeshAxis::kEp) > 1) && spanned(shape_, g.axes) == spanned(shape_, axes);
+      return !(g.axes == kExpertAxes && expert_parallel) && spanned(shape_, g.axes) == spanned(shape_, axes);
     });
     if (same != groups_.end()) {
       groups_.push_back({axes, same->host, same->device});

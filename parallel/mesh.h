@@ -1,13 +1,20 @@
 // The device mesh: the world's ranks as a grid of named axes, listed innermost first. The axes are
-// tp, cp, dp_shard, dp_replicate, pp (TP innermost: the ranks of a TP group are neighbours, on one node);
-// data parallelism is the two dp axes together (hybrid sharding, parallel.shard_size: ZeRO shards over
-// dp_shard and replicates over dp_replicate; without it dp_shard is the whole of dp), so that
+// tp, cp_inner, cp_outer, ep, dp_shard, dp_replicate, pp (TP innermost: the ranks of a TP group are neighbours,
+// on one node); context parallelism is the two cp axes together, data parallelism the three dp axes (ep,
+// dp_shard, dp_replicate: hybrid sharding, parallel.shard_size: ZeRO shards over ep x dp_shard and replicates
+// over dp_replicate; without it that is the whole of dp), so that
 //   rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)),  dp_rank = shard_rank + shard_size * replica_rank,
 // in general rank = c[0] + n[0] * (c[1] + n[1] * (c[2] + ...)) over the axes' coordinates c and sizes n.
+// Expert parallelism (parallel.ep) folds dp x cp as Megatron-LM does: its groups are ep consecutive ranks of
+// dp x cp in this order (cp innermost). So cp is cut in two: cp_inner, the cp ranks one ep group spans, and
+// cp_outer, the rest; and the ep axis is the DP ranks one ep group spans. With ep a multiple of cp an ep group
+// is a whole cp group times ep / cp DP ranks (cp_inner = cp, ep = ep / cp, cp_outer = 1); with ep dividing cp
+// it lies in one cp group (cp_inner = ep, cp_outer = cp / ep, ep = 1); other ep are refused. Without expert
+// parallelism cp_inner and ep are 1. The expert groups below are fixed sets of these axes, whatever the layout.
 // This file is the one place that knows the axes: their order and names (kMeshAxes, mesh.cpp), the sizes a
 // config asks for and the one check that they fill the world (MeshShape), the rank arithmetic, how a
 // layout and a rank's place in it are named in logs, checkpoints and `loom info`, and every process group.
-// A group is the ranks that differ only in some axes (the dp group: the ranks equal in tp and pp). The mesh
+// A group is the ranks that differ only in some axes (the dp group: the ranks equal in tp, cp and pp). The mesh
 // builds each of its groups twice over, for tensors on its device (NCCL on a GPU, MPI on the CPU) and for
 // host scalars (MPI always: loss sums, token counts, partial norms, flags), so that nothing above
 // parallel/ picks a backend. A set of axes reads as one flattened axis (Mesh::size, Mesh::coord), so a
@@ -31,8 +38,8 @@
 namespace loom {
 
 // The axes, by their place in the rank order (innermost first).
-enum class MeshAxis { kTp = 0, kCp = 1, kEp = 2, kDpShard = 3, kDpReplicate = 4, kPp = 5 };
-constexpr size_t kMeshAxisCount = 6;
+enum class MeshAxis { kTp = 0, kCpInner = 1, kCpOuter = 2, kEp = 3, kDpShard = 4, kDpReplicate = 5, kPp = 6 };
+constexpr size_t kMeshAxisCount = 7;
 
 // A set of axes: the coordinates the ranks of a group differ in.
 class AxisSet {
@@ -55,27 +62,32 @@ class AxisSet {
   unsigned bits_ = 0;
 };
 
+// Context parallelism (parallel.cp): the ranks holding parts of the same sequences. A CP rank is
+// mesh.coord(kCpAxes), the CP size mesh.cp().
+constexpr AxisSet kCpAxes{MeshAxis::kCpInner, MeshAxis::kCpOuter};
 // Data parallelism: the ranks that share out the batch's sequences (parallel.dp). A DP rank is
 // mesh.coord(kDpAxes), the DP size mesh.size(kDpAxes).
 constexpr AxisSet kDpAxes{MeshAxis::kEp, MeshAxis::kDpShard, MeshAxis::kDpReplicate};
 // The ranks that hold the same parameters and see different tokens: data parallelism's, and context
 // parallelism's (each holding part of the same sequences). Gradients are averaged over them, and loss and
 // token sums add them up.
-constexpr AxisSet kDataParallelAxes{MeshAxis::kCp, MeshAxis::kEp, MeshAxis::kDpShard, MeshAxis::kDpReplicate};
+constexpr AxisSet kDataParallelAxes{MeshAxis::kCpInner, MeshAxis::kCpOuter, MeshAxis::kEp, MeshAxis::kDpShard,
+                                    MeshAxis::kDpReplicate};
 // ZeRO's shard group: the ranks of dp x cp that split the optimizer state (gradients, parameters) between
 // them; all of dp x cp unless parallel.shard_size makes groups of shard_size DP ranks (hybrid sharding).
-constexpr AxisSet kShardAxes{MeshAxis::kCp, MeshAxis::kEp, MeshAxis::kDpShard};
+constexpr AxisSet kShardAxes{MeshAxis::kCpInner, MeshAxis::kCpOuter, MeshAxis::kEp, MeshAxis::kDpShard};
 // Hybrid sharding's replica group: the ranks holding the same shard, over which the reduced shard
 // gradients are all-reduced (a group of one without hybrid sharding).
 constexpr AxisSet kReplicaAxes{MeshAxis::kDpReplicate};
-// Expert parallelism (parallel.ep): the ranks of one ep group hold different experts of every MoE layer and
-// exchange tokens by all-to-all (models/moe_dispatch.h). The expert-data-parallel ranks hold the same experts:
-// the expert parameters' gradients are averaged over them, ZeRO shards those over the expert shard group (the
-// shard group less ep) and replicates them over the same replicas as the dense ones. With ep 1 these are the
-// dense parameters' groups.
-constexpr AxisSet kExpertAxes{MeshAxis::kEp};
-constexpr AxisSet kExpertDataParallelAxes{MeshAxis::kCp, MeshAxis::kDpShard, MeshAxis::kDpReplicate};
-constexpr AxisSet kExpertShardAxes{MeshAxis::kCp, MeshAxis::kDpShard};
+// Expert parallelism (parallel.ep): the ranks of one ep group (ep consecutive ranks of dp x cp, cp innermost:
+// cp_inner x ep) hold different experts of every MoE layer and exchange tokens by all-to-all
+// (models/moe_dispatch.h). The expert-data-parallel ranks (the rest of dp x cp: cp_outer x dp_shard x
+// dp_replicate) hold the same experts: the expert parameters' gradients are averaged over them, ZeRO shards
+// those over the expert shard group (the shard group less the ep group) and replicates them over the same
+// replicas as the dense ones. With ep 1 these are a group of one and the dense parameters' groups.
+constexpr AxisSet kExpertAxes{MeshAxis::kCpInner, MeshAxis::kEp};
+constexpr AxisSet kExpertDataParallelAxes{MeshAxis::kCpOuter, MeshAxis::kDpShard, MeshAxis::kDpReplicate};
+constexpr AxisSet kExpertShardAxes{MeshAxis::kCpOuter, MeshAxis::kDpShard};
 
 // A coordinate per axis.
 class MeshCoords {
@@ -103,7 +115,8 @@ class MeshShape {
   // manifest and of `loom info --json`. A size not resolved yet is -1.
   std::vector<std::pair<std::string, int64_t>> named_sizes() const;
   // "dp=2 cp=1 tp=2 pp=1" (between_axes " ", name_size "="), "dp 2 x cp 1 x tp 2 x pp 1" (" x ", " "); with
-  // hybrid sharding dp says its shard size, with expert parallelism its ep: "dp=4 (ep=2 shard_size=2) cp=1 tp=1 pp=1".
+  // hybrid sharding dp says its shard size; expert parallelism's ep follows the last of dp and cp its groups
+  // span: "dp=4 (ep=2 shard_size=2) cp=1 tp=1 pp=1", "dp=2 cp=2 (ep=4) tp=1 pp=1".
   std::string describe(const std::string& between_axes = " ", const std::string& name_size = "=") const;
   // Hybrid sharding: ZeRO shards over groups of shard_size DP ranks and replicates across them.
   bool hybrid_sharding() const { return sizes_[MeshAxis::kDpReplicate] != 1; }
@@ -151,9 +164,9 @@ class Mesh {
   int64_t coord(AxisSet axes) const { return shape_.group_key(rank_, axes); }
   int64_t dp() const { return size(kDpAxes); }
   int64_t tp() const { return size(MeshAxis::kTp); }
-  int64_t cp() const { return size(MeshAxis::kCp); }
+  int64_t cp() const { return size(kCpAxes); }
   int64_t pp() const { return size(MeshAxis::kPp); }
-  int64_t ep() const { return size(MeshAxis::kEp); }
+  int64_t ep() const { return size(kExpertAxes); }
   int64_t world_size() const { return shape_.world_size(); }
   int64_t rank() const { return rank_; }
 

@@ -82,7 +82,7 @@ struct ShardingSizes {
   UnitSizes units;             // ZeRO-3
   bool reshard_after_forward = true;
   // The parameters ZeRO's shards split when that is not `params` (0): under expert parallelism a rank holds E / ep
-  // experts but shards them over dp / ep ranks, so its shard is that of all the experts over dp.
+  // experts but shards them over dp x cp / ep ranks, so its shard is that of all the experts over dp x cp.
   int64_t sharded_params = 0;
   int64_t shard_params() const { return ((sharded_params > 0 ? sharded_params : params) + shards - 1) / shards; }
 };

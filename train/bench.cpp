@@ -81,7 +81,7 @@ std::vector<RankMemory> rank_memory(const RunPlan& plan, const Mesh& mesh, doubl
   const int64_t world = mesh.world().size(), rank = mesh.world().rank();
   const MeshCoords c = mesh.coords();
   auto rows = torch::zeros({world, 8}, torch::kDouble);
-  rows[rank] = torch::tensor({static_cast<double>(mesh.coord(kDpAxes)), static_cast<double>(c[MeshAxis::kCp]),
+  rows[rank] = torch::tensor({static_cast<double>(mesh.coord(kDpAxes)), static_cast<double>(mesh.coord(kCpAxes)),
                               static_cast<double>(c[MeshAxis::kTp]), static_cast<double>(c[MeshAxis::kPp]), base_mb,
                               peak_mb - base_mb, tensors_mb,
                               static_cast<double>(plan.stage(c[MeshAxis::kPp]).memory.total()) / (1024.0 * 1024.0)},

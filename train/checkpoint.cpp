@@ -22,8 +22,10 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kManifest = "manifest.json";
-// 2: optimizer state by parameter range (train/optimizer_state.h); 3: the weights too (checkpoint_weights.h)
-constexpr int kFormat = 3;
+// 2: optimizer state by parameter range (train/optimizer_state.h); 3: the weights too (checkpoint_weights.h);
+// 4: expert parallelism's groups fold dp x cp (parallel/mesh.h), so under cp a shard rank's experts are not
+// those of format 3 (whose ep groups were at one cp position): those are read by range from every file.
+constexpr int kFormat = 4;
 constexpr int kOldestResumable = 2;
 
 // The shard holding this rank's state: the ranks holding the same parameters (dp x cp) share the one
@@ -157,7 +159,7 @@ std::map<std::string, torch::Tensor> rng_states_of_cp_group(const Mesh& mesh, co
   std::vector<torch::Tensor> pieces;
   for (const auto& [key, rng_state] : own) pieces.push_back(rng_state.to(torch::kCPU).contiguous().view(-1));
   const auto blob = torch::cat(pieces);
-  auto& group = mesh.host_group(MeshAxis::kCp);
+  auto& group = mesh.host_group(kCpAxes);
   auto lengths = torch::empty({mesh.cp()}, torch::kLong);
   group.all_gather(torch::tensor({blob.numel()}, torch::kLong), lengths);
   if (!(lengths == blob.numel()).all().item<bool>())
@@ -371,8 +373,9 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   const int64_t saved_shards = saved_shard_files(layout);
   std::vector<fs::path> shard_paths;
   for (int64_t d = 0; d < saved_shards; ++d) shard_paths.push_back(dir / shard_name(d, mesh));
-  bool same_partition = !reshard && saved_shards == mesh.size(kShardAxes) && parts.sharded_optimizer &&
-                        saved_size(layout, "ep") == mesh.ep();
+  const bool same_expert_groups = saved_size(layout, "ep") == mesh.ep() &&
+                                  (format >= 4 || mesh.ep() == 1 || saved_size(layout, "cp") == 1);
+  bool same_partition = !reshard && saved_shards == mesh.size(kShardAxes) && parts.sharded_optimizer && same_expert_groups;
   // Resharded, the counters and RNG state come from the first TP shard (TP ranks hold the same ones) of
   // the same stage, or the last stage there was.
   const int64_t saved_pp = saved_size(layout, "pp");
@@ -432,7 +435,7 @@ TrainState load_checkpoint(const fs::path& run_dir, int64_t step, const Mesh& me
   // the CPU resumed on a GPU: the device's stream starts from the run's seed. Resharded (another TP size or
   // pipeline split), the TP stream starts from its seed.
   if (restore_rng) {
-    const int64_t cp_rank = mesh.coord(MeshAxis::kCp);
+    const int64_t cp_rank = mesh.coord(kCpAxes);
     if (cp_rank == 0 || saved_size(layout, "cp") == mesh.cp()) {
       auto saved = [&](const std::string& key, torch::Tensor& t) { return shard.try_read(cp_rng_key(cp_rank, key), t); };
       // (A checkpoint from before CP ranks had their own states holds only rank 0's.)

@@ -34,7 +34,7 @@ void MoeBalance::set_loss_weight(double weight) {
 std::vector<int64_t> MoeBalance::whole_sequence_tokens(const std::vector<int64_t>& tokens, const Mesh& mesh) const {
   if (!active() || mesh.cp() == 1) return tokens;
   auto sums = torch::tensor(std::vector<double>(tokens.begin(), tokens.end()), torch::kDouble);
-  mesh.host_group(MeshAxis::kCp).all_reduce(sums);
+  mesh.host_group(kCpAxes).all_reduce(sums);
   std::vector<int64_t> out;
   for (int64_t m = 0; m < sums.size(0); ++m) out.push_back(static_cast<int64_t>(sums[m].item<double>()));
   return out;
@@ -49,7 +49,7 @@ void MoeBalance::finish_step(const Mesh& mesh) {
   const int64_t width = E + 4;
   auto sums = torch::zeros({L * width}, torch::kDouble);
   const bool counts = mesh.coord(MeshAxis::kTp) == 0;
-  const bool counts_micro_batches = mesh.coord(MeshAxis::kCp) == 0;
+  const bool counts_micro_batches = mesh.coord(kCpAxes) == 0;
   for (auto& [index, moe] : local_) {
     MoeStepStats stats = moe->take_stats();
     if (!counts) continue;

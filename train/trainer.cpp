@@ -59,7 +59,7 @@ Trainer::Trainer(RunPlan plan, const ProcessGroup& processes, TaskData data)
       config_(plan_.config()),
       device_(runtime_device(config_.runtime, processes.info().local_rank)),
       mesh_(config_, processes.world(config_.parallel.timeout_s), device_),
-      context_parallelism_(&mesh_.device_group(MeshAxis::kCp)),
+      context_parallelism_(&mesh_.device_group(kCpAxes)),
       schedule_(config_),
       loss_scaler_(config_.precision),
       nonfinite_guard_(config_.train.max_bad_steps),

@@ -2,15 +2,15 @@
 # Expert parallelism (parallel.ep, models/moe_dispatch.h) on the tiny Mixtral-shaped MoE of test_moe.sh
 # (moe_setup.sh): 20 fp32 steps, dropout 0, dropless, against the single process of the same global batch and
 # micro-batches (losses within 1e-5, clipped gradient norms within 1e-3 relative as test_moe.sh's): EP=2 at
-# DP=2 (each rank keeps 2 of the 4 experts, tokens exchanged by all-to-all), EP=2 and EP=4 at DP=4, EP=2 with
-# ZeRO-2, EP=2 x TP=2 (each TP rank dispatches the group's replicated tokens in its own ep group), EP=2 x PP=2
-# with ZeRO-1 (each stage's experts split over its ep group), EP=2 with ZeRO-3 at DP=4 (expert units gathered
-# over the expert shard group), the Qwen-style variant (a gated shared expert, the expert bias) at EP=2 with
-# ZeRO-1, with and without activation checkpointing, and EP=2 x CP=2 at DP=2 with ZeRO-2 (routing statistics
-# summed over cp), its checkpoint resumed in one
-# process. Checkpoints name each expert tensor whole: a run hops EP=4 -> EP=2 x TP=2 -> EP=2 x PP=2 -> one
-# process on the uninterrupted curve, and an EP=2 run with dropout resumed at step 10 repeats its losses bit
-# for bit. The layouts expert parallelism does not take are refused naming parallel.ep.
+# DP=2 (each rank keeps 2 of the 4 experts, tokens exchanged by all-to-all), EP=2 and EP=4 at DP=4, EP=2 x TP=2
+# (each TP rank dispatches the group's replicated tokens in its own ep group), EP=2 x PP=2 with ZeRO-1 (each
+# stage's experts split over its ep group), EP=2 with ZeRO-3 at DP=4 (expert units gathered over the expert
+# shard group), the Qwen-style variant (a gated shared expert, the expert bias) at EP=2 with ZeRO-1, with and
+# without activation checkpointing, and EP folded over dp x cp: EP=4 over DP=2 x CP=2 with ZeRO-2, its
+# checkpoint resumed at EP=2 over CP=2 alone (DP=1), then at EP=2 inside CP=4 with ZeRO-3. Checkpoints name
+# each expert tensor whole: a run hops EP=4 -> EP=2 x TP=2 -> EP=2 x PP=2 -> one process on the uninterrupted
+# curve, and an EP=2 run with dropout resumed at step 10 repeats its losses bit for bit. The layouts expert
+# parallelism does not take are refused naming parallel.ep.
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/moe_setup.sh"
 
@@ -23,8 +23,6 @@ moe_mpi 4 "$WORK/ep2-dp4" --set parallel.ep=2
 same_moe_curve "$WORK/single" "$WORK/ep2-dp4" "MoE EP=2 DP=4"
 moe_mpi 4 "$WORK/ep4" --set parallel.ep=4
 same_moe_curve "$WORK/single" "$WORK/ep4" "MoE EP=4 DP=4"
-moe_mpi 2 "$WORK/ep2-zero2" --set parallel.ep=2 --set parallel.zero=2
-same_moe_curve "$WORK/single" "$WORK/ep2-zero2" "MoE EP=2 DP=2 ZeRO-2"
 # With TP the ep group is the ranks of one tp index: every TP rank dispatches the same tokens; the gradient norm
 # counts the TP-split dense parameters over the TP group and each expert once.
 moe_mpi 4 "$WORK/ep2-tp2" --set parallel.ep=2 --set parallel.tp=2
@@ -142,6 +140,9 @@ for ep in 1 2; do
   info "zero3-ep$ep" --set parallel.dp=4 --set parallel.ep=$ep --set parallel.zero=3
 done
 info pp2-ep2 --set parallel.dp=2 --set parallel.pp=2 --set parallel.ep=2
+# Folded over dp x cp: EP=2 over CP=2 alone (DP=1), and EP=4 over DP=2 x CP=2 beside the same layout without ep.
+info cp2-ep2 --set parallel.dp=1 --set parallel.cp=2 --set parallel.ep=2
+for ep in 1 4; do info "cp2-ep$ep" --set parallel.dp=2 --set parallel.cp=2 --set parallel.ep=$ep --set parallel.zero=1; done
 python3 - "$WORK" <<'PY' || fail "loom info under ep"
 import json, sys
 info = lambda name: json.load(open(f"{sys.argv[1]}/info-{name}.json"))
@@ -162,28 +163,50 @@ z1, z2 = info("zero3-ep1"), info("zero3-ep2")
 assert z1["memory"]["weights"] == z2["memory"]["weights"], (z1["memory"], z2["memory"])
 assert z1["communication"]["reduce_scattered"] - z2["communication"]["reduce_scattered"] == 4 * experts_not_held
 assert z2["memory"]["gathered"] < z1["memory"]["gathered"], (z1["memory"], z2["memory"])
+# A CP rank routes half of each sequence: at DP=1 its 4 micro-batches of 4 x 16 tokens send what DP=2's 2 of 4 x 32
+# do; EP=4 over DP=2 x CP=2 holds one expert of four, sends 3/4 of its slots, and its ZeRO-1 optimizer shard (the
+# dense parameters over 4 ranks, its expert over the 1 rank holding it) is that of ep 1.
+assert info("cp2-ep2")["communication"]["all_to_all"] == two["communication"]["all_to_all"], info("cp2-ep2")["communication"]
+c1, c4 = info("cp2-ep1"), info("cp2-ep4")
+assert c1["memory"]["weights"] - c4["memory"]["weights"] == 4 * L * (E - E // 4) * 3 * C * F, (c1["memory"], c4["memory"])
+assert c1["memory"]["optimizer"] == c4["memory"]["optimizer"], (c1["memory"], c4["memory"])
+assert c4["communication"]["all_to_all"] == L * 2 * 4 * (T // 2) * k * C * 4 * 3 // 4, c4["communication"]
+assert c4["layout"]["ep"] == 4 and c4["layout"]["cp"] == 2 and c4["layout"]["dp"] == 2, c4["layout"]
 print("loom info: ep 2 weights", two["memory"]["weights"], "all-to-all bytes per step", two["communication"]["all_to_all"],
       "; under TP=2 weights", tp2["memory"]["weights"], "; ZeRO-3 gathered", z2["memory"]["gathered"])
 PY
 
-# EP=2 x CP=2 at DP=2 with ZeRO-2 (4 ranks): the ep groups join the ranks of one cp position, each routing its
-# part of the sequences (the routing statistics summed over cp, as test_moe.sh's CP=2); the experts averaged and
-# sharded over the cp ranks holding the same ones. 10 steps, then its checkpoint resumed in one process.
-moe_mpi 4 "$WORK/ep2-cp2" --set parallel.ep=2 --set parallel.cp=2 --set parallel.zero=2 --set train.max_steps=10 \
+# Expert parallelism folded over dp x cp (Megatron's: an ep group is ep consecutive ranks of dp x cp, cp
+# innermost; parallel/mesh.h). Steps 1-10 at DP=2 x CP=2 with EP=4 and ZeRO-2 (4 ranks, one ep group spanning
+# both cp and dp: a rank holds one expert, its cp peer another); its step-10 checkpoint (each rank's file holding
+# its expert, cp rank 1's too) resumed for steps 11-15 at DP=1 x CP=2 with EP=2 (2 ranks: the ep group is the
+# cp pair, each holding two experts it reads by range from the four files); that one's step-15 checkpoint
+# resumed for steps 16-20 at DP=1 x CP=4 with EP=2 and ZeRO-3 (4 ranks: ep groups inside the cp group, the
+# experts averaged and sharded over the other half of it). Each rank routes its part of the sequences (the
+# routing statistics summed over cp, as test_moe.sh's CP=2). Losses, gradient norms, loads, aux and z losses
+# are the single process's.
+moe_mpi 4 "$WORK/ep-cp" --set parallel.ep=4 --set parallel.cp=2 --set parallel.zero=2 --set train.max_steps=10 \
   --set checkpoint.every=10
-grep -q "layout dp=2 (ep=2) cp=2" "$WORK/ep2-cp2.log" || fail "EP=2 x CP=2 did not run as such"
-tiny_train "$WORK/ep2-cp2" "${moe[@]}" >>"$WORK/ep2-cp2.log" 2>&1 || { tail -20 "$WORK/ep2-cp2.log"; fail "EP x CP resumed"; }
-grep -q "resumed from .*/checkpoints/10" "$WORK/ep2-cp2.log" || fail "EP x CP: did not resume from step 10"
-same_train_losses "$WORK/single" "$WORK/ep2-cp2" "MoE EP=2 x CP=2 DP=2 ZeRO-2 (steps 1-10), resumed in one process" 20
-same_grad_norms "$WORK/single" "$WORK/ep2-cp2" "MoE EP=2 x CP=2 DP=2 ZeRO-2, resumed in one process" 1e-3
-python3 - "$WORK/single" "$WORK/ep2-cp2" <<'PY' || fail "the MoE metrics under EP x CP differ from the single process's"
+grep -q "layout dp=2 cp=2 (ep=4)" "$WORK/ep-cp.log" || fail "EP=4 over DP=2 x CP=2 did not run as such"
+[ "$(ls "$WORK/ep-cp/checkpoints/10/" | grep -c "^shard-dp[0-3]")" -eq 4 ] || fail "EP=4 x CP=2: not one file per rank"
+mv "$WORK/ep-cp.log" "$WORK/ep-cp-1.log"
+moe_mpi 2 "$WORK/ep-cp" --set parallel.ep=2 --set parallel.cp=2 --set train.max_steps=15 --set checkpoint.every=5
+grep -q "layout dp=1 cp=2 (ep=2)" "$WORK/ep-cp.log" || fail "EP=2 over CP=2 did not run as such"
+grep -q "resumed from .*/checkpoints/10" "$WORK/ep-cp.log" || fail "EP=2 over CP=2: did not resume from step 10"
+mv "$WORK/ep-cp.log" "$WORK/ep-cp-2.log"
+moe_mpi 4 "$WORK/ep-cp" --set parallel.ep=2 --set parallel.cp=4 --set parallel.zero=3
+grep -q "layout dp=1 cp=4 (ep=2)" "$WORK/ep-cp.log" || fail "EP=2 inside CP=4 did not run as such"
+grep -q "resumed from .*/checkpoints/15" "$WORK/ep-cp.log" || fail "EP=2 inside CP=4: did not resume from step 15"
+same_train_losses "$WORK/single" "$WORK/ep-cp" "MoE EP=4 over DP=2 x CP=2 ZeRO-2 -> EP=2 over CP=2 -> EP=2 inside CP=4 ZeRO-3" 20
+same_grad_norms "$WORK/single" "$WORK/ep-cp" "MoE EP=4 over DP=2 x CP=2 -> EP=2 over CP=2 -> EP=2 inside CP=4" 1e-3
+python3 - "$WORK/single" "$WORK/ep-cp" <<'PY' || fail "the MoE metrics under EP folded over CP differ from the single process's"
 import json, sys
 def moe(d): return [r["moe"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["split"] == "train"]
 for a, b in zip(moe(sys.argv[1]), moe(sys.argv[2]), strict=True):
     for k in a:
         assert (a[k]["max_load"], a[k]["mean_load"]) == (b[k]["max_load"], b[k]["mean_load"]), k
         assert abs(a[k]["aux_loss"] - b[k]["aux_loss"]) < 1e-5 and abs(a[k]["z_loss"] - b[k]["z_loss"]) < 1e-4, k
-print("MoE loads, aux and z losses under EP=2 x CP=2: the single process's")
+print("MoE loads, aux and z losses under EP folded over DP x CP (EP=4 over 2 x 2, EP=2 over CP=2 and inside CP=4): the single process's")
 PY
 
 # Refused, naming the key.
@@ -195,5 +218,8 @@ refused() {  # refused LABEL MESSAGE [--set ...]
 refused "ep on a dense model" "parallel.ep.*dense model" --set parallel.ep=2 --set parallel.dp=2
 refused "ep not dividing the experts" "parallel.ep.*does not divide model.moe.num_experts" "${moe[@]}" \
   --set parallel.ep=3 --set parallel.dp=3
-refused "ep not dividing dp" "parallel.ep.*does not divide parallel.dp" "${moe[@]}" --set parallel.ep=2 --set parallel.dp=3
+refused "ep not dividing dp x cp" "parallel.ep.*does not divide parallel.dp x parallel.cp" "${moe[@]}" \
+  --set parallel.ep=2 --set parallel.dp=3
+refused "ep neither a multiple nor a divisor of cp" "parallel.ep.*with parallel.cp=2: an ep group is ep consecutive ranks" \
+  "${moe[@]}" --set parallel.ep=3 --set parallel.dp=3 --set parallel.cp=2 --set model.moe.num_experts=6
 echo PASS

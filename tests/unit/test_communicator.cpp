@@ -99,6 +99,10 @@ TEST_CASE("communicator: mesh groups reduce within their axes only", "[mpi]") {
   std::vector<std::vector<std::string>> layouts = {{"parallel.dp=-1", "parallel.tp=" + std::to_string(tp)}};
   if (n % 2 == 0)
     layouts.push_back({"parallel.dp=-1", "parallel.zero=1", "parallel.shard_size=" + std::to_string(n / 2)});
+  // Expert parallelism folded over dp x cp: one ep group of all n ranks (n / 2 DP ranks x 2 CP ranks).
+  if (n % 2 == 0)
+    layouts.push_back({"parallel.dp=-1", "parallel.cp=2", "parallel.ep=" + std::to_string(n),
+                       "model.moe.num_experts=" + std::to_string(n), "data.seq_len=64", "model.dropout=0"});
   for (const auto& sets : layouts) {
     const auto config = loom::parse_config("", "mesh.yaml", sets);
     const loom::Mesh mesh(config, *comm);
@@ -106,7 +110,8 @@ TEST_CASE("communicator: mesh groups reduce within their axes only", "[mpi]") {
     CAPTURE(mesh.describe());
     // Sum of world ranks over each group: the ranks that equal this one outside the group's axes.
     for (const loom::AxisSet axes : {loom::kDpAxes, loom::AxisSet(loom::MeshAxis::kTp), loom::AxisSet(loom::MeshAxis::kPp),
-                                     loom::kShardAxes, loom::kReplicaAxes}) {
+                                     loom::kShardAxes, loom::kReplicaAxes, loom::kCpAxes, loom::kExpertAxes,
+                                     loom::kExpertDataParallelAxes, loom::kExpertShardAxes}) {
       auto t = torch::tensor({static_cast<double>(mesh.rank())}, torch::kDouble);
       mesh.host_group(axes).all_reduce(t);
       double expected = 0;

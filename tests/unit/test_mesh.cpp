@@ -2,6 +2,7 @@
 // check that a layout fills the world, and the names logs and checkpoints give a layout and a rank.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 
 #include "core/config.h"
@@ -110,12 +111,12 @@ TEST_CASE("mesh: the cp axis sits between tp and dp, and dp x cp holds the ranks
     const auto coords = mesh.coords();
     // rank = tp + 2 * (cp + 2 * (dp + 2 * pp))
     CHECK(coords[MeshAxis::kTp] == rank % 2);
-    CHECK(coords[MeshAxis::kCp] == (rank / 2) % 2);
+    CHECK(mesh.coord(loom::kCpAxes) == (rank / 2) % 2);
     CHECK(mesh.coord(loom::kDpAxes) == (rank / 4) % 2);
     CHECK(coords[MeshAxis::kPp] == rank / 8);
     // dp x cp flattened cp first: the shard index of ZeRO and of a checkpoint's per-rank files.
     CHECK(mesh.size(loom::kDataParallelAxes) == 4);
-    CHECK(mesh.coord(loom::kDataParallelAxes) == coords[MeshAxis::kCp] + 2 * mesh.coord(loom::kDpAxes));
+    CHECK(mesh.coord(loom::kDataParallelAxes) == mesh.coord(loom::kCpAxes) + 2 * mesh.coord(loom::kDpAxes));
     CHECK(mesh.coord(loom::kShardAxes) == mesh.coord(loom::kDataParallelAxes));  // no hybrid sharding
   }
   const loom::Mesh mesh(c, world, 13);  // 13 = 1 + 2 * (0 + 2 * (1 + 2 * 1))
@@ -185,7 +186,7 @@ TEST_CASE("mesh: hybrid sharding splits dp into shard (inner) and replica axes",
     // The shard group: cp x dp_shard, cp innermost (a checkpoint's optimizer shard index); the replica group:
     // the ranks holding the same shard.
     CHECK(mesh.size(loom::kShardAxes) == 4);
-    CHECK(mesh.coord(loom::kShardAxes) == coords[MeshAxis::kCp] + 2 * (dp_rank % 2));
+    CHECK(mesh.coord(loom::kShardAxes) == mesh.coord(loom::kCpAxes) + 2 * (dp_rank % 2));
     CHECK(mesh.size(loom::kReplicaAxes) == 2);
     CHECK(mesh.coord(loom::kReplicaAxes) == dp_rank / 2);
     CHECK(mesh.size(loom::kDataParallelAxes) == 8);
@@ -265,5 +266,99 @@ TEST_CASE("mesh: expert parallelism is the innermost part of dp, its groups clos
   // ep must divide the dp the world leaves.
   c.parallel.shard_size = 0;
   c.parallel.zero = loom::ZeroStage::kNone;
-  CHECK_THROWS_WITH(loom::MeshShape(c.parallel).resolved(c, 6), Catch::Contains("parallel.ep = 2 does not divide parallel.dp = 3"));
+  CHECK_THROWS_WITH(loom::MeshShape(c.parallel).resolved(c, 6),
+                    Catch::Contains("parallel.ep = 2 does not divide parallel.dp x parallel.cp = 3 x 1"));
+}
+
+namespace {
+// The groups over `axes` of every rank of `shape` (color -> ranks in key order), checking that each rank's
+// key is its place in its group.
+std::map<int64_t, std::vector<int64_t>> mesh_groups_of(const loom::MeshShape& shape, loom::AxisSet axes) {
+  std::map<int64_t, std::vector<int64_t>> out;
+  for (int64_t rank = 0; rank < shape.world_size(); ++rank) {
+    auto& group = out[shape.group_color(rank, axes)];
+    CHECK(shape.group_key(rank, axes) == static_cast<int64_t>(group.size()));
+    group.push_back(rank);
+  }
+  return out;
+}
+std::vector<std::vector<int64_t>> mesh_group_lists(const loom::MeshShape& shape, loom::AxisSet axes) {
+  std::vector<std::vector<int64_t>> out;
+  for (auto& [color, ranks] : mesh_groups_of(shape, axes)) out.push_back(ranks);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+using MeshRankLists = std::vector<std::vector<int64_t>>;
+}  // namespace
+
+TEST_CASE("mesh: expert parallelism folds dp x cp, its groups ep consecutive ranks, cp innermost", "[mesh]") {
+  loom::Config c;
+  c.model.moe.num_experts = 8;
+  c.parallel.dp = -1;
+  c.parallel.cp = 2;
+  c.data.seq_len = 64;
+  c.model.dropout = 0;
+  {  // ep 4 = cp 2 x dp 2 at tp 2: rank = tp + 2 * (cp + 2 * dp); an ep group is tp's whole dp x cp.
+    c.parallel.tp = 2;
+    c.parallel.ep = 4;
+    const loom::MeshShape shape = loom::MeshShape(c.parallel).resolved(c, 8);
+    CHECK(shape.describe() == "dp=2 cp=2 (ep=4) tp=2 pp=1");
+    CHECK(mesh_group_lists(shape, loom::kExpertAxes) == MeshRankLists{{0, 2, 4, 6}, {1, 3, 5, 7}});
+    CHECK(mesh_group_lists(shape, loom::kExpertDataParallelAxes) == MeshRankLists{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}});
+    CHECK(mesh_group_lists(shape, loom::kCpAxes) == MeshRankLists{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+    for (int64_t rank = 0; rank < 8; ++rank) {
+      const loom::Mesh mesh(c, 8, rank);
+      CHECK(mesh.ep() == 4);
+      CHECK(mesh.cp() == 2);
+      CHECK(mesh.coord(loom::kExpertAxes) == rank / 2);  // cp + 2 * dp: its place in dp x cp
+      CHECK(mesh.coord(loom::kCpAxes) == (rank / 2) % 2);
+      CHECK(mesh.coord(loom::kDpAxes) == rank / 4);
+    }
+  }
+  {  // dp 4 with shard_size 2, cp 2, ep 4: rank = cp + 2 * dp, dp = shard + 2 * replica; an ep group is 4
+     // consecutive ranks (dp 2 x cp 2), the experts' replicas 4 apart, each its own expert shard.
+    c.parallel.tp = 1;
+    c.parallel.zero = loom::ZeroStage::kOptimizer;
+    c.parallel.shard_size = 2;
+    const loom::MeshShape shape = loom::MeshShape(c.parallel).resolved(c, 8);
+    CHECK(shape.describe() == "dp=4 (shard_size=2) cp=2 (ep=4) tp=1 pp=1");
+    const std::vector<std::pair<std::string, int64_t>> sizes{{"dp", 4}, {"cp", 2}, {"tp", 1}, {"pp", 1}, {"shard_size", 2}, {"ep", 4}};
+    CHECK(shape.named_sizes() == sizes);
+    CHECK(mesh_group_lists(shape, loom::kExpertAxes) == MeshRankLists{{0, 1, 2, 3}, {4, 5, 6, 7}});
+    CHECK(mesh_group_lists(shape, loom::kExpertDataParallelAxes) == MeshRankLists{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+    CHECK(mesh_group_lists(shape, loom::kExpertShardAxes) == MeshRankLists{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}});
+    CHECK(mesh_group_lists(shape, loom::kShardAxes) == MeshRankLists{{0, 1, 2, 3}, {4, 5, 6, 7}});
+    CHECK(mesh_group_lists(shape, loom::kReplicaAxes) == MeshRankLists{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  }
+  {  // ep 2 dividing cp 4, dp 2: rank = cp + 4 * dp; an ep group is 2 consecutive cp ranks, the experts'
+     // data-parallel ranks the other half of the cp group and the other dp, cp_outer first.
+    c.parallel.zero = loom::ZeroStage::kNone;
+    c.parallel.shard_size = 0;
+    c.parallel.cp = 4;
+    c.parallel.ep = 2;
+    const loom::MeshShape shape = loom::MeshShape(c.parallel).resolved(c, 8);
+    CHECK(shape.describe() == "dp=2 cp=4 (ep=2) tp=1 pp=1");
+    CHECK(mesh_group_lists(shape, loom::kExpertAxes) == MeshRankLists{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+    CHECK(mesh_groups_of(shape, loom::kExpertDataParallelAxes).at(shape.group_color(5, loom::kExpertDataParallelAxes)) ==
+          std::vector<int64_t>{1, 3, 5, 7});
+    CHECK(mesh_group_lists(shape, loom::kCpAxes) == MeshRankLists{{0, 1, 2, 3}, {4, 5, 6, 7}});
+    CHECK(mesh_group_lists(shape, loom::kDpAxes) == MeshRankLists{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+    const loom::Mesh mesh(c, 8, 5);
+    CHECK(mesh.coords_name() == "dp1-cp1-tp0-pp0");
+    CHECK(mesh.coord(loom::kShardAxes) == 5);
+  }
+  {  // ep 1 under cp: the expert groups are a rank alone and the dense ones.
+    c.parallel.ep = 1;
+    c.parallel.cp = 2;
+    const loom::MeshShape shape = loom::MeshShape(c.parallel).resolved(c, 4);
+    CHECK(mesh_group_lists(shape, loom::kExpertAxes) == MeshRankLists{{0}, {1}, {2}, {3}});
+    CHECK(mesh_group_lists(shape, loom::kExpertDataParallelAxes) == MeshRankLists{{0, 1, 2, 3}});
+  }
+  // Refused: an ep neither a multiple nor a divisor of cp, and one that does not divide dp x cp.
+  c.parallel.ep = 3;
+  CHECK_THROWS_WITH(loom::MeshShape(c.parallel).resolved(c, 6),
+                    Catch::Contains("parallel.ep = 3 with parallel.cp = 2: an ep group is ep consecutive ranks of dp x cp"));
+  c.parallel.ep = 4;
+  CHECK_THROWS_WITH(loom::MeshShape(c.parallel).resolved(c, 2),
+                    Catch::Contains("parallel.ep = 4 does not divide parallel.dp x parallel.cp = 1 x 2"));
 }
