@@ -169,6 +169,8 @@ class GradientSync {
     std::vector<size_t> buckets;
     size_t next = 0;
   };
+  // Makes an OrderedGroup of each shard group holding a sparse bucket (parallel/gradient_sync_order.cpp).
+  void order_sparse_buckets(const std::vector<bool>& sparse_buckets, bool by_unit);
   void bucket_complete(size_t bucket);  // its gradients all arrived: start it (ordered: in its turn)
   void start(size_t bucket);            // launch (zero 0, 1) or launch_reduction (zero 2, 3)
   // Starts the ordered group's buckets up to (excluding) the first of unit `before_unit` or a lower one
