@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "models/blocked_attention.h"
 #include "models/document_mask.h"
+#include "models/few_rows_linear.h"
 #include "models/layers.h"
 #include "models/qkv_heads.h"
 #include "parallel/attention_dropout.h"
@@ -121,12 +122,12 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::cross_qkv
   const auto& w = qkv_->weight;
   const auto& b = qkv_->bias;  // undefined without biases
   auto rows = [&](const torch::Tensor& t, int64_t from, int64_t n) { return t.defined() ? t.narrow(0, from, n) : t; };
-  auto q = torch::linear(xs, rows(w, 0, H * D), rows(b, 0, H * D)).view({B, T, H, D}).transpose(1, 2);
+  auto q = linear_forward(xs, rows(w, 0, H * D), rows(b, 0, H * D)).view({B, T, H, D}).transpose(1, 2);
   if (keys != nullptr && keys->filled()) return {q, keys->k, keys->v};  // the encoder's, computed once
   const auto ms = qkv_->region_input(memory);
   const int64_t S = ms.size(1);
   // (B, S, 2 K D) -> k and v (B, K, S, D)
-  const auto kv = torch::linear(ms, rows(w, H * D, 2 * K * D), rows(b, H * D, 2 * K * D)).chunk(2, -1);
+  const auto kv = linear_forward(ms, rows(w, H * D, 2 * K * D), rows(b, H * D, 2 * K * D)).chunk(2, -1);
   auto k = kv[0].view({ms.size(0), S, K, D}).transpose(1, 2);
   auto v = kv[1].view({ms.size(0), S, K, D}).transpose(1, 2);
   if (keys != nullptr) {

@@ -1,6 +1,7 @@
 #include "models/moe.h"
 
 #include "core/error.h"
+#include "models/few_rows_linear.h"
 #include "models/gelu.h"
 #include "models/moe_dispatch.h"
 #include "models/moe_router.h"
@@ -101,9 +102,9 @@ torch::Tensor MoeExpertsImpl::expert(int64_t e, const torch::Tensor& x) {
 
 torch::Tensor MoeExpertsImpl::expert_of(const torch::Tensor& g, const torch::Tensor& u, const torch::Tensor& d,
                                         const torch::Tensor& x) const {
-  auto h = torch::linear(x, u);
-  h = g.defined() ? moe_activate(activation_, torch::linear(x, g)) * h : moe_activate(activation_, h);
-  return torch::linear(h, d);
+  auto h = linear_forward(x, u);
+  h = g.defined() ? moe_activate(activation_, linear_forward(x, g)) * h : moe_activate(activation_, h);
+  return linear_forward(h, d);
 }
 
 torch::Tensor MoeExpertsImpl::grouped(const torch::Tensor& rows, const std::vector<int64_t>& counts) {
@@ -341,7 +342,7 @@ void set_moe_shared_overlap(bool overlap) { moe_overlap_enabled = overlap; }
 
 torch::Tensor MoeImpl::shared_expert(const torch::Tensor& x) {
   auto shared = shared_->forward(x);
-  if (shared_gate_.defined()) shared = torch::sigmoid(torch::linear(x, shared_gate_)) * shared;
+  if (shared_gate_.defined()) shared = torch::sigmoid(linear_forward(x, shared_gate_)) * shared;
   return shared;
 }
 

@@ -1,5 +1,6 @@
 #include "models/parallel_linear.h"
 
+#include "models/few_rows_linear.h"
 #include "models/layers.h"
 
 namespace loom {
@@ -20,7 +21,7 @@ torch::Tensor ColumnParallelLinearImpl::region_input(const torch::Tensor& x) con
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
-  return torch::linear(region_input(x), weight, bias);
+  return linear_forward(region_input(x), weight, bias);
 }
 
 std::vector<std::pair<std::string, ShardLayout>> ColumnParallelLinearImpl::shard_layouts() const {
@@ -37,9 +38,9 @@ RowParallelLinearImpl::RowParallelLinearImpl(const ParallelLinearOptions& o)
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
-  if (tp_ == nullptr) return torch::linear(x, weight, bias);
+  if (tp_ == nullptr) return linear_forward(x, weight, bias);
   // Every rank holds a partial product; the bias joins the sum once, after it.
-  const auto partial = torch::linear(x, weight);
+  const auto partial = linear_forward(x, weight);
   if (!sequence_parallel_) {
     auto y = reduce_from_tp_region(partial, *tp_);
     return bias.defined() ? y + bias : y;

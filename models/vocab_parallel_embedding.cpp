@@ -1,5 +1,6 @@
 #include "models/vocab_parallel_embedding.h"
 
+#include "models/few_rows_linear.h"
 #include "models/parallel_linear.h"
 
 namespace loom {
@@ -29,9 +30,9 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::logits(const torch::Tensor& hidden) {
-  if (tp_ == nullptr) return torch::linear(hidden, weight);
+  if (tp_ == nullptr) return linear_forward(hidden, weight);
   const auto h = options_.tp.sequence_parallel() ? gather_from_sequence(hidden, *tp_) : copy_to_tp_region(hidden, *tp_);
-  return torch::linear(h, weight);
+  return linear_forward(h, weight);
 }
 
 std::vector<std::pair<std::string, ShardLayout>> VocabParallelEmbeddingImpl::shard_layouts() const {
