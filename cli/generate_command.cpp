@@ -6,6 +6,8 @@
 // prompt in file order; --sequential decodes them one at a time with the single-prompt path instead (the
 // benchmark's baseline: scripts/bench_serve.sh). Both print their throughput to stderr.
 // Under `mpirun -np N` with --set parallel.tp=N, --input runs the model split over the ranks (cli/tp_serving.h).
+// An encoder-decoder (translation) run takes --input only: each prompt is a source sentence and its text the
+// translation (cli/served_model_options.h; --temperature 0 decodes greedily, as loom translate --beam 1).
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -14,10 +16,12 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/served_model_options.h"
 #include "cli/tp_serving.h"
 #include "cli/speculative_options.h"
 #include "core/cpu_allocator.h"
 #include "core/error.h"
+#include "data/pairs/seq2seq_batch.h"
 #include "data/tokenizers/incremental_decoder.h"
 #include "data/tokenizers/tokenizer.h"
 #include "models/generate.h"
@@ -38,16 +42,26 @@ std::string generated_text(const Tokenizer& tokenizer, const std::vector<int64_t
 // --input/--output: every prompt of the file through the engine (or, --sequential, one at a time).
 // Under tensor parallelism every rank reads the same file and runs the same engine steps (the engine agrees on
 // rank 0's logits), each with its shard of the model; rank 0 writes the output.
-int generate_file(const Args& args, const LoadedModel& loaded, Gpt& model, const Tokenizer& tokenizer,
-                  const GenerationRequest& defaults, bool writes) {
+// An encoder-decoder run (served->encodes()) translates: each prompt is a source sentence, its text the
+// translation, at most loom translate's decode.* length (an empty source: an empty translation).
+int generate_file(const Args& args, const LoadedModel& loaded, const std::shared_ptr<ServedModel>& served, Gpt model,
+                  const Tokenizer& tokenizer, const GenerationRequest& defaults, bool writes) {
   const std::string input = *args.option("input");
   const auto output = args.option("output");
   if (!output) throw ConfigError("--input needs --output FILE for the completions");
   auto lines = read_prompt_file(input, defaults);
-  const int64_t context = model->config().max_seq_len;
+  const int64_t context = served->config().max_seq_len;
   for (auto& line : lines) {
     const auto ids = tokenizer.encode(line.prompt);
     line.request.prompt.assign(ids.begin(), ids.end());
+    if (served->encodes()) {
+      const auto n = static_cast<int64_t>(line.request.prompt.size());
+      line.request.max_tokens = std::min(line.request.max_tokens, translation_limit(loaded.config, n));
+      if (n == 0) {  // nothing to translate: done at once (the engine never encodes it)
+        line.request.prompt.push_back(kEosId);
+        line.request.max_tokens = 0;
+      }
+    }
     if (line.request.prompt.empty()) line.request.prompt.push_back(tokenizer.require_eos());
     if (static_cast<int64_t>(line.request.prompt.size()) > context)
       throw ConfigError(input + ":" + std::to_string(line.line) + ": \"prompt\" is " +
@@ -90,16 +104,19 @@ int generate_file(const Args& args, const LoadedModel& loaded, Gpt& model, const
     options.max_batch = args.int_option("max-batch", 64, 1, 4096);
     options.block_size = args.int_option("block-size", 16, 1, 4096);
     options.kv_bytes = args.int_option("kv-mb", 256, 1, int64_t{1} << 20) << 20;
+    options.kv_blocks = args.int_option("kv-blocks", 0, 0, int64_t{1} << 30);  // 0: as many as --kv-mb holds
     options.prefix_caching = args.flag("prefix-caching");
     options.detokenize = detokenize;
     const std::string speculation = configure_speculation(args, loaded, args.positional[0], options);
     if (!speculation.empty()) std::cerr << speculation << std::endl;
     retain_freed_malloc_memory();
-    Engine engine(model, options);
+    Engine engine(served, options);
     for (auto& line : lines) engine.add(std::move(line.request));
     completions = engine.run();
     const auto& stats = engine.stats();
-    detail = ", " + std::to_string(stats.forwards) + " forwards, " + std::to_string(stats.preemptions) +
+    detail = ", " + std::to_string(stats.forwards) + " forwards, " +
+             (served->encodes() ? std::to_string(stats.encoded_sources) + " sources encoded, " : "") +
+             std::to_string(stats.preemptions) +
              " preemptions, peak " + std::to_string(stats.peak_used_blocks) + " of " +
              std::to_string(engine.pool().blocks()) + " KV blocks";
     if (options.prefix_caching)
@@ -144,12 +161,12 @@ int generate_command(const Argv& argv, const ProcessGroup& processes) {
       "loom generate RUN_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] "
       "[--seed S] [--step S] [--no-cache] [--ignore-eos] [--json]\n"
       "       loom generate RUN_DIR --input PROMPTS.jsonl --output OUT.jsonl [--max-new-tokens N] [--temperature T] "
-      "[--top-k K] [--top-p P] [--seed S] [--step S] [--ignore-eos] [--max-batch N] [--kv-mb MB] [--block-size N] "
+      "[--top-k K] [--top-p P] [--seed S] [--step S] [--ignore-eos] [--max-batch N] [--kv-mb MB] [--kv-blocks N] [--block-size N] "
       "[--prefix-caching] [--sequential] [--set parallel.tp=N under mpirun -np N] " + std::string(kSpeculativeUsage);
   const auto args = parse_args(argv,
                                with_speculative_options({"prompt", "max-new-tokens", "temperature", "top-k", "top-p",
                                                          "seed", "step", "input", "output", "max-batch", "kv-mb",
-                                                         "block-size"}),
+                                                         "kv-blocks", "block-size"}),
                                with_speculative_flags(
                                    {"no-cache", "ignore-eos", "json", "sequential", "prefix-caching"}),
                                1, usage);
@@ -172,19 +189,25 @@ int generate_command(const Argv& argv, const ProcessGroup& processes) {
                       "(not --prompt, not --sequential)");
   const auto loaded = load_serving_model(args.positional[0], step, tp, processes);
   auto model = loaded.as<Gpt>();
-  LOOM_CHECK(model, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
-             " run: loom translate decodes it");
+  const bool translates = !model && loaded.as<EncoderDecoder>();
+  LOOM_CHECK(model || (translates && args.option("input")), args.positional[0], " is a model.arch=",
+             enum_name(loaded.config.model.arch), " run: ",
+             translates ? "loom generate translates with it through the engine with --input FILE (each prompt a "
+                          "source sentence), or loom translate decodes it"
+                        : "loom generate samples GPT-family runs and translates encoder-decoder ones");
   LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn the prompt into tokens");
   const auto tokenizer = load_tokenizer(loaded.config.tokenizer);
-  const auto eos = tokenizer->eos_id();
+  const auto eos = translates ? std::optional<int32_t>(static_cast<int32_t>(kEosId)) : tokenizer->eos_id();
   const int64_t stop = args.flag("ignore-eos") || !eos ? -1 : *eos;
   if (args.option("input")) {
     if (args.option("prompt")) throw ConfigError("give --prompt or --input, not both");
+    const auto served = served_model(loaded, args, tp, "loom generate");
     GenerationRequest defaults;
-    defaults.max_tokens = max_new;
+    // A translation ends at its end of sequence or loom translate's length limit, unless --max-new-tokens is less.
+    defaults.max_tokens = translates && !args.option("max-new-tokens") ? kMaxNewTokens : max_new;
     defaults.sampling = sampling;
     defaults.stop_token = stop;
-    return generate_file(args, loaded, model, *tokenizer, defaults, processes.info().rank == 0);
+    return generate_file(args, loaded, served, model, *tokenizer, defaults, processes.info().rank == 0);
   }
   for (const auto& name : kSpeculativeOptions)
     if (args.option(name)) throw ConfigError("--" + name + " is for --input: the engine decodes speculatively");

@@ -1,0 +1,131 @@
+#include "serve/served_model.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace loom {
+
+torch::Tensor stack_padded(const std::vector<torch::Tensor>& rows, int64_t dim, torch::Tensor* padding) {
+  LOOM_CHECK(!rows.empty(), "stack_padded needs at least one row");
+  int64_t longest = 0;
+  for (const auto& r : rows) longest = std::max(longest, r.size(dim));
+  const auto B = static_cast<int64_t>(rows.size());
+  if (padding != nullptr) {
+    auto mask = torch::zeros({B, longest}, torch::kBool);
+    for (int64_t b = 0; b < B; ++b) mask[b].narrow(0, rows[b].size(dim), longest - rows[b].size(dim)).fill_(true);
+    *padding = mask.to(rows.front().device());
+  }
+  if (B == 1) return rows.front();
+  std::vector<torch::Tensor> padded;
+  padded.reserve(rows.size());
+  for (const auto& r : rows) {
+    const int64_t missing = longest - r.size(dim);
+    if (missing == 0) {
+      padded.push_back(r);
+      continue;
+    }
+    auto shape = r.sizes().vec();
+    shape[dim] = missing;
+    padded.push_back(torch::cat({r, torch::zeros(shape, r.options())}, dim));
+  }
+  return torch::cat(padded, 0);
+}
+
+namespace {
+
+class ServedGpt final : public ServedModel {
+ public:
+  explicit ServedGpt(Gpt model) : model_(std::move(model)) { model_->eval(); }
+  const ModelConfig& config() const override { return model_->config(); }
+  int64_t kv_layers() const override { return model_->n_blocks(); }
+  int64_t kv_heads() const override {
+    // A TP-split model (serve/step_broadcast.h) keeps this rank's share of the key/value heads.
+    const int64_t tp = model_->tp_group() != nullptr ? model_->tp_group()->size() : 1;
+    return model_->config().kv_heads() / tp;
+  }
+  torch::TensorOptions options() const override { return model_->parameters().front().options(); }
+  Communicator* tp_group() const override { return model_->tp_group(); }
+  Gpt* gpt() override { return &model_; }
+  torch::Tensor forward(const torch::Tensor& tokens, KVCaches& caches,
+                        const std::vector<const EncodedSource*>& /*sources*/) override {
+    return model_->forward(tokens, &caches);
+  }
+
+ private:
+  Gpt model_;
+};
+
+class ServedEncoderDecoder final : public ServedModel {
+ public:
+  ServedEncoderDecoder(EncoderDecoder model, int64_t start_token) : model_(std::move(model)), start_(start_token) {
+    model_->eval();
+    LOOM_CHECK(model_->tp_group() == nullptr || model_->tp_group()->size() <= 1,
+               "an encoder-decoder model is served whole: no --set parallel.tp");
+  }
+  const ModelConfig& config() const override { return model_->config(); }
+  int64_t kv_layers() const override { return model_->n_decoder_blocks(); }
+  int64_t kv_heads() const override { return model_->config().kv_heads(); }
+  torch::TensorOptions options() const override { return model_->parameters().front().options(); }
+  bool encodes() const override { return true; }
+  std::vector<int64_t> start_tokens(const std::vector<int64_t>& /*source*/) const override { return {start_}; }
+
+  int64_t encoded_bytes_per_token() const override {
+    const auto& c = model_->config();
+    const int64_t element = static_cast<int64_t>(c10::elementSize(options().dtype().toScalarType()));
+    return (kv_layers() * 2 * c.kv_heads() * c.head_dim() + c.d_model) * element;
+  }
+
+  std::shared_ptr<const EncodedSource> encode(const std::vector<int64_t>& source) override {
+    // The encoder once; then one decoder step on the start token with a throwaway cache, which is what fills
+    // every decoder layer's cross-attention keys and values (models/attention.cpp cross_qkv); its logits go unused.
+    torch::NoGradGuard no_grad;
+    const auto device = options().device();
+    const auto S = static_cast<int64_t>(source.size());
+    const auto tokens = torch::tensor(source, torch::kLong).view({1, S}).to(device);
+    auto state = model_->start_decoding(tokens, torch::full({1}, S, torch::kLong).to(device));
+    model_->decode_step(torch::full({1, 1}, start_, torch::kLong).to(device), state);
+    auto encoded = std::make_shared<EncodedSource>();
+    encoded->memory = state.memory;
+    encoded->cross = std::move(state.cross);
+    return encoded;
+  }
+
+  torch::Tensor forward(const torch::Tensor& tokens, KVCaches& caches,
+                        const std::vector<const EncodedSource*>& sources) override {
+    const auto B = static_cast<size_t>(tokens.size(0));
+    LOOM_CHECK(sources.size() == B, "one encoded source a row: ", sources.size(), " for ", B, " rows");
+    DecoderState state;
+    std::vector<torch::Tensor> rows(B);
+    for (size_t b = 0; b < B; ++b) {
+      LOOM_CHECK(sources[b] != nullptr, "row ", b, " of an encoder-decoder batch has no encoded source");
+      rows[b] = sources[b]->memory;
+    }
+    state.memory = stack_padded(rows, 1, &state.source_padding);
+    state.cross.resize(static_cast<size_t>(kv_layers()));
+    for (size_t l = 0; l < state.cross.size(); ++l) {
+      for (size_t b = 0; b < B; ++b) rows[b] = sources[b]->cross[l].k;
+      state.cross[l].k = stack_padded(rows, 2);
+      for (size_t b = 0; b < B; ++b) rows[b] = sources[b]->cross[l].v;
+      state.cross[l].v = stack_padded(rows, 2);
+    }
+    state.self = std::move(caches);
+    auto logits = model_->decode_step(tokens, state);
+    caches = std::move(state.self);
+    return logits;
+  }
+
+ private:
+  EncoderDecoder model_;
+  int64_t start_;
+};
+
+}  // namespace
+
+std::shared_ptr<ServedModel> served_gpt(Gpt model) { return std::make_shared<ServedGpt>(std::move(model)); }
+
+std::shared_ptr<ServedModel> served_encoder_decoder(EncoderDecoder model, int64_t start_token) {
+  return std::make_shared<ServedEncoderDecoder>(std::move(model), start_token);
+}
+
+}  // namespace loom
