@@ -309,6 +309,7 @@ void Engine::decode_speculative(std::vector<Completion>& done) {
 
 void Engine::admit_waiting() {
   // An admitted sequence holds the blocks of all its tokens: prefilled over the next steps, then decoded.
+  std::vector<int64_t> encode;  // encoder-decoder: the admitted sequences without an encoded source
   while (!waiting_.empty() && running() < options_.max_batch) {
     const int64_t id = waiting_.front();
     auto& sequence = *sequences_.at(id);
@@ -320,13 +321,17 @@ void Engine::admit_waiting() {
       break;
     }
     stats_.prefix_hit_tokens += shared;
-    if (model_->encodes() && !sequence.source) {  // the encoder once a sequence (kept through preemptions)
-      sequence.source = model_->encode(sequence.request.prompt);
-      ++stats_.encoded_sources;
-    }
+    if (model_->encodes() && !sequence.source) encode.push_back(id);
     waiting_.pop_front();
     running_.push_back(id);
   }
+  // The encoder once a sequence (its source kept through preemptions), the step's new ones in one forward.
+  if (encode.empty()) return;
+  std::vector<std::vector<int64_t>> sources;
+  for (const int64_t id : encode) sources.push_back(sequences_.at(id)->request.prompt);
+  auto encoded = model_->encode(sources);
+  for (size_t i = 0; i < encode.size(); ++i) sequences_.at(encode[i])->source = std::move(encoded[i]);
+  stats_.encoded_sources += static_cast<int64_t>(encode.size());
 }
 
 void Engine::prefill_running() {

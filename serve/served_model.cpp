@@ -76,48 +76,79 @@ class ServedEncoderDecoder final : public ServedModel {
     return (kv_layers() * 2 * c.kv_heads() * c.head_dim() + c.d_model) * element;
   }
 
-  std::shared_ptr<const EncodedSource> encode(const std::vector<int64_t>& source) override {
-    // The encoder once; then one decoder step on the start token with a throwaway cache, which is what fills
-    // every decoder layer's cross-attention keys and values (models/attention.cpp cross_qkv); its logits go unused.
+  std::vector<std::shared_ptr<const EncodedSource>> encode(const std::vector<std::vector<int64_t>>& sources) override {
+    // The encoder once over the sources padded to the longest; then one decoder step on the start token with a
+    // throwaway cache, which is what fills every decoder layer's cross-attention keys and values (models/attention.cpp
+    // cross_qkv); its logits go unused. Each source keeps its own positions (copies: the batch's tensors go).
     torch::NoGradGuard no_grad;
     const auto device = options().device();
-    const auto S = static_cast<int64_t>(source.size());
-    const auto tokens = torch::tensor(source, torch::kLong).view({1, S}).to(device);
-    auto state = model_->start_decoding(tokens, torch::full({1}, S, torch::kLong).to(device));
-    model_->decode_step(torch::full({1, 1}, start_, torch::kLong).to(device), state);
-    auto encoded = std::make_shared<EncodedSource>();
-    encoded->memory = state.memory;
-    encoded->cross = std::move(state.cross);
-    return encoded;
+    const auto B = static_cast<int64_t>(sources.size());
+    int64_t longest = 0;
+    for (const auto& s : sources) longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
+    auto tokens = torch::zeros({B, longest}, torch::kLong);
+    std::vector<int64_t> lengths;
+    for (int64_t b = 0; b < B; ++b) {
+      const auto& s = sources[static_cast<size_t>(b)];
+      lengths.push_back(static_cast<int64_t>(s.size()));
+      LOOM_CHECK(!s.empty(), "an encoder-decoder request needs a source of at least one token");
+      tokens[b].narrow(0, 0, lengths.back()).copy_(torch::tensor(s, torch::kLong));
+    }
+    auto state = model_->start_decoding(tokens.to(device), torch::tensor(lengths, torch::kLong).to(device));
+    model_->decode_step(torch::full({B, 1}, start_, torch::kLong).to(device), state);
+    std::vector<std::shared_ptr<const EncodedSource>> out;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t S = lengths[static_cast<size_t>(b)];
+      auto encoded = std::make_shared<EncodedSource>();
+      encoded->serial = ++serials_;
+      encoded->memory = state.memory.narrow(0, b, 1).narrow(1, 0, S).clone();
+      for (const auto& keys : state.cross) {
+        MemoryKeys own;
+        own.k = keys.k.narrow(0, b, 1).narrow(2, 0, S).clone();
+        own.v = keys.v.narrow(0, b, 1).narrow(2, 0, S).clone();
+        encoded->cross.push_back(std::move(own));
+      }
+      out.push_back(std::move(encoded));
+    }
+    return out;
   }
 
   torch::Tensor forward(const torch::Tensor& tokens, KVCaches& caches,
                         const std::vector<const EncodedSource*>& sources) override {
     const auto B = static_cast<size_t>(tokens.size(0));
     LOOM_CHECK(sources.size() == B, "one encoded source a row: ", sources.size(), " for ", B, " rows");
-    DecoderState state;
-    std::vector<torch::Tensor> rows(B);
+    std::vector<uint64_t> serials;
     for (size_t b = 0; b < B; ++b) {
       LOOM_CHECK(sources[b] != nullptr, "row ", b, " of an encoder-decoder batch has no encoded source");
-      rows[b] = sources[b]->memory;
+      serials.push_back(sources[b]->serial);
     }
-    state.memory = stack_padded(rows, 1, &state.source_padding);
-    state.cross.resize(static_cast<size_t>(kv_layers()));
-    for (size_t l = 0; l < state.cross.size(); ++l) {
-      for (size_t b = 0; b < B; ++b) rows[b] = sources[b]->cross[l].k;
-      state.cross[l].k = stack_padded(rows, 2);
-      for (size_t b = 0; b < B; ++b) rows[b] = sources[b]->cross[l].v;
-      state.cross[l].v = stack_padded(rows, 2);
+    if (serials != stacked_serials_) {  // another batch than the last forward's: stack its rows' sources again
+      DecoderState stacked;
+      std::vector<torch::Tensor> rows(B);
+      for (size_t b = 0; b < B; ++b) rows[b] = sources[b]->memory;
+      stacked.memory = stack_padded(rows, 1, &stacked.source_padding);
+      stacked.cross.resize(static_cast<size_t>(kv_layers()));
+      for (size_t l = 0; l < stacked.cross.size(); ++l) {
+        for (size_t b = 0; b < B; ++b) rows[b] = sources[b]->cross[l].k;
+        stacked.cross[l].k = stack_padded(rows, 2);
+        for (size_t b = 0; b < B; ++b) rows[b] = sources[b]->cross[l].v;
+        stacked.cross[l].v = stack_padded(rows, 2);
+      }
+      stacked_ = std::move(stacked);
+      stacked_serials_ = std::move(serials);
     }
-    state.self = std::move(caches);
-    auto logits = model_->decode_step(tokens, state);
-    caches = std::move(state.self);
+    stacked_.self = std::move(caches);
+    auto logits = model_->decode_step(tokens, stacked_);
+    caches = std::move(stacked_.self);
     return logits;
   }
 
  private:
   EncoderDecoder model_;
   int64_t start_;
+  uint64_t serials_ = 0;
+  // The last forward's rows (by serial) and their padded stack (memory, padding, cross-attention keys).
+  std::vector<uint64_t> stacked_serials_;
+  DecoderState stacked_;
 };
 
 }  // namespace

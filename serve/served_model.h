@@ -8,7 +8,8 @@
 // Either way forward() runs a ragged batch (each row at its own position) through the decoder's self-attention
 // over the paged KV cache (models/paged_kv_cache.h), as the GPT path always did; the encoder-decoder's rows
 // attend to their own sources: the rows' cross-attention keys and values padded to the longest source of the
-// batch, the padding masked (a key padding mask: models/attention.cpp adds it to SDPA's mask).
+// batch, the padding masked (a key padding mask: models/attention.cpp adds it to SDPA's mask); the padded stack is
+// kept while the next forward has the same rows in the same order (a decode step's usual case).
 // The pool the engine allocates holds the self-attention keys and values only (kv_layers() layers); the encoded
 // sources live outside it (encoded_bytes_per_token() a source token).
 #pragma once
@@ -31,6 +32,7 @@ class Communicator;
 struct EncodedSource {
   torch::Tensor memory;
   std::vector<MemoryKeys> cross;
+  uint64_t serial = 0;  // unique per encoded source: a batch of the same rows reuses its padded stack
   int64_t length() const { return memory.size(1); }
 };
 
@@ -50,7 +52,10 @@ class ServedModel {
   // encoded. A decoder-only model continues the prompt itself and encodes nothing.
   virtual bool encodes() const { return false; }
   virtual std::vector<int64_t> start_tokens(const std::vector<int64_t>& prompt) const { return prompt; }
-  virtual std::shared_ptr<const EncodedSource> encode(const std::vector<int64_t>& /*source*/) { return nullptr; }
+  // Sources of different lengths are encoded in one padded forward; each gets its own rows, unpadded.
+  virtual std::vector<std::shared_ptr<const EncodedSource>> encode(const std::vector<std::vector<int64_t>>& sources) {
+    return std::vector<std::shared_ptr<const EncodedSource>>(sources.size());
+  }
   // Bytes an encoded source keeps per source token (the decoder layers' cross-attention keys and values).
   virtual int64_t encoded_bytes_per_token() const { return 0; }
 
