@@ -190,11 +190,11 @@ int generate_command(const Argv& argv, const ProcessGroup& processes) {
   const auto loaded = load_serving_model(args.positional[0], step, tp, processes);
   auto model = loaded.as<Gpt>();
   const bool translates = !model && loaded.as<EncoderDecoder>();
-  LOOM_CHECK(model || (translates && args.option("input")), args.positional[0], " is a model.arch=",
-             enum_name(loaded.config.model.arch), " run: ",
-             translates ? "loom generate translates with it through the engine with --input FILE (each prompt a "
-                          "source sentence), or loom translate decodes it"
-                        : "loom generate samples GPT-family runs and translates encoder-decoder ones");
+  if (!model && !(translates && args.option("input")))
+    throw ConfigError(args.positional[0] + " is a model.arch=" + enum_name(loaded.config.model.arch) + " run: " +
+                      (translates ? "loom generate translates with it through the engine with --input FILE (each "
+                                    "prompt a source sentence), not --prompt; or loom translate decodes it"
+                                  : "loom generate samples GPT-family runs and translates encoder-decoder ones"));
   LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn the prompt into tokens");
   const auto tokenizer = load_tokenizer(loaded.config.tokenizer);
   const auto eos = translates ? std::optional<int32_t>(static_cast<int32_t>(kEosId)) : tokenizer->eos_id();

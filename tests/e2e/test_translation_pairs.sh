@@ -116,6 +116,16 @@ for flag in --prefix-caching "--speculate ngram" --sequential; do
   set -e
   [ $code -eq 2 ] && grep -q -- "${flag%% *}" <<<"$out" || fail "$flag on a translation run: exit $code, $out"
 done
+set +e
+out=$("$LOOM" generate "$WORK/single" --prompt "In the beginning" 2>&1); code=$?
+set -e
+[ $code -eq 2 ] && grep -q -- "--input" <<<"$out" || fail "--prompt on a translation run: exit $code, $out"
+set +e
+out=$("${MPIRUN[@]}" -np 2 "$LOOM" generate "$WORK/single" --input "$WORK/engine.jsonl" --output "$WORK/x.out" \
+  --set parallel.tp=2 2>&1); code=$?
+set -e
+[ $code -ne 0 ] && grep -q -- "--set parallel.tp=2: loom generate serves an encoder-decoder run whole" <<<"$out" \
+  || fail "--set parallel.tp=2 on a translation run: exit $code, $out"
 dry=$("$LOOM" serve "$WORK/single" --dry-run --kv-mb 1) || fail "serve --dry-run: $dry"
 grep -q "bytes per source token" <<<"$dry" || fail "--dry-run says nothing of the encoded sources: $dry"
 log=$WORK/serve-mt.log
