@@ -85,8 +85,8 @@ same=$(paste -d '\t' <(head -40 "$WORK/test.hyp") "$WORK/translate.hyp" | awk -F
 echo "translate: $same of 40 lines equal loom eval's"
 [ "$same" -eq 40 ] || fail "loom translate and loom eval disagree on $((40 - same)) of 40 lines"
 
-# The inference engine translates too (serve/served_model.h): greedy `loom generate --input` on 16 sources of 20 to
-# 60 tokens, all in one batch (rows of different source lengths in one forward) in a pool of 25 blocks of 16
+# The inference engine translates too (serve/served_model.h): greedy `loom generate --input` on 16 sources of 33 to
+# 85 tokens, all in one batch (rows of different source lengths in one forward) in a pool of 25 blocks of 16
 # positions (one sequence of the full context: some are preempted and recomputed), gives `loom translate --beam 1`'s
 # text line for line; `loom serve` answers a completion and a stream with the same text, a max_tokens past the
 # translation limit with a 400 naming it and chat completions with a 404; what the engine does for GPTs alone is
