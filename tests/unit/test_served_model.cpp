@@ -2,7 +2,8 @@
 // ragged batches (each row's cross-attention over its own source, padded and masked to the batch's longest; the
 // self-attention through the paged cache at each row's own position), with a pool so small that sequences are
 // preempted and recomputed, give each source the greedy translation of decoding it alone (models/beam_search.h,
-// contiguous cache, beam 1): for sinusoidal, learned, relative (T5) and rotary positions. The padded stacking's
+// contiguous cache, beam 1): for sinusoidal, learned, relative (T5) and rotary positions. A sampled translation
+// (its seed, top-k, logprobs) is the same in a batch with preemptions as decoded alone. The padded stacking's
 // mask is checked by hand; prefix caching is refused.
 #include <set>
 
@@ -92,6 +93,51 @@ TEST_CASE("served encoder-decoder: continuous batching with preemption gives eac
     distinct.insert(alone.tokens);
   }
   CHECK(distinct.size() >= 5);  // the translations depend on the sources
+}
+
+TEST_CASE("served encoder-decoder: a sampled translation depends on its seed, not on its batch", "[serve][seq2seq]") {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(44);
+  auto model = served_test_model("sinusoidal", "pre");
+  std::vector<std::vector<int64_t>> sources;
+  for (int64_t n : {6, 12, 3, 9, 1, 14}) {
+    const auto ids = torch::randint(3, 24, {n}, torch::kLong);
+    sources.emplace_back(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n);
+  }
+  const auto run = [&](int64_t max_batch, int64_t kv_blocks) {
+    loom::EngineOptions options;
+    options.block_size = 2;
+    options.kv_blocks = kv_blocks;
+    options.max_batch = max_batch;
+    loom::Engine engine(loom::served_encoder_decoder(model, loom::kBosId), options);
+    for (size_t i = 0; i < sources.size(); ++i) {
+      loom::GenerationRequest request;
+      request.prompt = sources[i];
+      request.sampling.temperature = 1.0;
+      request.sampling.top_k = 8;
+      request.sampling.seed = 100 + i;
+      request.stop_token = loom::kEosId;
+      request.max_tokens = 20;
+      request.logprobs = true;
+      engine.add(request);
+    }
+    auto done = engine.run();
+    return std::make_pair(std::move(done), engine.stats().preemptions);
+  };
+  const auto [alone, none] = run(1, 64);
+  const auto [together, preempted] = run(6, 20);
+  CHECK(none == 0);
+  CHECK(preempted > 0);
+  std::set<std::vector<int64_t>> distinct;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    INFO("source " << i);
+    CHECK(together[i].tokens == alone[i].tokens);
+    REQUIRE(together[i].logprobs.size() == alone[i].tokens.size());
+    for (size_t j = 0; j < alone[i].logprobs.size(); ++j)
+      CHECK_THAT(together[i].logprobs[j], loom::test::close_to(alone[i].logprobs[j], 1e-9, 1e-12));
+    distinct.insert(alone[i].tokens);
+  }
+  CHECK(distinct.size() == sources.size());
 }
 
 TEST_CASE("served encoder-decoder: prefix caching is refused, naming the flag", "[serve][seq2seq]") {
