@@ -8,9 +8,11 @@
 // Under `mpirun -np N` with --set parallel.tp=N, --input runs the model split over the ranks (cli/tp_serving.h).
 // An encoder-decoder (translation) run takes --input only: each prompt is a source sentence and its text the
 // translation (cli/served_model_options.h; --temperature 0 decodes greedily, as loom translate --beam 1).
+// A run without a tokenizer.model (the synthetic tasks) reads --input prompts and writes texts as token ids.
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +23,7 @@
 #include "cli/speculative_options.h"
 #include "core/cpu_allocator.h"
 #include "core/error.h"
+#include "core/parse_number.h"
 #include "data/pairs/seq2seq_batch.h"
 #include "data/tokenizers/incremental_decoder.h"
 #include "data/tokenizers/tokenizer.h"
@@ -35,8 +38,27 @@ namespace {
 // Far more than any sampling session wants, and few enough that a typo cannot run for days.
 constexpr int64_t kMaxNewTokens = int64_t{1} << 20;
 
-std::string generated_text(const Tokenizer& tokenizer, const std::vector<int64_t>& ids) {
-  return decode_lines(tokenizer, ids);
+// Without a tokenizer (a run on token ids: the synthetic tasks) text is token ids separated by spaces, as
+// loom translate reads and writes it.
+std::string generated_text(const Tokenizer* tokenizer, const std::vector<int64_t>& ids) {
+  if (tokenizer) return decode_lines(*tokenizer, ids);
+  std::string out;
+  for (const int64_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
+  return out;
+}
+
+// "12 7 5" -> {12, 7, 5}; anything else is a ConfigError naming the file and line.
+std::vector<int64_t> generate_prompt_ids(const std::string& text, const std::string& where, int64_t vocab) {
+  std::istringstream words(text);
+  std::vector<int64_t> ids;
+  for (std::string word; words >> word;) {
+    const int64_t id = parse_int64(word).value_or(-1);
+    if (id < 0 || id >= vocab)
+      throw ConfigError(where + ": \"prompt\" word '" + word + "' is not a token id in [0, " + std::to_string(vocab) +
+                        ") (this run has no tokenizer.model, so prompts are token ids)");
+    ids.push_back(id);
+  }
+  return ids;
 }
 
 // --input/--output: every prompt of the file through the engine (or, --sequential, one at a time).
@@ -45,15 +67,20 @@ std::string generated_text(const Tokenizer& tokenizer, const std::vector<int64_t
 // An encoder-decoder run (served->encodes()) translates: each prompt is a source sentence, its text the
 // translation, at most loom translate's decode.* length (an empty source: an empty translation).
 int generate_file(const Args& args, const LoadedModel& loaded, const std::shared_ptr<ServedModel>& served, Gpt model,
-                  const Tokenizer& tokenizer, const GenerationRequest& defaults, bool writes) {
+                  const Tokenizer* tokenizer, const GenerationRequest& defaults, bool writes) {
   const std::string input = *args.option("input");
   const auto output = args.option("output");
   if (!output) throw ConfigError("--input needs --output FILE for the completions");
   auto lines = read_prompt_file(input, defaults);
   const int64_t context = served->config().max_seq_len;
   for (auto& line : lines) {
-    const auto ids = tokenizer.encode(line.prompt);
-    line.request.prompt.assign(ids.begin(), ids.end());
+    const std::string where = input + ":" + std::to_string(line.line);
+    if (tokenizer) {
+      const auto ids = tokenizer->encode(line.prompt);
+      line.request.prompt.assign(ids.begin(), ids.end());
+    } else {
+      line.request.prompt = generate_prompt_ids(line.prompt, where, loaded.config.model.vocab_size);
+    }
     if (served->encodes()) {
       const auto n = static_cast<int64_t>(line.request.prompt.size());
       line.request.max_tokens = std::min(line.request.max_tokens, translation_limit(loaded.config, n));
@@ -62,7 +89,9 @@ int generate_file(const Args& args, const LoadedModel& loaded, const std::shared
         line.request.max_tokens = 0;
       }
     }
-    if (line.request.prompt.empty()) line.request.prompt.push_back(tokenizer.require_eos());
+    if (line.request.prompt.empty() && !tokenizer)
+      throw ConfigError(where + ": \"prompt\" is empty, and this run has no tokenizer.model for its end of sequence");
+    if (line.request.prompt.empty()) line.request.prompt.push_back(tokenizer->require_eos());
     if (static_cast<int64_t>(line.request.prompt.size()) > context)
       throw ConfigError(input + ":" + std::to_string(line.line) + ": \"prompt\" is " +
                         std::to_string(line.request.prompt.size()) + " tokens, more than model.max_seq_len=" +
@@ -195,9 +224,16 @@ int generate_command(const Argv& argv, const ProcessGroup& processes) {
                       (translates ? "loom generate translates with it through the engine with --input FILE (each "
                                     "prompt a source sentence), not --prompt; or loom translate decodes it"
                                   : "loom generate samples GPT-family runs and translates encoder-decoder ones"));
-  LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn the prompt into tokens");
-  const auto tokenizer = load_tokenizer(loaded.config.tokenizer);
-  const auto eos = translates ? std::optional<int32_t>(static_cast<int32_t>(kEosId)) : tokenizer->eos_id();
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!loaded.config.tokenizer.model.empty()) {
+    tokenizer = load_tokenizer(loaded.config.tokenizer);
+  } else if (!args.option("input")) {
+    throw ConfigError("the run has no tokenizer.model to turn the prompt into tokens (--input FILE reads prompts "
+                      "of token ids then)");
+  }
+  const auto eos = translates ? std::optional<int32_t>(static_cast<int32_t>(kEosId))
+                   : tokenizer ? tokenizer->eos_id()
+                               : std::nullopt;
   const int64_t stop = args.flag("ignore-eos") || !eos ? -1 : *eos;
   if (args.option("input")) {
     if (args.option("prompt")) throw ConfigError("give --prompt or --input, not both");
@@ -207,7 +243,7 @@ int generate_command(const Argv& argv, const ProcessGroup& processes) {
     defaults.max_tokens = translates && !args.option("max-new-tokens") ? kMaxNewTokens : max_new;
     defaults.sampling = sampling;
     defaults.stop_token = stop;
-    return generate_file(args, loaded, served, model, *tokenizer, defaults, processes.info().rank == 0);
+    return generate_file(args, loaded, served, model, tokenizer.get(), defaults, processes.info().rank == 0);
   }
   for (const auto& name : kSpeculativeOptions)
     if (args.option(name)) throw ConfigError("--" + name + " is for --input: the engine decodes speculatively");
