@@ -190,7 +190,8 @@ int generate_command(const Argv& argv, const ProcessGroup& processes) {
       "loom generate RUN_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] "
       "[--seed S] [--step S] [--no-cache] [--ignore-eos] [--json]\n"
       "       loom generate RUN_DIR --input PROMPTS.jsonl --output OUT.jsonl [--max-new-tokens N] [--temperature T] "
-      "[--top-k K] [--top-p P] [--seed S] [--step S] [--ignore-eos] [--max-batch N] [--kv-mb MB] [--kv-blocks N] [--block-size N] "
+      "[--top-k K] [--top-p P] [--seed S] [--step S] [--ignore-eos] [--max-batch N] [--kv-mb MB] [--kv-blocks N] "
+      "[--block-size N] "
       "[--prefix-caching] [--sequential] [--set parallel.tp=N under mpirun -np N] " + std::string(kSpeculativeUsage);
   const auto args = parse_args(argv,
                                with_speculative_options({"prompt", "max-new-tokens", "temperature", "top-k", "top-p",
