@@ -6,18 +6,25 @@
 // prompt in file order; --sequential decodes them one at a time with the single-prompt path instead (the
 // benchmark's baseline: scripts/bench_serve.sh). Both print their throughput to stderr.
 // Under `mpirun -np N` with --set parallel.tp=N, --input runs the model split over the ranks (cli/tp_serving.h).
+// An encoder-decoder (translation) run takes --input only: each prompt is a source sentence and its text the
+// translation (cli/served_model_options.h; --temperature 0 decodes greedily, as loom translate --beam 1).
+// A run without a tokenizer.model (the synthetic tasks) reads --input prompts and writes texts as token ids.
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/served_model_options.h"
 #include "cli/tp_serving.h"
 #include "cli/speculative_options.h"
 #include "core/cpu_allocator.h"
 #include "core/error.h"
+#include "core/parse_number.h"
+#include "data/pairs/seq2seq_batch.h"
 #include "data/tokenizers/incremental_decoder.h"
 #include "data/tokenizers/tokenizer.h"
 #include "models/generate.h"
@@ -31,24 +38,60 @@ namespace {
 // Far more than any sampling session wants, and few enough that a typo cannot run for days.
 constexpr int64_t kMaxNewTokens = int64_t{1} << 20;
 
-std::string generated_text(const Tokenizer& tokenizer, const std::vector<int64_t>& ids) {
-  return decode_lines(tokenizer, ids);
+// Without a tokenizer (a run on token ids: the synthetic tasks) text is token ids separated by spaces, as
+// loom translate reads and writes it.
+std::string generated_text(const Tokenizer* tokenizer, const std::vector<int64_t>& ids) {
+  if (tokenizer) return decode_lines(*tokenizer, ids);
+  std::string out;
+  for (const int64_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
+  return out;
+}
+
+// "12 7 5" -> {12, 7, 5}; anything else is a ConfigError naming the file and line.
+std::vector<int64_t> generate_prompt_ids(const std::string& text, const std::string& where, int64_t vocab) {
+  std::istringstream words(text);
+  std::vector<int64_t> ids;
+  for (std::string word; words >> word;) {
+    const int64_t id = parse_int64(word).value_or(-1);
+    if (id < 0 || id >= vocab)
+      throw ConfigError(where + ": \"prompt\" word '" + word + "' is not a token id in [0, " + std::to_string(vocab) +
+                        ") (this run has no tokenizer.model, so prompts are token ids)");
+    ids.push_back(id);
+  }
+  return ids;
 }
 
 // --input/--output: every prompt of the file through the engine (or, --sequential, one at a time).
 // Under tensor parallelism every rank reads the same file and runs the same engine steps (the engine agrees on
 // rank 0's logits), each with its shard of the model; rank 0 writes the output.
-int generate_file(const Args& args, const LoadedModel& loaded, Gpt& model, const Tokenizer& tokenizer,
-                  const GenerationRequest& defaults, bool writes) {
+// An encoder-decoder run (served->encodes()) translates: each prompt is a source sentence, its text the
+// translation, at most loom translate's decode.* length (an empty source: an empty translation).
+int generate_file(const Args& args, const LoadedModel& loaded, const std::shared_ptr<ServedModel>& served, Gpt model,
+                  const Tokenizer* tokenizer, const GenerationRequest& defaults, bool writes) {
   const std::string input = *args.option("input");
   const auto output = args.option("output");
   if (!output) throw ConfigError("--input needs --output FILE for the completions");
   auto lines = read_prompt_file(input, defaults);
-  const int64_t context = model->config().max_seq_len;
+  const int64_t context = served->config().max_seq_len;
   for (auto& line : lines) {
-    const auto ids = tokenizer.encode(line.prompt);
-    line.request.prompt.assign(ids.begin(), ids.end());
-    if (line.request.prompt.empty()) line.request.prompt.push_back(tokenizer.require_eos());
+    const std::string where = input + ":" + std::to_string(line.line);
+    if (tokenizer) {
+      const auto ids = tokenizer->encode(line.prompt);
+      line.request.prompt.assign(ids.begin(), ids.end());
+    } else {
+      line.request.prompt = generate_prompt_ids(line.prompt, where, loaded.config.model.vocab_size);
+    }
+    if (served->encodes()) {
+      const auto n = static_cast<int64_t>(line.request.prompt.size());
+      line.request.max_tokens = std::min(line.request.max_tokens, translation_limit(loaded.config, n));
+      if (n == 0) {  // nothing to translate: done at once (the engine never encodes it)
+        line.request.prompt.push_back(kEosId);
+        line.request.max_tokens = 0;
+      }
+    }
+    if (line.request.prompt.empty() && !tokenizer)
+      throw ConfigError(where + ": \"prompt\" is empty, and this run has no tokenizer.model for its end of sequence");
+    if (line.request.prompt.empty()) line.request.prompt.push_back(tokenizer->require_eos());
     if (static_cast<int64_t>(line.request.prompt.size()) > context)
       throw ConfigError(input + ":" + std::to_string(line.line) + ": \"prompt\" is " +
                         std::to_string(line.request.prompt.size()) + " tokens, more than model.max_seq_len=" +
@@ -90,16 +133,19 @@ int generate_file(const Args& args, const LoadedModel& loaded, Gpt& model, const
     options.max_batch = args.int_option("max-batch", 64, 1, 4096);
     options.block_size = args.int_option("block-size", 16, 1, 4096);
     options.kv_bytes = args.int_option("kv-mb", 256, 1, int64_t{1} << 20) << 20;
+    options.kv_blocks = args.int_option("kv-blocks", 0, 0, int64_t{1} << 30);  // 0: as many as --kv-mb holds
     options.prefix_caching = args.flag("prefix-caching");
     options.detokenize = detokenize;
     const std::string speculation = configure_speculation(args, loaded, args.positional[0], options);
     if (!speculation.empty()) std::cerr << speculation << std::endl;
     retain_freed_malloc_memory();
-    Engine engine(model, options);
+    Engine engine(served, options);
     for (auto& line : lines) engine.add(std::move(line.request));
     completions = engine.run();
     const auto& stats = engine.stats();
-    detail = ", " + std::to_string(stats.forwards) + " forwards, " + std::to_string(stats.preemptions) +
+    detail = ", " + std::to_string(stats.forwards) + " forwards, " +
+             (served->encodes() ? std::to_string(stats.encoded_sources) + " sources encoded, " : "") +
+             std::to_string(stats.preemptions) +
              " preemptions, peak " + std::to_string(stats.peak_used_blocks) + " of " +
              std::to_string(engine.pool().blocks()) + " KV blocks";
     if (options.prefix_caching)
@@ -144,12 +190,13 @@ int generate_command(const Argv& argv, const ProcessGroup& processes) {
       "loom generate RUN_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] "
       "[--seed S] [--step S] [--no-cache] [--ignore-eos] [--json]\n"
       "       loom generate RUN_DIR --input PROMPTS.jsonl --output OUT.jsonl [--max-new-tokens N] [--temperature T] "
-      "[--top-k K] [--top-p P] [--seed S] [--step S] [--ignore-eos] [--max-batch N] [--kv-mb MB] [--block-size N] "
+      "[--top-k K] [--top-p P] [--seed S] [--step S] [--ignore-eos] [--max-batch N] [--kv-mb MB] [--kv-blocks N] "
+      "[--block-size N] "
       "[--prefix-caching] [--sequential] [--set parallel.tp=N under mpirun -np N] " + std::string(kSpeculativeUsage);
   const auto args = parse_args(argv,
                                with_speculative_options({"prompt", "max-new-tokens", "temperature", "top-k", "top-p",
                                                          "seed", "step", "input", "output", "max-batch", "kv-mb",
-                                                         "block-size"}),
+                                                         "kv-blocks", "block-size"}),
                                with_speculative_flags(
                                    {"no-cache", "ignore-eos", "json", "sequential", "prefix-caching"}),
                                1, usage);
@@ -172,19 +219,32 @@ int generate_command(const Argv& argv, const ProcessGroup& processes) {
                       "(not --prompt, not --sequential)");
   const auto loaded = load_serving_model(args.positional[0], step, tp, processes);
   auto model = loaded.as<Gpt>();
-  LOOM_CHECK(model, args.positional[0], " is a model.arch=", enum_name(loaded.config.model.arch),
-             " run: loom translate decodes it");
-  LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn the prompt into tokens");
-  const auto tokenizer = load_tokenizer(loaded.config.tokenizer);
-  const auto eos = tokenizer->eos_id();
+  const bool translates = !model && loaded.as<EncoderDecoder>();
+  if (!model && !(translates && args.option("input")))
+    throw ConfigError(args.positional[0] + " is a model.arch=" + enum_name(loaded.config.model.arch) + " run: " +
+                      (translates ? "loom generate translates with it through the engine with --input FILE (each "
+                                    "prompt a source sentence), not --prompt; or loom translate decodes it"
+                                  : "loom generate samples GPT-family runs and translates encoder-decoder ones"));
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!loaded.config.tokenizer.model.empty()) {
+    tokenizer = load_tokenizer(loaded.config.tokenizer);
+  } else if (!args.option("input")) {
+    throw ConfigError("the run has no tokenizer.model to turn the prompt into tokens (--input FILE reads prompts "
+                      "of token ids then)");
+  }
+  const auto eos = translates ? std::optional<int32_t>(static_cast<int32_t>(kEosId))
+                   : tokenizer ? tokenizer->eos_id()
+                               : std::nullopt;
   const int64_t stop = args.flag("ignore-eos") || !eos ? -1 : *eos;
   if (args.option("input")) {
     if (args.option("prompt")) throw ConfigError("give --prompt or --input, not both");
+    const auto served = served_model(loaded, args, tp, "loom generate");
     GenerationRequest defaults;
-    defaults.max_tokens = max_new;
+    // A translation ends at its end of sequence or loom translate's length limit, unless --max-new-tokens is less.
+    defaults.max_tokens = translates && !args.option("max-new-tokens") ? kMaxNewTokens : max_new;
     defaults.sampling = sampling;
     defaults.stop_token = stop;
-    return generate_file(args, loaded, model, *tokenizer, defaults, processes.info().rank == 0);
+    return generate_file(args, loaded, served, model, tokenizer.get(), defaults, processes.info().rank == 0);
   }
   for (const auto& name : kSpeculativeOptions)
     if (args.option(name)) throw ConfigError("--" + name + " is for --input: the engine decodes speculatively");

@@ -22,14 +22,17 @@ commands:
                    [--seed S] [--step S] [--no-cache] [--ignore-eos] [--json]
                                               sample a continuation, printed as it is sampled; ends at
                                               the tokenizer's end of sequence unless --ignore-eos
-  generate RUN_DIR --input PROMPTS.jsonl --output OUT.jsonl [--max-batch N] [--kv-mb MB] [--block-size N]
+  generate RUN_DIR --input PROMPTS.jsonl --output OUT.jsonl [--max-batch N] [--kv-mb MB | --kv-blocks N]
+                   [--block-size N]
                    [--draft RUN_DIR | --speculate ngram] [--speculate-k K] [--speculate-adaptive]
                                               every prompt of a file through the batching engine
-                                              (speculative decoding with a draft model or n-grams)
+                                              (speculative decoding with a draft model or n-grams);
+                                              of a transformer run: each prompt a source, translated
   serve RUN_DIR [--port N] [--host 127.0.0.1] [--max-batch N] [--kv-mb MB] [--block-size N]
         [--chat-template FILE] [--draft RUN_DIR | --speculate ngram] [--speculate-k K]
                                               an OpenAI-compatible HTTP server (/v1/completions,
-                                              /v1/chat/completions, /v1/models, /health, /metrics)
+                                              /v1/chat/completions, /v1/models, /health, /metrics);
+                                              a transformer run translates each prompt
   info CONFIG [--set ...] [--json]            parameters and training FLOPs per token
   prepare INPUT... --tokenizer FILE --out DIR [--field KEY] [--valid-fraction F] [--threads N]
           [--doc-per-file | --blank-line-docs] [--on-error fail|skip] [--shard-tokens N]

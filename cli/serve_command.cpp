@@ -9,6 +9,8 @@
 // every engine step, the others follow it (serve/step_broadcast.h) and all end with rank 0's stop.
 // --dry-run prints what the KV cache budget holds (bytes per token, blocks, tokens of context, full-context
 // sequences) and exits without serving.
+// An encoder-decoder (translation) run is served too (cli/served_model_options.h): a prompt is a source sentence,
+// its completion the translation (greedy with temperature 0, as loom translate --beam 1); no chat completions.
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -21,11 +23,13 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/served_model_options.h"
 #include "cli/tp_serving.h"
 #include "cli/speculative_options.h"
 #include "core/cpu_allocator.h"
 #include "core/error.h"
 #include "core/signals.h"
+#include "data/pairs/seq2seq_batch.h"
 #include "data/prepare/sft_record.h"
 #include "data/tokenizers/tokenizer.h"
 #include "serve/engine.h"
@@ -91,27 +95,13 @@ int serve_command(const Argv& argv, const ProcessGroup& processes) {
 
   const int64_t tp = serving_tp(args, processes, "loom serve");
   const auto loaded = load_serving_model(run_dir, step, tp, processes);
-  auto model = loaded.as<Gpt>();
-  LOOM_CHECK(model, run_dir, " is a model.arch=", enum_name(loaded.config.model.arch),
-             " run: loom serve serves decoder-only (GPT-family) runs; loom translate decodes this one");
+  const auto model = served_model(loaded, args, tp, "loom serve");
   LOOM_CHECK(!loaded.config.tokenizer.model.empty(), "the run has no tokenizer.model to turn prompts into tokens");
   if (args.flag("dry-run")) {
-    const auto& c = model->config();
-    const auto dtype = model->parameters().front().scalar_type();
-    const int64_t block = KVBlockPool::block_bytes(model->n_blocks(), engine_options.block_size, c.kv_heads() / tp,
-                                                   c.head_dim(), dtype);  // under TP: a rank's share of the heads
-    const int64_t blocks = engine_options.kv_bytes / block;
-    const int64_t per_sequence = (c.max_seq_len + engine_options.block_size - 1) / engine_options.block_size;
-    if (processes.info().rank == 0)
-      std::cout << "KV cache: " << block / engine_options.block_size << " bytes per token (" << model->n_blocks()
-              << " layers x keys and values x " << c.kv_heads() / tp << " heads x " << c.head_dim() << " x "
-              << c10::elementSize(dtype) << " bytes" << (tp > 1 ? ", per rank of " + std::to_string(tp) : "")
-              << ")\n"
-              << "budget --kv-mb " << (engine_options.kv_bytes >> 20) << ": " << blocks << " blocks of "
-              << engine_options.block_size << " positions (" << block
-              << " bytes each) = " << blocks * engine_options.block_size
-              << " tokens of context, " << blocks / per_sequence << " sequences of the full context ("
-              << c.max_seq_len << " positions, model.max_seq_len)" << std::endl;
+    int64_t blocks = 0, per_sequence = 0;
+    const auto lines = kv_budget_lines(*model, engine_options.block_size, engine_options.kv_bytes, tp, &blocks,
+                                       &per_sequence);
+    if (processes.info().rank == 0) std::cout << lines << std::flush;
     if (blocks < per_sequence)
       throw ConfigError("--kv-mb " + std::to_string(engine_options.kv_bytes >> 20) +
                         " cannot hold one sequence of the full context: raise it");
@@ -127,9 +117,14 @@ int serve_command(const Argv& argv, const ProcessGroup& processes) {
       args.option_or("model-name", std::filesystem::path(run_dir).lexically_normal().filename().string());
   if (options.model_name.empty()) options.model_name = "loom";
   options.context = model->config().max_seq_len;
-  const auto eos = tokenizer->eos_id();
+  const auto eos = model->encodes() ? std::optional<int32_t>(static_cast<int32_t>(kEosId)) : tokenizer->eos_id();
   options.stop_token = args.flag("ignore-eos") || !eos ? -1 : *eos;
-  options.empty_prompt_token = eos ? *eos : -1;  // an empty prompt starts a fresh line, as loom generate's
+  if (model->encodes()) {  // a prompt is a source sentence; its translation ends as loom translate's would
+    const Config config = loaded.config;
+    options.target_room = [config](int64_t source_tokens) { return translation_limit(config, source_tokens); };
+  }
+  // An empty prompt starts a fresh line, as loom generate's; an empty source is refused (400).
+  options.empty_prompt_token = eos && !model->encodes() ? *eos : -1;
   options.threads = static_cast<int>(args.int_option("threads", 64, 1, 4096));
   options.encode = [&tokenizer](const std::string& text, bool special) {
     EncodeOptions encode;
@@ -144,7 +139,14 @@ int serve_command(const Argv& argv, const ProcessGroup& processes) {
   } else {
     options.chat = data_chat_format(loaded.config, chat_source);
   }
-  if (!options.chat)
+  if (model->encodes()) {
+    if (args.option("chat-template"))
+      throw ConfigError("--chat-template: " + run_dir + " is an encoder-decoder (translation) run, served through "
+                        "/v1/completions only: leave it out");
+    options.chat.reset();
+    options.no_chat_reason = "this server translates (an encoder-decoder run): POST the source sentence as the "
+                             "\"prompt\" of /v1/completions; it has no chat completions";
+  } else if (!options.chat)
     options.no_chat_reason =
         "this server has no chat template: the run's training data was not prepared with one (loom prepare --sft "
         "--chat-template FILE); start loom serve with --chat-template FILE, or use /v1/completions";

@@ -146,17 +146,25 @@ std::vector<std::vector<int64_t>> EncoderDecoderImpl::stage_output_shapes(int64_
   return shapes;
 }
 
-torch::Tensor EncoderDecoderImpl::embed(const torch::Tensor& tokens, int64_t first_position, Side side) {
+torch::Tensor EncoderDecoderImpl::embed(const torch::Tensor& tokens, int64_t first_position, Side side,
+                                        const torch::Tensor& row_first) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(first_position + T <= config_.max_seq_len, "sequence of ", first_position + T,
               " positions exceeds model.max_seq_len=", config_.max_seq_len);
+  // A ragged batch: each row's positions from its own first (B, T); else one range for every row.
+  const torch::Tensor at = row_first.defined()
+                               ? (row_first.unsqueeze(1) + torch::arange(T, row_first.options())).to(tokens.device())
+                               : torch::Tensor();
   auto x = ends_.embed(tokens);  // (B, T, C)
   if (embedding_scale_ != 1.0) x = x * embedding_scale_;
   if (position_ == PositionKind::kLearned) {
     auto& table = side == Side::kSource ? encoder_positions_ : decoder_positions_;
-    x = x + table->forward(torch::arange(first_position, first_position + T, tokens.options().dtype(torch::kLong)));
+    x = x + table->forward(at.defined() ? at
+                                        : torch::arange(first_position, first_position + T,
+                                                        tokens.options().dtype(torch::kLong)));
   } else if (position_ == PositionKind::kSinusoidal) {
-    x = x + sinusoidal_positions(first_position, T, config_.d_model, x.options());
+    x = x + (at.defined() ? sinusoidal_positions_at(at, config_.d_model, x.options())
+                          : sinusoidal_positions(first_position, T, config_.d_model, x.options()));
   }  // RoPE and ALiBi act in the self-attention (models/attention.h)
   return embedding_dropout(x, dropout_, tp_);  // (B, T, C), or (B, T / tp, C) under sequence parallelism
 }
@@ -227,7 +235,8 @@ DecoderState EncoderDecoderImpl::start_decoding(const torch::Tensor& source, con
 
 torch::Tensor EncoderDecoderImpl::decode_step(const torch::Tensor& tokens, DecoderState& state) {
   // Relative positions: the new queries' bias against every cached key and themselves (no window).
-  const auto x = embed(tokens, state.seen(), Side::kTarget);
+  // A ragged batch's relative bias is the same for every row: the cache right-aligns each row's keys.
+  const auto x = embed(tokens, state.seen(), Side::kTarget, state.self.seen_rows());
   return run_decoder(x, state.memory, state.source_padding, &state, decoder_bias(state.seen(), tokens.size(1)));
 }
 

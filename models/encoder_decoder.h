@@ -90,7 +90,9 @@ class EncoderDecoderImpl : public StagedModel {
   torch::Tensor decode(const torch::Tensor& target, const torch::Tensor& memory, const torch::Tensor& source_padding);
 
   // Incremental decoding: encode once, then feed the target a step at a time (tokens (B, t) continue
-  // the positions the state has seen) -> logits (B, t, V) of the new positions.
+  // the positions the state has seen) -> logits (B, t, V) of the new positions. With a paged cache whose rows
+  // sit at different positions (state.self.seen_rows(): the engine's ragged batches, serve/served_model.h) each
+  // row continues its own.
   // The self-attention caches are make_cache's (one per decoder block; contiguous by default).
   DecoderState start_decoding(const torch::Tensor& source, const torch::Tensor& source_lengths,
                               const KVCaches::Factory& make_cache = {});
@@ -111,7 +113,9 @@ class EncoderDecoderImpl : public StagedModel {
   torch::Tensor stage_tied_embedding() const override { return ends_.stage_tied_embedding(); }
 
   enum class Side { kSource, kTarget };
-  torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position, Side side);  // (B, T) -> (B, T, C)
+  // (B, T) -> (B, T, C); row_first (B) defined: row b's first position (a ragged batch over a paged cache)
+  torch::Tensor embed(const torch::Tensor& tokens, int64_t first_position, Side side,
+                      const torch::Tensor& row_first = {});
   torch::Tensor head(const torch::Tensor& hidden);  // (B, T, C) -> (B, T, V), or (B, T, V_r) under TP
   // This stage's blocks (all of them for the whole model).
   Block& encoder_block(int64_t i) { return encoder_[i]; }

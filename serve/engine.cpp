@@ -12,7 +12,9 @@ namespace loom {
 
 struct Engine::Sequence {
   GenerationRequest request;
-  std::vector<int64_t> tokens;  // prompt + generated; running: the cache holds all but the last
+  // prompt (encoder-decoder: the decoder's start token) + generated; running: the cache holds all but the last
+  std::vector<int64_t> tokens;
+  std::shared_ptr<const EncodedSource> source;  // encoder-decoder: set at its first admission, kept till it ends
   int64_t generated = 0;
   BlockTable table;
   at::Generator generator;
@@ -56,25 +58,32 @@ size_t streamable_length(const std::string& text, const std::vector<std::string>
   return n - hold;
 }
 
-Engine::Engine(Gpt model, EngineOptions options) : model_(std::move(model)), options_(std::move(options)) {
-  model_->eval();
+Engine::Engine(Gpt model, EngineOptions options) : Engine(served_gpt(std::move(model)), std::move(options)) {}
+
+Engine::Engine(std::shared_ptr<ServedModel> model, EngineOptions options)
+    : model_(std::move(model)), options_(std::move(options)) {
   const auto& config = model_->config();
-  const auto weight = model_->parameters().front();
-  // A TP-split model (serve/step_broadcast.h) keeps this rank's share of the key/value heads.
-  const int64_t tp = model_->tp_group() != nullptr ? model_->tp_group()->size() : 1;
-  const int64_t kv_heads = config.kv_heads() / tp, head_dim = config.head_dim();
+  const int64_t kv_heads = model_->kv_heads(), head_dim = config.head_dim();
+  const auto dtype = model_->options().dtype().toScalarType();
   LOOM_CHECK(options_.block_size > 0 && options_.max_batch > 0 && options_.max_prefill_tokens > 0,
              "the engine needs a block size, a batch and a prefill budget > 0");
+  if (model_->encodes()) {  // its decoder's prefix is the same start token for every source: nothing to share
+    LOOM_CHECK(!options_.prefix_caching, "prefix caching (--prefix-caching) is for decoder-only models: an "
+               "encoder-decoder's target prefixes depend on their sources; leave it out");
+    LOOM_CHECK(!options_.drafter, "speculative decoding (--draft / --speculate) is for decoder-only models: leave "
+               "it out for an encoder-decoder");
+  }
+  LOOM_CHECK(!options_.drafter || model_->gpt() != nullptr, "speculative decoding needs a Gpt target");
   const int64_t per_block =
-      KVBlockPool::block_bytes(model_->n_blocks(), options_.block_size, kv_heads, head_dim, weight.scalar_type());
+      KVBlockPool::block_bytes(model_->kv_layers(), options_.block_size, kv_heads, head_dim, dtype);
   const int64_t blocks = options_.kv_blocks > 0 ? options_.kv_blocks : options_.kv_bytes / per_block;
   const int64_t needed = (config.max_seq_len + options_.block_size - 1) / options_.block_size;
   if (blocks < needed)
     throw Error("a KV pool of " + std::to_string(blocks) + " blocks of " + std::to_string(options_.block_size) +
                 " positions cannot hold one sequence of model.max_seq_len=" + std::to_string(config.max_seq_len) +
                 ": give it at least " + std::to_string(needed * per_block) + " bytes");
-  pool_ = std::make_unique<KVBlockPool>(model_->n_blocks(), blocks, options_.block_size, kv_heads, head_dim,
-                                        weight.options());
+  pool_ = std::make_unique<KVBlockPool>(model_->kv_layers(), blocks, options_.block_size, kv_heads, head_dim,
+                                        model_->options());
   pool_->set_prefix_caching(options_.prefix_caching);
 }
 
@@ -82,13 +91,13 @@ Engine::~Engine() = default;
 
 int64_t Engine::add(GenerationRequest request) {
   const int64_t context = model_->config().max_seq_len;
-  const int64_t length = static_cast<int64_t>(request.prompt.size());
+  const int64_t length = static_cast<int64_t>(request.prompt.size());  // an encoder-decoder's: the source's
   LOOM_CHECK(length > 0, "a request needs at least one prompt token");
   LOOM_CHECK(length <= context, "a prompt of ", length, " tokens exceeds model.max_seq_len=", context);
   LOOM_CHECK(request.max_tokens >= 0, "max_tokens must be >= 0");
   LOOM_CHECK(request.stop.empty() || options_.detokenize, "stop strings need the engine's detokenize");
   auto sequence = std::make_unique<Sequence>();
-  sequence->tokens = request.prompt;
+  sequence->tokens = model_->start_tokens(request.prompt);
   sequence->generator = sampling_generator(request.sampling.seed);
   sequence->request = std::move(request);
   const int64_t id = next_id_++;
@@ -236,7 +245,8 @@ void Engine::decode_running(std::vector<Completion>& done) {
   const auto device = pool_->keys(0).device();
   auto caches = paged_kv_caches(*pool_, rows, model_->config().attention_window);
   const auto tokens = torch::tensor(last, torch::kLong).unsqueeze(1).to(device);
-  auto logits = model_->forward(tokens, &caches).select(1, -1);  // (B, V), or this rank's (B, V_r) under TP
+  // (B, V), or this rank's (B, V_r) under TP
+  auto logits = model_->forward(tokens, caches, sources_of(ids)).select(1, -1);
   if (auto* tp = model_->tp_group(); tp != nullptr && tp->size() > 1) {
     // the whole vocabulary, then rank 0's on every rank: the same logits, the same samples, the same schedule
     logits = gather_from_tp_region(logits, *tp, model_->config().vocab_size).contiguous();
@@ -279,7 +289,7 @@ void Engine::decode_speculative(std::vector<Completion>& done) {
   }
   if (rows.empty()) return;
   stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, pool_->used_blocks());
-  const auto outcomes = speculative_step(model_, *pool_, *options_.drafter, rows, stats_.forwards);
+  const auto outcomes = speculative_step(*model_->gpt(), *pool_, *options_.drafter, rows, stats_.forwards);
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& outcome = outcomes[i];
     auto& s = *sequences_.at(rows[i].id);
@@ -299,6 +309,7 @@ void Engine::decode_speculative(std::vector<Completion>& done) {
 
 void Engine::admit_waiting() {
   // An admitted sequence holds the blocks of all its tokens: prefilled over the next steps, then decoded.
+  std::vector<int64_t> encode;  // encoder-decoder: the admitted sequences without an encoded source
   while (!waiting_.empty() && running() < options_.max_batch) {
     const int64_t id = waiting_.front();
     auto& sequence = *sequences_.at(id);
@@ -310,9 +321,17 @@ void Engine::admit_waiting() {
       break;
     }
     stats_.prefix_hit_tokens += shared;
+    if (model_->encodes() && !sequence.source) encode.push_back(id);
     waiting_.pop_front();
     running_.push_back(id);
   }
+  // The encoder once a sequence (its source kept through preemptions), the step's new ones in one forward.
+  if (encode.empty()) return;
+  std::vector<std::vector<int64_t>> sources;
+  for (const int64_t id : encode) sources.push_back(sequences_.at(id)->request.prompt);
+  auto encoded = model_->encode(sources);
+  for (size_t i = 0; i < encode.size(); ++i) sequences_.at(encode[i])->source = std::move(encoded[i]);
+  stats_.encoded_sources += static_cast<int64_t>(encode.size());
 }
 
 void Engine::prefill_running() {
@@ -344,7 +363,7 @@ void Engine::prefill_running() {
     }
     auto caches = paged_kv_caches(*pool_, rows, model_->config().attention_window);
     const auto batch = static_cast<int64_t>(ids.size());
-    model_->forward(torch::tensor(chunks, torch::kLong).view({batch, n}).to(device), &caches);
+    model_->forward(torch::tensor(chunks, torch::kLong).view({batch, n}).to(device), caches, sources_of(ids));
     ++stats_.forwards;
     stats_.prefill_tokens += n * batch;
   }
@@ -371,6 +390,13 @@ Engine::Phase Engine::phase(int64_t id) const {
   const auto& sequence = *it->second;
   return sequence.table.length + 1 < static_cast<int64_t>(sequence.tokens.size()) ? Phase::kPrefilling
                                                                                    : Phase::kDecoding;
+}
+
+std::vector<const EncodedSource*> Engine::sources_of(const std::vector<int64_t>& ids) const {
+  std::vector<const EncodedSource*> sources;
+  sources.reserve(ids.size());
+  for (const int64_t id : ids) sources.push_back(sequences_.at(id)->source.get());
+  return sources;
 }
 
 std::string Engine::audit() const {

@@ -15,6 +15,11 @@
 // gives the tokens of decoding it alone (up to the floating-point order of a batched product).
 // A streamed request (GenerationRequest::stream) also hands out its output as it is made: take_deltas() after a
 // step gives each one's new tokens and the text they add that no stop string can take back any more.
+// The model is a ServedModel (serve/served_model.h): a Gpt continues each prompt; an encoder-decoder takes each
+// prompt as a source sentence, encodes it when the sequence is admitted (the encoded source is kept until the
+// sequence finishes or is cancelled, through preemptions: its recompute re-runs the decoder only) and decodes the
+// target from the decoder's start token, the rows' self-attention through the paged cache as a Gpt's. Prefix
+// caching, speculative decoding and tensor parallelism are the Gpt's only (refused for an encoder-decoder).
 #pragma once
 #include <deque>
 #include <functional>
@@ -26,11 +31,12 @@
 #include "models/generate.h"
 #include "models/gpt.h"
 #include "models/paged_kv_cache.h"
+#include "serve/served_model.h"
 
 namespace loom {
 
 struct GenerationRequest {
-  std::vector<int64_t> prompt;       // at least one token, at most model.max_seq_len
+  std::vector<int64_t> prompt;       // at least one token, at most model.max_seq_len (encoder-decoder: the source)
   int64_t max_tokens = 16;           // new tokens at most
   SamplingOptions sampling;          // temperature (0: greedy), top_k, top_p, seed; use_cache is ignored
   std::vector<std::string> stop;     // stop strings (EngineOptions::detokenize turns tokens into text)
@@ -96,12 +102,16 @@ struct EngineStats {
   int64_t steps = 0, forwards = 0, prefill_tokens = 0, decode_tokens = 0, preemptions = 0, peak_used_blocks = 0;
   int64_t prefix_hit_tokens = 0;  // prompt positions found in the prefix cache (not prefilled)
   int64_t drafted_tokens = 0, accepted_tokens = 0;  // speculative decoding: proposed, and kept by the target
+  int64_t encoded_sources = 0;  // encoder-decoder: sources encoded (once a sequence, at its first admission)
 };
 
 class Engine {
  public:
   // The model generates in eval mode without gradients; its pool is on the model's device, in its dtype.
+  // A Gpt's pool holds every block's keys and values; an encoder-decoder's its decoder blocks' self-attention's.
   Engine(Gpt model, EngineOptions options);
+  // Any ServedModel: a Gpt's, or an encoder-decoder's (served_encoder_decoder).
+  Engine(std::shared_ptr<ServedModel> model, EngineOptions options);
   ~Engine();
 
   // Queues a request; its id (ids count from 0). Throws loom::Error for one it can never run.
@@ -143,8 +153,10 @@ class Engine {
   void decode_speculative(std::vector<Completion>& done);  // decode_running with options_.drafter
   void admit_waiting();
   void prefill_running();
+  // The rows' encoded sources (encoder-decoder; nulls for a Gpt), for ServedModel::forward.
+  std::vector<const EncodedSource*> sources_of(const std::vector<int64_t>& ids) const;
 
-  Gpt model_;
+  std::shared_ptr<ServedModel> model_;
   EngineOptions options_;
   std::unique_ptr<KVBlockPool> pool_;
   std::map<int64_t, std::unique_ptr<Sequence>> sequences_;  // waiting and running

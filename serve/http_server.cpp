@@ -72,13 +72,18 @@ struct HttpServer::Impl {
                      "the prompt is " + std::to_string(n) + " tokens, more than the model's context of " +
                          std::to_string(context) + " tokens (model.max_seq_len): shorten it",
                      prompt_field);
-    const int64_t room = context - n;
-    request.max_tokens = api.max_tokens.value_or(api.chat ? room : std::min<int64_t>(16, room));
+    const int64_t room = options.target_room ? options.target_room(n) : context - n;
+    request.max_tokens =
+        api.max_tokens.value_or(api.chat || options.target_room ? room : std::min<int64_t>(16, room));
     if (request.max_tokens > room)
       throw ApiError(400,
-                     "max_tokens=" + std::to_string(request.max_tokens) + " and the prompt's " + std::to_string(n) +
-                         " tokens exceed the model's context of " + std::to_string(context) +
-                         " tokens: ask for at most " + std::to_string(room),
+                     options.target_room
+                         ? "max_tokens=" + std::to_string(request.max_tokens) + " is more than a translation of the " +
+                               std::to_string(n) + " source tokens may have (decode.max_len_a / max_len_b, the " +
+                               "context): ask for at most " + std::to_string(room)
+                         : "max_tokens=" + std::to_string(request.max_tokens) + " and the prompt's " +
+                               std::to_string(n) + " tokens exceed the model's context of " +
+                               std::to_string(context) + " tokens: ask for at most " + std::to_string(room),
                      api.max_tokens ? "max_tokens" : prompt_field);
     request.stop_token = api.ignore_eos ? -1 : options.stop_token;
     return request;

@@ -25,6 +25,10 @@ struct HttpServerOptions {
   int port = 8000;               // 0: a free port (bind() says which)
   std::string model_name;        // what GET /v1/models lists
   int64_t context = 0;           // model.max_seq_len: prompt + max_tokens at most
+  // An encoder-decoder's (the prompt is a source sentence): the target tokens a source of n tokens may have, which
+  // is also max_tokens' default and bound (the source itself: context tokens at most). Unset: prompt + max_tokens
+  // within the context, max_tokens 16 by default.
+  std::function<int64_t(int64_t n)> target_room;
   int64_t stop_token = -1;       // end of sequence (>= 0), not part of the output
   int threads = 64;              // connections served at once (more wait in httplib's queue)
   // text -> tokens; special: special tokens written in the text become their ids (template text only)

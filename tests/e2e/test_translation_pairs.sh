@@ -6,7 +6,8 @@
 # source and resumes bit for bit; a run
 # killed after a checkpoint resumes to the uninterrupted losses bit for bit; `loom eval --split test`
 # reports the corpus BLEU that sacrebleu (PyPI) computes from the translations it writes and the raw
-# test.es; `loom translate` gives the same translations from text on stdin.
+# test.es; `loom translate` gives the same translations from text on stdin, and `loom generate --input` and
+# `loom serve` through the inference engine give `loom translate --beam 1`'s.
 source "$(dirname "$0")/common.sh"
 : "${BIBLE_MT_DATA:?set BIBLE_MT_DATA to prepared English-Spanish data}"
 D=$BIBLE_MT_DATA
@@ -83,6 +84,80 @@ head -40 "$D/test.en" | "$LOOM" translate "$WORK/single" --beam 2 > "$WORK/trans
 same=$(paste -d '\t' <(head -40 "$WORK/test.hyp") "$WORK/translate.hyp" | awk -F '\t' '$1 == $2' | wc -l)
 echo "translate: $same of 40 lines equal loom eval's"
 [ "$same" -eq 40 ] || fail "loom translate and loom eval disagree on $((40 - same)) of 40 lines"
+
+# The inference engine translates too (serve/served_model.h): greedy `loom generate --input` on 16 sources of 33 to
+# 85 tokens, all in one batch (rows of different source lengths in one forward) in a pool of 25 blocks of 16
+# positions (one sequence of the full context: some are preempted and recomputed), gives `loom translate --beam 1`'s
+# text line for line; `loom serve` answers a completion and a stream with the same text, a max_tokens past the
+# translation limit with a 400 naming it and chat completions with a 404; what the engine does for GPTs alone is
+# refused naming the flag; --dry-run notes the encoded source's bytes per token.
+sed -n '41,56p' "$D/test.en" > "$WORK/engine.en"
+"$LOOM" translate "$WORK/single" --beam 1 < "$WORK/engine.en" > "$WORK/engine.beam1" || fail "loom translate --beam 1"
+python3 -c 'import json, sys; [print(json.dumps({"prompt": l.rstrip("\n")})) for l in open(sys.argv[1])]' \
+  "$WORK/engine.en" > "$WORK/engine.jsonl"
+"$LOOM" generate "$WORK/single" --input "$WORK/engine.jsonl" --output "$WORK/engine.out" --temperature 0 \
+  --max-batch 16 --block-size 16 --kv-blocks 25 2> "$WORK/engine.log" || fail "loom generate --input: $(cat "$WORK/engine.log")"
+cat "$WORK/engine.log"
+preempted=$(grep -oE '[0-9]+ preemptions' "$WORK/engine.log" | cut -d' ' -f1)
+[ "${preempted:-0}" -gt 0 ] || fail "no sequence was preempted: $(cat "$WORK/engine.log")"
+python3 - "$WORK/engine.out" "$WORK/engine.beam1" <<'PY' || fail "the engine's translations are not loom translate's"
+import json, sys
+got = [json.loads(l)["text"] for l in open(sys.argv[1])]
+want = open(sys.argv[2]).read().split("\n")[:-1]
+assert len(got) == len(want) == 16, (len(got), len(want))
+bad = [i for i in range(16) if got[i] != want[i]]
+assert not bad, [(i, got[i], want[i]) for i in bad]
+print(f"engine: 16 of 16 translations equal loom translate --beam 1's ({len(set(want))} distinct)")
+PY
+for flag in --prefix-caching "--speculate ngram" --sequential; do
+  set +e
+  # shellcheck disable=SC2086
+  out=$("$LOOM" generate "$WORK/single" --input "$WORK/engine.jsonl" --output "$WORK/x.out" $flag 2>&1); code=$?
+  set -e
+  [ $code -eq 2 ] && grep -q -- "${flag%% *}" <<<"$out" || fail "$flag on a translation run: exit $code, $out"
+done
+set +e
+out=$("$LOOM" generate "$WORK/single" --prompt "In the beginning" 2>&1); code=$?
+set -e
+[ $code -eq 2 ] && grep -q -- "--input" <<<"$out" || fail "--prompt on a translation run: exit $code, $out"
+set +e
+out=$("${MPIRUN[@]}" -np 2 "$LOOM" generate "$WORK/single" --input "$WORK/engine.jsonl" --output "$WORK/x.out" \
+  --set parallel.tp=2 2>&1); code=$?
+set -e
+[ $code -ne 0 ] && grep -q -- "--set parallel.tp=2: loom generate serves an encoder-decoder run whole" <<<"$out" \
+  || fail "--set parallel.tp=2 on a translation run: exit $code, $out"
+dry=$("$LOOM" serve "$WORK/single" --dry-run --kv-mb 1) || fail "serve --dry-run: $dry"
+grep -q "bytes per source token" <<<"$dry" || fail "--dry-run says nothing of the encoded sources: $dry"
+log=$WORK/serve-mt.log
+timeout 120 "$LOOM" serve "$WORK/single" --port 0 --max-batch 8 > "$log" 2>&1 &
+pid=$!
+port=$(served_port "$log" $pid) || exit 1
+timeout 60 python3 - "$port" "$WORK/engine.en" "$WORK/engine.beam1" <<'PY' || fail "loom serve of a translation run ($(tail -3 "$log"))"
+import http.client, json, sys
+port = int(sys.argv[1])
+src = open(sys.argv[2]).read().split("\n")[:-1]
+ref = open(sys.argv[3]).read().split("\n")[:-1]
+def post(path, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    return r.status, r.read().decode()
+status, body = post("/v1/completions", {"prompt": src[0], "temperature": 0})
+assert status == 200, (status, body)
+assert json.loads(body)["choices"][0]["text"] == ref[0], (body, ref[0])
+status, body = post("/v1/completions", {"prompt": src[5], "temperature": 0, "stream": True})
+assert status == 200, (status, body)
+pieces = [json.loads(l[6:]) for l in body.split("\n") if l.startswith("data: {")]
+streamed = "".join(p["choices"][0]["text"] for p in pieces)
+assert streamed == ref[5] and len(pieces) > 1, (streamed, ref[5], len(pieces))
+status, body = post("/v1/completions", {"prompt": src[0], "max_tokens": 100000})
+assert status == 400 and "max_tokens" in body, (status, body)
+status, body = post("/v1/chat/completions", {"messages": [{"role": "user", "content": src[0]}]})
+assert status == 404 and "translates" in body, (status, body)
+print("serve: a completion and a stream equal loom translate's; 400 and 404 for what it does not take")
+PY
+kill -TERM $pid; wait $pid || fail "loom serve of the translation run did not stop cleanly"
+pid=
 
 set +e
 out=$("$LOOM" eval "$WORK/single" --split test --set data.test= 2>&1); code=$?

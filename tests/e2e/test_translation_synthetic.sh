@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The encoder-decoder end to end on the synthetic reversal task (configs/reverse-synthetic.yaml):
 # training reaches >= 99% exact match on the 500 held-out pairs with greedy decoding and with beam 4
-# (`loom eval`), `loom translate` reverses what it is given on stdin (in order, empty lines kept), and a
+# (`loom eval`), `loom translate` reverses what it is given on stdin (in order, empty lines kept), so does
+# `loom generate --input` through the inference engine (continuous batching, preemptions), and a
 # translation run resumed after SIGKILL writes the uninterrupted run's losses bit for bit (dropout on).
 source "$(dirname "$0")/common.sh"
 train_args() { echo "$SRC/configs/reverse-synthetic.yaml --set run.dir=$1"; }
@@ -32,6 +33,36 @@ set +e
 out=$(echo "5 x 7" | "$LOOM" translate "$WORK/reverse" 2>&1); code=$?
 set -e
 [ $code -eq 2 ] && grep -q "stdin line 1: 'x' is not a token id" <<<"$out" || fail "a bad token id: exit $code, $out"
+
+# The inference engine (serve/served_model.h): greedy `loom generate --input` (prompts of token ids: the run has no
+# tokenizer) on 16 sources of 2 to 10 tokens, all in one batch in a pool of 24 blocks of 2 positions (some sequences
+# preempted and recomputed), reverses every one, as `loom translate --beam 1` does, line for line.
+python3 - "$WORK/engine.src" "$WORK/engine.jsonl" <<'PY'
+import json, random, sys
+random.seed(1)
+with open(sys.argv[1], "w") as src, open(sys.argv[2], "w") as jsonl:
+    for _ in range(16):
+        line = " ".join(str(random.randint(3, 23)) for _ in range(random.randint(2, 10)))
+        src.write(line + "\n")
+        jsonl.write(json.dumps({"prompt": line}) + "\n")
+PY
+"$LOOM" translate "$WORK/reverse" --beam 1 < "$WORK/engine.src" > "$WORK/engine.beam1" || fail "loom translate --beam 1"
+"$LOOM" generate "$WORK/reverse" --input "$WORK/engine.jsonl" --output "$WORK/engine.out" --temperature 0 \
+  --max-batch 16 --block-size 2 --kv-blocks 24 2> "$WORK/engine.log" || fail "loom generate --input: $(cat "$WORK/engine.log")"
+cat "$WORK/engine.log"
+preempted=$(grep -oE '[0-9]+ preemptions' "$WORK/engine.log" | cut -d' ' -f1)
+[ "${preempted:-0}" -gt 0 ] || fail "no sequence was preempted: $(cat "$WORK/engine.log")"
+python3 - "$WORK/engine.src" "$WORK/engine.out" "$WORK/engine.beam1" <<'PY' || fail "the engine's translations"
+import json, sys
+src = open(sys.argv[1]).read().split("\n")[:-1]
+got = [json.loads(l)["text"] for l in open(sys.argv[2])]
+want = open(sys.argv[3]).read().split("\n")[:-1]
+assert len(src) == len(got) == len(want) == 16, (len(src), len(got), len(want))
+assert got == want, [(s, g, w) for s, g, w in zip(src, got, want) if g != w]
+reversed_ = sum(" ".join(s.split()[::-1]) == g for s, g in zip(src, got))
+print(f"engine: 16 of 16 equal loom translate --beam 1's, {reversed_} of 16 reversed")
+assert reversed_ >= 15, reversed_
+PY
 
 # Exact resume of a translation run: dropout on, killed after its step-20 checkpoint.
 train_args() {
