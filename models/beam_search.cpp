@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "models/few_rows_linear.h"
 
 namespace loom {
 namespace {
@@ -158,7 +159,7 @@ std::vector<Hypothesis> beam_search(StepDecoder& decoder, const std::vector<int6
 
 std::vector<Hypothesis> translate(EncoderDecoder& model, const std::vector<std::vector<int64_t>>& sources,
                                   const BeamOptions& options) {
-  torch::NoGradGuard no_grad;
+  InferenceScope inference;  // no gradients; the few-row kernel (models/few_rows_linear.h)
   model->eval();
   const auto device = model->parameters().front().device();
   std::vector<int64_t> rows;  // the non-empty sources

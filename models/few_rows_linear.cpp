@@ -12,6 +12,7 @@ namespace loom {
 namespace {
 
 std::atomic<bool> few_rows_kernel_enabled{true};
+thread_local bool in_inference_scope = false;
 constexpr int64_t kRowsPerTask = 4;         // rows of W: the kernel's tile
 constexpr int64_t kProductsPerTask = 1 << 16;  // multiply-adds a thread is worth starting for
 
@@ -22,10 +23,13 @@ bool inference_tensor(const torch::Tensor& t) {
 
 }  // namespace
 
+InferenceScope::InferenceScope() : outer_(in_inference_scope) { in_inference_scope = true; }
+InferenceScope::~InferenceScope() { in_inference_scope = outer_; }
+
 void set_few_rows_kernel_enabled(bool enabled) { few_rows_kernel_enabled = enabled; }
 
 bool few_rows_kernel_applies(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  if (!few_rows_kernel_enabled || !x.defined() || x.dim() == 0 || weight.dim() != 2 || !weight.is_contiguous())
+  if (!few_rows_kernel_enabled || !in_inference_scope || !x.defined() || x.dim() == 0 || weight.dim() != 2 || !weight.is_contiguous())
     return false;
   if (!inference_tensor(x) || !inference_tensor(weight) || !inference_tensor(bias)) return false;
   if (at::autocast::is_autocast_enabled(at::kCPU)) return false;  // torch::linear would compute in bf16

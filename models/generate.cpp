@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "core/error.h"
+#include "models/few_rows_linear.h"
 
 namespace loom {
 
@@ -33,7 +34,7 @@ at::Generator sampling_generator(uint64_t seed) { return at::make_generator<at::
 void generate(Gpt& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens, const SamplingOptions& options,
               const std::function<bool(int64_t)>& on_token, int64_t stop_token) {
   LOOM_CHECK(!prompt.empty(), "generation needs at least one prompt token");
-  torch::NoGradGuard no_grad;
+  InferenceScope inference;  // no gradients; the few-row kernel (models/few_rows_linear.h)
   model->eval();
   const size_t context = static_cast<size_t>(model->config().max_seq_len);
   const auto device = model->parameters().front().device();

@@ -6,7 +6,8 @@
 # first token and inter-token latency (the gap between a stream's pieces of text, each a token unless an
 # incomplete character was held back) p50/p99 as the clients see them, the peak KV memory the paged cache held (GET /metrics polled every 20 ms) against a contiguous cache of
 # model.max_seq_len positions per concurrent sequence (what a server without paging reserves), and transformers'
-# tokens/s: `loom export` to safetensors, AutoModelForCausalLM, left-padded batches of that many prompts (tokenized
+# tokens/s (and the same engine offline, `loom generate --input --max-batch` of that count: no HTTP, no clients on the
+# cores, transformers' like for like): `loom export` to safetensors, AutoModelForCausalLM, left-padded batches of that many prompts (tokenized
 # with the run's SentencePiece model), greedy, the same TOKENS new tokens.
 #   scripts/bench_serve_latency.sh RUN_DIR    env: LOOM (build/loom), KJV (datasets/kjv), PROMPTS (64), TOKENS (64),
 #                                             CONCURRENCY ("1 8 32 64"), THREADS (2: OpenMP / torch threads)
@@ -30,8 +31,8 @@ per_token=$(sed -nE 's/^KV cache: ([0-9]+) bytes per token.*/\1/p' <<<"$dry")
 context=$(sed -nE 's/.*positions, model.max_seq_len\).*/&/p' <<<"$dry" | sed -nE 's/.*full context \(([0-9]+) positions.*/\1/p')
 "$LOOM" export "$run" --out "$out/hf" >/dev/null
 tokenizer=$(sed -nE 's/^  model: (.*tokenizer.model)$/\1/p' "$run/config.yaml" | head -1)
-printf '%-5s %9s %9s %9s %9s %9s %11s %11s %12s\n' clients "tok/s" "TTFT p50" "TTFT p99" "ITL p50" "ITL p99" \
-  "KV paged" "KV contig." "HF tok/s"
+printf '%-5s %9s %9s %9s %9s %9s %11s %11s %13s %12s\n' clients "tok/s" "TTFT p50" "TTFT p99" "ITL p50" "ITL p99" \
+  "KV paged" "KV contig." "offline tok/s" "HF tok/s"
 for clients in $CONCURRENCY; do
   "$LOOM" serve "$run" --port 0 --max-batch "$clients" > "$out/serve.log" 2>&1 &
   server=$!
@@ -110,10 +111,14 @@ with torch.no_grad():
 print(generated / (time.perf_counter() - start))
 PY
 )
+  # the same engine offline (`loom generate --input`, no HTTP, no clients on the cores): transformers' like for like
+  offline=$("$LOOM" generate "$run" --input "$out/prompts.jsonl" --output "$out/offline.jsonl" --temperature 0 \
+              --ignore-eos --max-new-tokens "$TOKENS" --max-batch "$clients" 2>&1 >/dev/null | tail -1 \
+            | sed -nE 's/.*: ([0-9.]+) tokens\/s.*/\1/p')
   read -r tps t50 t99 i50 i99 peak <<<"$line"
   python3 -c "
 clients, per_token, context, block, peak = $clients, $per_token, $context, $block, $peak
 mib = lambda b: f'{b / 2**20:.2f} MiB'
 print(f'{clients:<5d} {$tps:9.1f} {$t50 * 1e3:7.1f}ms {$t99 * 1e3:7.1f}ms {$i50 * 1e3:7.1f}ms {$i99 * 1e3:7.1f}ms '
-      f'{mib(peak * block * per_token):>11s} {mib(clients * context * per_token):>11s} {$hf:12.1f}')"
+      f'{mib(peak * block * per_token):>11s} {mib(clients * context * per_token):>11s} {$offline:13.1f} {$hf:12.1f}')"
 done

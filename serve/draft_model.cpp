@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "models/few_rows_linear.h"
 
 namespace loom {
 
@@ -46,7 +47,7 @@ void DraftModelDrafter::release(int64_t id) {
 }
 
 std::vector<Draft> DraftModelDrafter::propose(const std::vector<DraftRow>& rows, int64_t k) {
-  torch::NoGradGuard no_grad;
+  InferenceScope inference;  // no gradients; the few-row kernel (models/few_rows_linear.h)
   std::vector<Draft> out(rows.size());
   if (k <= 0) return out;
   const auto device = pool_->keys(0).device();

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "models/few_rows_linear.h"
 #include "parallel/tensor_parallel.h"
 #include "serve/drafter.h"
 #include "serve/speculative.h"
@@ -370,7 +371,7 @@ void Engine::prefill_running() {
 }
 
 std::vector<Completion> Engine::step() {
-  torch::NoGradGuard no_grad;
+  InferenceScope inference;  // no gradients; the few-row kernel (models/few_rows_linear.h)
   std::vector<Completion> done;
   done.swap(cancelled_);
   ++stats_.steps;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "models/few_rows_linear.h"
 
 namespace loom {
 
@@ -80,7 +81,7 @@ class ServedEncoderDecoder final : public ServedModel {
     // The encoder once over the sources padded to the longest; then one decoder step on the start token with a
     // throwaway cache, which is what fills every decoder layer's cross-attention keys and values (models/attention.cpp
     // cross_qkv); its logits go unused. Each source keeps its own positions (copies: the batch's tensors go).
-    torch::NoGradGuard no_grad;
+    InferenceScope inference;  // no gradients; the few-row kernel (models/few_rows_linear.h)
     const auto device = options().device();
     const auto B = static_cast<int64_t>(sources.size());
     int64_t longest = 0;

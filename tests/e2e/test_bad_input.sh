@@ -104,7 +104,8 @@ expect_error 2 "stdin line 1: '99' is not a token id" bash -c "printf '99\n' | '
 expect_error 2 "stdin line 1: .* 40 tokens, more than model.max_seq_len=32" \
   bash -c "(printf '5 %.0s' \$(seq 40); echo) | '$LOOM' translate '$WORK/mt'"
 expect_error 1 "$WORK/run is a model.arch=gpt run" bash -c "printf '5\n' | '$LOOM' translate '$WORK/run'"
-expect_error 1 "$WORK/mt is a model.arch=transformer run" "$LOOM" generate "$WORK/mt" --prompt x
+expect_error 2 "$WORK/mt is a model.arch=transformer run: loom generate translates with it through the engine with --input" \
+  "$LOOM" generate "$WORK/mt" --prompt x
 echo "prompts: empty, unknown and over-long input handled"
 
 ## Directories that are not run dirs.

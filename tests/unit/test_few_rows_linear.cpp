@@ -1,6 +1,6 @@
 // models/few_rows_linear.h: the kernel for a few rows of x at inference equals the product in fp64 within the error
 // bound of an fp32 dot product, for shapes with every kind of tail (K not a multiple of the vector, N not of the
-// tile, M past the tile of x rows), and it is taken exactly where it should be.
+// tile, M past the tile of x rows), and it is taken exactly where it should be: inside an InferenceScope only.
 #include <chrono>
 #include <cstdio>
 
@@ -11,7 +11,7 @@ using loom::few_rows_kernel_applies;
 using loom::linear_forward;
 
 TEST_CASE("few-row linear: equals the fp64 product within the fp32 dot product's bound", "[models][linear]") {
-  torch::NoGradGuard no_grad;
+  loom::InferenceScope inference;
   torch::manual_seed(3);
   const double u = std::ldexp(1.0, -24);  // fp32's unit roundoff
   for (int64_t k : {1, 15, 16, 17, 130, 512}) {
@@ -45,7 +45,16 @@ TEST_CASE("few-row linear: strided input, and where torch::linear runs instead",
   torch::manual_seed(4);
   const auto w = torch::randn({33, 40});
   {
+    // Without gradients but outside inference (activation checkpointing's first pass): torch::linear, whose sums
+    // the re-run with gradients reproduces.
     torch::NoGradGuard no_grad;
+    CHECK_FALSE(few_rows_kernel_applies(torch::randn({2, 40}), w));
+  }
+  {
+    loom::InferenceScope inference;
+    {
+      loom::InferenceScope nested;
+    }
     const auto x = torch::randn({40, 3}).t();  // (3, 40), not contiguous
     REQUIRE(few_rows_kernel_applies(x, w));
     CHECK(torch::allclose(linear_forward(x, w), torch::linear(x, w), 1e-5, 1e-5));
@@ -69,7 +78,7 @@ TEST_CASE("few-row linear: strided input, and where torch::linear runs instead",
 // caches), fp32, through loom's kernel and through torch::linear, each the best of 5:
 //   build/tests/loom_tests "[.linear-bench]"
 TEST_CASE("few-row linear: time of a 512 x 8 model's products against torch::linear", "[.linear-bench]") {
-  torch::NoGradGuard no_grad;
+  loom::InferenceScope inference;
   const int64_t d = 512, layers = 8;
   std::vector<torch::Tensor> weights;
   for (int64_t l = 0; l < layers; ++l)
