@@ -13,7 +13,7 @@ namespace {
 
 std::atomic<bool> few_rows_kernel_enabled{true};
 thread_local bool in_inference_scope = false;
-constexpr int64_t kRowsPerTask = 4;         // rows of W: the kernel's tile
+constexpr int64_t kRowsPerTask = 4;            // rows of W: the kernel's tile
 constexpr int64_t kProductsPerTask = 1 << 16;  // multiply-adds a thread is worth starting for
 
 bool inference_tensor(const torch::Tensor& t) {
@@ -29,8 +29,8 @@ InferenceScope::~InferenceScope() { in_inference_scope = outer_; }
 void set_few_rows_kernel_enabled(bool enabled) { few_rows_kernel_enabled = enabled; }
 
 bool few_rows_kernel_applies(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  if (!few_rows_kernel_enabled || !in_inference_scope || !x.defined() || x.dim() == 0 || weight.dim() != 2 || !weight.is_contiguous())
-    return false;
+  if (!few_rows_kernel_enabled || !in_inference_scope) return false;
+  if (!x.defined() || x.dim() == 0 || weight.dim() != 2 || !weight.is_contiguous()) return false;
   if (!inference_tensor(x) || !inference_tensor(weight) || !inference_tensor(bias)) return false;
   if (at::autocast::is_autocast_enabled(at::kCPU)) return false;  // torch::linear would compute in bf16
   const int64_t in = weight.size(1);

@@ -82,7 +82,8 @@ TEST_CASE("few-row linear: time of a 512 x 8 model's products against torch::lin
   const int64_t d = 512, layers = 8;
   std::vector<torch::Tensor> weights;
   for (int64_t l = 0; l < layers; ++l)
-    for (auto [out, in] : {std::pair{3 * d, d}, {d, d}, {4 * d, d}, {d, 4 * d}}) weights.push_back(torch::randn({out, in}));
+    for (auto [out, in] : {std::pair{3 * d, d}, {d, d}, {4 * d, d}, {d, 4 * d}})
+      weights.push_back(torch::randn({out, in}));
   weights.push_back(torch::randn({8192, d}));  // the head
   for (int64_t m : {1, 2, 3, 5, 8}) {
     double best[2] = {1e9, 1e9};
@@ -91,7 +92,8 @@ TEST_CASE("few-row linear: time of a 512 x 8 model's products against torch::lin
         loom::set_few_rows_kernel_enabled(kernel == 1);
         const auto start = std::chrono::steady_clock::now();
         for (const auto& w : weights) linear_forward(torch::randn({m, w.size(1)}), w);
-        best[kernel] = std::min(best[kernel], std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        best[kernel] = std::min(best[kernel], took.count());
       }
     }
     loom::set_few_rows_kernel_enabled(true);
