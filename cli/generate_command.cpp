@@ -27,6 +27,7 @@
 #include "data/pairs/seq2seq_batch.h"
 #include "data/tokenizers/incremental_decoder.h"
 #include "data/tokenizers/tokenizer.h"
+#include "models/beam_search.h"
 #include "models/generate.h"
 #include "serve/engine.h"
 #include "serve/request_file.h"
@@ -83,7 +84,7 @@ int generate_file(const Args& args, const LoadedModel& loaded, const std::shared
     }
     if (served->encodes()) {
       const auto n = static_cast<int64_t>(line.request.prompt.size());
-      line.request.max_tokens = std::min(line.request.max_tokens, translation_limit(loaded.config, n));
+      line.request.max_tokens = std::min(line.request.max_tokens, translation_max_length(loaded.config.decode, n, context));
       if (n == 0) {  // nothing to translate: done at once (the engine never encodes it)
         line.request.prompt.push_back(kEosId);
         line.request.max_tokens = 0;

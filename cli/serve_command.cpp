@@ -24,14 +24,15 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/served_model_options.h"
-#include "cli/tp_serving.h"
 #include "cli/speculative_options.h"
+#include "cli/tp_serving.h"
 #include "core/cpu_allocator.h"
 #include "core/error.h"
 #include "core/signals.h"
 #include "data/pairs/seq2seq_batch.h"
 #include "data/prepare/sft_record.h"
 #include "data/tokenizers/tokenizer.h"
+#include "models/beam_search.h"
 #include "serve/engine.h"
 #include "serve/engine_worker.h"
 #include "serve/http_server.h"
@@ -120,8 +121,11 @@ int serve_command(const Argv& argv, const ProcessGroup& processes) {
   const auto eos = model->encodes() ? std::optional<int32_t>(static_cast<int32_t>(kEosId)) : tokenizer->eos_id();
   options.stop_token = args.flag("ignore-eos") || !eos ? -1 : *eos;
   if (model->encodes()) {  // a prompt is a source sentence; its translation ends as loom translate's would
-    const Config config = loaded.config;
-    options.target_room = [config](int64_t source_tokens) { return translation_limit(config, source_tokens); };
+    const DecodeConfig decode = loaded.config.decode;
+    const int64_t context = loaded.config.model.max_seq_len;
+    options.target_room = [decode, context](int64_t source_tokens) {
+      return translation_max_length(decode, source_tokens, context);
+    };
   }
   // An empty prompt starts a fresh line, as loom generate's; an empty source is refused (400).
   options.empty_prompt_token = eos && !model->encodes() ? *eos : -1;

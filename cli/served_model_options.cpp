@@ -1,6 +1,5 @@
 #include "cli/served_model_options.h"
 
-#include <algorithm>
 #include <sstream>
 
 #include "cli/speculative_options.h"
@@ -26,12 +25,6 @@ std::shared_ptr<ServedModel> served_model(const LoadedModel& loaded, const Args&
     throw ConfigError("--set parallel.tp=" + std::to_string(tp) + ": " + command +
                       " serves an encoder-decoder run whole, in one process" );
   return served_encoder_decoder(model, kBosId);
-}
-
-int64_t translation_limit(const Config& config, int64_t source_tokens) {
-  const auto& d = config.decode;
-  const auto limit = static_cast<int64_t>(d.max_len_a * static_cast<double>(source_tokens)) + d.max_len_b;
-  return std::max<int64_t>(0, std::min(limit, config.model.max_seq_len - 1));
 }
 
 std::string kv_budget_lines(const ServedModel& model, int64_t block_size, int64_t kv_bytes, int64_t tp,

@@ -20,10 +20,6 @@ namespace loom::cli {
 std::shared_ptr<ServedModel> served_model(const LoadedModel& loaded, const Args& args, int64_t tp,
                                           const std::string& command);
 
-// An encoder-decoder's target tokens at most for a source of `source_tokens` (loom translate's limit: the
-// decode.* keys, and context - 1 so that the start token and the target fit the decoder's positions).
-int64_t translation_limit(const Config& config, int64_t source_tokens);
-
 // `--dry-run`'s lines: the KV cache's bytes per token and what the budget holds (and for an encoder-decoder the
 // encoded sources' bytes per source token, kept outside the pool).
 std::string kv_budget_lines(const ServedModel& model, int64_t block_size, int64_t kv_bytes, int64_t tp,

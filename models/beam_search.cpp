@@ -180,16 +180,18 @@ std::vector<Hypothesis> translate(EncoderDecoder& model, const std::vector<std::
     const int64_t n = static_cast<int64_t>(s.size());
     source[static_cast<int64_t>(r)].narrow(0, 0, n).copy_(torch::tensor(s, torch::kLong));
     lengths.push_back(n);
-    // bos + the tokens must fit the decoder's positions when eos is predicted
-    const auto& d = options.decode;
-    const auto limit = static_cast<int64_t>(d.max_len_a * static_cast<double>(n)) + d.max_len_b;
-    max_lengths.push_back(std::min(limit, context - 1));
+    max_lengths.push_back(translation_max_length(options.decode, n, context));
   }
   ModelStepDecoder decoder(model, source.to(device), torch::tensor(lengths, torch::kLong).to(device), options.use_cache);
   const auto found = options.decode.beam == 1 ? greedy_search(decoder, max_lengths, options)
                                        : beam_search(decoder, max_lengths, options);
   for (size_t r = 0; r < rows.size(); ++r) out[rows[r]] = found[r];
   return out;
+}
+
+int64_t translation_max_length(const DecodeConfig& decode, int64_t source_tokens, int64_t context) {
+  const auto limit = static_cast<int64_t>(decode.max_len_a * static_cast<double>(source_tokens)) + decode.max_len_b;
+  return std::max<int64_t>(0, std::min(limit, context - 1));
 }
 
 }  // namespace loom

@@ -57,6 +57,11 @@ class ModelStepDecoder : public StepDecoder {
 };
 
 // max_lengths[b]: tokens sentence b may have before its eos. Returns the best hypothesis per row.
+// The tokens a translation of source_tokens may have before its eos: max_len_a * source_tokens + max_len_b, at most
+// context - 1 (bos and the tokens fit the decoder's positions when eos is predicted). loom translate and the serving
+// engine's translation runs (cli/served_model_options.h) both stop there.
+int64_t translation_max_length(const DecodeConfig& decode, int64_t source_tokens, int64_t context);
+
 std::vector<Hypothesis> greedy_search(StepDecoder& decoder, const std::vector<int64_t>& max_lengths,
                                       const BeamOptions& options);
 std::vector<Hypothesis> beam_search(StepDecoder& decoder, const std::vector<int64_t>& max_lengths,
