@@ -12,7 +12,6 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -21,9 +20,9 @@
 #include "cli/served_model_options.h"
 #include "cli/tp_serving.h"
 #include "cli/speculative_options.h"
+#include "cli/tokenizer_args.h"
 #include "core/cpu_allocator.h"
 #include "core/error.h"
-#include "core/parse_number.h"
 #include "data/pairs/seq2seq_batch.h"
 #include "data/tokenizers/incremental_decoder.h"
 #include "data/tokenizers/tokenizer.h"
@@ -48,19 +47,6 @@ std::string generated_text(const Tokenizer* tokenizer, const std::vector<int64_t
   return out;
 }
 
-// "12 7 5" -> {12, 7, 5}; anything else is a ConfigError naming the file and line.
-std::vector<int64_t> generate_prompt_ids(const std::string& text, const std::string& where, int64_t vocab) {
-  std::istringstream words(text);
-  std::vector<int64_t> ids;
-  for (std::string word; words >> word;) {
-    const int64_t id = parse_int64(word).value_or(-1);
-    if (id < 0 || id >= vocab)
-      throw ConfigError(where + ": \"prompt\" word '" + word + "' is not a token id in [0, " + std::to_string(vocab) +
-                        ") (this run has no tokenizer.model, so prompts are token ids)");
-    ids.push_back(id);
-  }
-  return ids;
-}
 
 // --input/--output: every prompt of the file through the engine (or, --sequential, one at a time).
 // Under tensor parallelism every rank reads the same file and runs the same engine steps (the engine agrees on
@@ -80,7 +66,7 @@ int generate_file(const Args& args, const LoadedModel& loaded, const std::shared
       const auto ids = tokenizer->encode(line.prompt);
       line.request.prompt.assign(ids.begin(), ids.end());
     } else {
-      line.request.prompt = generate_prompt_ids(line.prompt, where, loaded.config.model.vocab_size);
+      line.request.prompt = parse_token_ids(line.prompt, where + ": \"prompt\"", loaded.config.model.vocab_size);
     }
     if (served->encodes()) {
       const auto n = static_cast<int64_t>(line.request.prompt.size());

@@ -1,6 +1,9 @@
 #include "cli/tokenizer_args.h"
 
+#include <sstream>
+
 #include "core/error.h"
+#include "core/parse_number.h"
 
 namespace loom::cli {
 
@@ -29,6 +32,19 @@ TokenizerConfig tokenizer_config_from_args(const Args& args) {
 std::unique_ptr<Tokenizer> tokenizer_from_args(const Args& args, const std::string& usage) {
   if (!args.option("tokenizer")) throw ConfigError("--tokenizer FILE is required\nusage: " + usage);
   return load_tokenizer(tokenizer_config_from_args(args));
+}
+
+std::vector<int64_t> parse_token_ids(const std::string& text, const std::string& where, int64_t vocab) {
+  std::istringstream words(text);
+  std::vector<int64_t> ids;
+  for (std::string word; words >> word;) {
+    const int64_t id = parse_int64(word).value_or(-1);
+    if (id < 0 || id >= vocab)
+      throw ConfigError(where + ": '" + word + "' is not a token id in [0, " + std::to_string(vocab) +
+                        ") (this run has no tokenizer.model, so its text is token ids)");
+    ids.push_back(id);
+  }
+  return ids;
 }
 
 }  // namespace loom::cli

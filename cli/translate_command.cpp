@@ -6,35 +6,17 @@
 #include <algorithm>
 #include <iostream>
 #include <numeric>
-#include <sstream>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/tokenizer_args.h"
 #include "core/error.h"
-#include "core/parse_number.h"
 #include "data/tokenizers/tokenizer.h"
 #include "models/beam_search.h"
 #include "train/inference.h"
 #include "train/translation_eval.h"
 
 namespace loom::cli {
-namespace {
-
-// "12 7 5" -> {12, 7, 5}; anything else is a usage error naming the line.
-std::vector<int64_t> parse_ids(const std::string& line, size_t number, int64_t vocab) {
-  std::istringstream words(line);
-  std::vector<int64_t> ids;
-  for (std::string word; words >> word;) {
-    const int64_t id = parse_int64(word).value_or(-1);
-    if (id < 0 || id >= vocab)
-      throw ConfigError("stdin line " + std::to_string(number) + ": '" + word + "' is not a token id in [0, " +
-                        std::to_string(vocab) + ") (this run has no tokenizer.model, so lines are token ids)");
-    ids.push_back(id);
-  }
-  return ids;
-}
-
-}  // namespace
 
 int translate_command(const Argv& argv, const ProcessGroup&) {
   const auto args = parse_args(argv, {"beam", "step"}, {"no-cache"}, 1,
@@ -62,7 +44,8 @@ int translate_command(const Argv& argv, const ProcessGroup&) {
       const auto ids = tokenizer->encode(line);
       sources.emplace_back(ids.begin(), ids.end());
     } else {
-      sources.push_back(parse_ids(line, sources.size() + 1, config.model.vocab_size));
+      sources.push_back(
+          parse_token_ids(line, "stdin line " + std::to_string(sources.size() + 1), config.model.vocab_size));
     }
     if (static_cast<int64_t>(sources.back().size()) > config.model.max_seq_len)
       throw ConfigError("stdin line " + std::to_string(sources.size()) + ": the source has " +
